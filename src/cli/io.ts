@@ -1,0 +1,89 @@
+import { userInfo } from 'node:os';
+import type { Command } from 'commander';
+import { loadConfig, type Config } from '../core/config.js';
+import { openCurrent } from '../core/bootstrap.js';
+import type { Actor, SystemContext, WorkspaceContext } from '../core/context.js';
+import type { Db } from '../core/db/connection.js';
+
+export interface GlobalOptions {
+  dataDir?: string;
+  json?: boolean;
+}
+
+export function globals(cmd: Command): GlobalOptions {
+  return cmd.optsWithGlobals() as GlobalOptions;
+}
+
+/** An error whose message is meant for the operator as it stands. */
+export class CliError extends Error {}
+
+export function cliActor(): Actor {
+  let label = 'cli';
+  try {
+    label = `cli:${userInfo().username}`;
+  } catch {
+    // no passwd entry (some containers): keep the generic label
+  }
+  return { type: 'CLI', id: null, label };
+}
+
+export interface CliSession {
+  config: Config;
+  db: Db;
+  ctx: SystemContext;
+  inWorkspace(workspaceId: number): WorkspaceContext;
+  close(): void;
+}
+
+export function openSession(cmd: Command, env: NodeJS.ProcessEnv = process.env): CliSession {
+  const config = loadConfig({ ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}) }, env);
+  const db = openCurrent(config);
+  const ctx: SystemContext = { db, config, actor: cliActor(), ip: null };
+  return { config, db, ctx, inWorkspace: (workspaceId) => ({ ...ctx, workspaceId }), close: () => db.$client.close() };
+}
+
+/** Runs fn with an open session and always closes the database afterwards. */
+export async function withSession<T>(cmd: Command, fn: (s: CliSession) => T | Promise<T>): Promise<T> {
+  const session = openSession(cmd);
+  try {
+    return await fn(session);
+  } finally {
+    session.close();
+  }
+}
+
+export function parseId(value: string, what = 'id'): number {
+  if (!/^[1-9][0-9]{0,15}$/.test(value.trim())) throw new CliError(`${what} must be a positive integer, got "${value}"`);
+  return Number(value.trim());
+}
+
+/** Prints one JSON document for scripts, or the human text. */
+export function output(cmd: Command, json: unknown, human: string | (() => string)): void {
+  if (globals(cmd).json) process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
+  else process.stdout.write(`${typeof human === 'function' ? human() : human}\n`);
+}
+
+export function table(rows: Record<string, unknown>[], columns: string[]): string {
+  if (!rows.length) return '(none)';
+  const cell = (v: unknown) => (v === null || v === undefined ? '-' : String(v));
+  const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
+  const line = (values: string[]) => values.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd();
+  return [line(columns.map((c) => c.toUpperCase())), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n');
+}
+
+export async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A secret from standard input: only the final line break is removed. */
+export async function readSecretFromStdin(): Promise<string> {
+  const text = (await readStdin()).replace(/\r?\n$/, '');
+  if (!text) throw new CliError('no password on standard input');
+  return text;
+}
+
+export function interactive(opts: { yes?: boolean }): boolean {
+  return !opts.yes && !!process.stdin.isTTY && !!process.stdout.isTTY;
+}

@@ -1,0 +1,60 @@
+import { Command, CommanderError } from 'commander';
+import { AppError } from '../core/errors.js';
+import { registerInit } from './init.js';
+import { registerKeys } from './keys.js';
+import { registerMigrate } from './migrate.js';
+import { registerServe } from './serve.js';
+import { registerAdmin, registerUser } from './user.js';
+import { registerWorkspace } from './workspace.js';
+
+declare const SVC_VERSION: string | undefined;
+
+export function buildProgram(): Command {
+  const program = new Command('svc')
+    .description('svc: self-hosted customer messaging and automation')
+    .version(typeof SVC_VERSION === 'string' ? SVC_VERSION : 'dev')
+    .option('--data-dir <dir>', 'data folder (default $SVC_DATA_DIR, else ./data)')
+    .option('--json', 'print one JSON document on stdout')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  registerInit(program);
+  registerMigrate(program);
+  registerServe(program);
+  registerWorkspace(program);
+  registerUser(program);
+  registerAdmin(program);
+  registerKeys(program);
+  for (const cmd of program.commands) cmd.exitOverride();
+  return program;
+}
+
+/** One line on stderr for the operator; never a stack trace unless SVC_DEBUG is set. */
+function describeError(err: unknown): string {
+  if (err instanceof AppError) {
+    const details = err.errors?.map((e) => `${e.path} ${e.message}`).join('; ');
+    return details ? `${err.message} (${details})` : err.message;
+  }
+  if (err instanceof Error) return err.message.split('\n')[0] ?? 'failed';
+  return String(err);
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // Help and version exit 0; commander has already printed usage errors.
+      process.exitCode = err.exitCode;
+      return;
+    }
+    if (err && typeof err === 'object' && (err as { name?: string }).name === 'ExitPromptError') {
+      process.stderr.write('error: cancelled\n');
+      process.exitCode = 130;
+      return;
+    }
+    process.stderr.write(`error: ${describeError(err)}\n`);
+    if (process.env.SVC_DEBUG) process.stderr.write(`${(err as Error).stack ?? ''}\n`);
+    process.exitCode = 1;
+  }
+}

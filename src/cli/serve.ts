@@ -1,0 +1,51 @@
+import type { Command } from 'commander';
+import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated } from '../core/bootstrap.js';
+import { loadConfig, type ConfigFlags } from '../core/config.js';
+import { buildApp } from '../server/app.js';
+import { describeInit } from './init.js';
+import { cliActor, globals } from './io.js';
+
+export function registerServe(program: Command): void {
+  program
+    .command('serve')
+    .description('run the HTTP server (initialises and migrates an empty data folder)')
+    .option('--host <host>', 'address to listen on (default 127.0.0.1)')
+    .option('--port <port>', 'port to listen on (default 3000)')
+    .action(async (opts: { host?: string; port?: string }, cmd: Command) => {
+      const flags: ConfigFlags = {
+        ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}),
+        ...(opts.host ? { host: opts.host } : {}),
+        ...(opts.port ? { port: opts.port } : {}),
+      };
+      if (needsInitialisation(flags, process.env)) {
+        const result = await initialiseDataFolder(flags, process.env, { workspaceName: DEFAULT_WORKSPACE_NAME, email: DEFAULT_OWNER_EMAIL }, cliActor());
+        const config = loadConfig(flags);
+        process.stdout.write(`${describeInit(result, config.publicUrl)}\n\n`);
+      }
+      const config = loadConfig(flags);
+      const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
+      const app = await buildApp({ config, db });
+      if (applied.length) app.log.info({ applied }, 'applied pending migrations');
+
+      let closing = false;
+      const shutdown = async (signal: string) => {
+        if (closing) {
+          app.log.warn('second signal: exiting without waiting');
+          process.exit(1);
+        }
+        closing = true;
+        app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+        try {
+          await app.close();
+        } finally {
+          db.$client.close();
+          app.log.info('stopped');
+        }
+      };
+      process.on('SIGTERM', () => void shutdown('SIGTERM'));
+      process.on('SIGINT', () => void shutdown('SIGINT'));
+
+      const address = await app.listen({ host: config.host, port: config.port });
+      process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);
+    });
+}

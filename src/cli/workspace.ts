@@ -1,0 +1,58 @@
+import type { Command } from 'commander';
+import type { Plan } from '../core/db/schema.js';
+import { parsePlan } from '../core/roles.js';
+import { createWorkspace, getWorkspace, listWorkspaces, setWorkspacePlan, type WorkspaceView } from '../core/services/workspaces.js';
+import { CliError, output, parseId, table, withSession } from './io.js';
+
+export function requirePlan(value: string): Plan {
+  const plan = parsePlan(value);
+  if (!plan) throw new CliError(`unknown plan "${value}"; use STARTER, GROWTH or PRO`);
+  return plan;
+}
+
+const describe = (w: WorkspaceView) => `workspace ${w.id}: ${w.name} (plan ${w.plan}, created ${w.createdAt})`;
+
+export function registerWorkspace(program: Command): void {
+  const ws = program.command('workspace').description('create, list and inspect workspaces');
+
+  ws.command('create')
+    .description('create a workspace')
+    .requiredOption('--name <name>', 'workspace name')
+    .option('--plan <plan>', 'STARTER, GROWTH or PRO', 'STARTER')
+    .action((opts: { name: string; plan: string }, cmd: Command) =>
+      withSession(cmd, ({ ctx }) => {
+        const w = createWorkspace(ctx, { name: opts.name, plan: requirePlan(opts.plan) });
+        output(cmd, w, () => `created ${describe(w)}`);
+      }),
+    );
+
+  ws.command('list')
+    .description('list workspaces')
+    .action((_opts: unknown, cmd: Command) =>
+      withSession(cmd, ({ ctx }) => {
+        const all = listWorkspaces(ctx);
+        output(cmd, all, () => table(all as unknown as Record<string, unknown>[], ['id', 'name', 'plan', 'createdAt']));
+      }),
+    );
+
+  ws.command('show')
+    .description('show one workspace')
+    .argument('<id>', 'workspace id')
+    .action((id: string, _opts: unknown, cmd: Command) =>
+      withSession(cmd, ({ ctx }) => {
+        const w = getWorkspace(ctx, parseId(id, 'workspace id'));
+        output(cmd, w, () => describe(w));
+      }),
+    );
+
+  ws.command('set-plan')
+    .description("change a workspace's plan")
+    .argument('<id>', 'workspace id')
+    .argument('<plan>', 'STARTER, GROWTH or PRO')
+    .action((id: string, plan: string, _opts: unknown, cmd: Command) =>
+      withSession(cmd, ({ ctx }) => {
+        const w = setWorkspacePlan(ctx, parseId(id, 'workspace id'), requirePlan(plan));
+        output(cmd, w, () => `${describe(w)}`);
+      }),
+    );
+}

@@ -1,0 +1,105 @@
+import { existsSync } from 'node:fs';
+import { isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
+import type { Actor } from './context.js';
+import { openDatabase, type Db } from './db/connection.js';
+import { migrate, migrationStatus, type MigrationStatus } from './db/migrate.js';
+import type { Plan } from './db/schema.js';
+import { generatePassword } from './crypto.js';
+import { createUser, requireEmail } from './services/users.js';
+import { createWorkspace, listWorkspaces, validateWorkspaceName } from './services/workspaces.js';
+import { ConflictError, ValidationError } from './errors.js';
+import { passwordProblem } from './validation.js';
+
+export interface InitInput {
+  workspaceName: string;
+  email: string;
+  password?: string | undefined;
+  plan?: Plan | undefined;
+}
+
+export interface InitResult {
+  dataDir: string;
+  workspace: { id: number; name: string; plan: Plan };
+  user: { id: number; email: string };
+  /** Set only when the password was generated: it is shown to the operator once. */
+  generatedPassword?: string;
+  migrations: MigrationStatus;
+}
+
+export const DEFAULT_OWNER_EMAIL = 'admin@svc.local';
+export const DEFAULT_WORKSPACE_NAME = 'Default';
+
+/** Opens the data folder's database, applying pending migrations. */
+export function openMigrated(config: Config, onApply?: (tag: string) => void): { db: Db; applied: string[] } {
+  const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+  try {
+    const { applied } = migrate(db, undefined, onApply);
+    return { db, applied };
+  } catch (err) {
+    db.$client.close();
+    throw err;
+  }
+}
+
+/** Opens an initialised data folder's database and refuses one that needs migrating. */
+export function openCurrent(config: Config): Db {
+  const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+  try {
+    const { pending } = migrationStatus(db);
+    if (pending.length) throw new Error(`The database has ${pending.length} pending migration(s); run "svc migrate" first`);
+    return db;
+  } catch (err) {
+    db.$client.close();
+    throw err;
+  }
+}
+
+function hasWorkspace(db: Db): boolean {
+  return listWorkspaces({ db }).length > 0;
+}
+
+/** True for an empty (or half-initialised) data folder: no config, no database, or no workspace yet. */
+export function needsInitialisation(flags: ConfigFlags, env: NodeJS.ProcessEnv): boolean {
+  const dataDir = resolveDataDir(flags.dataDir, env);
+  if (!isInitialised(dataDir)) return true;
+  const config = loadConfig(flags, env);
+  if (!existsSync(config.dbFile)) return true;
+  const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+  try {
+    const tables = db.$client.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workspaces'").get();
+    return !tables || !hasWorkspace(db);
+  } finally {
+    db.$client.close();
+  }
+}
+
+/**
+ * Creates the data folder, its config (with generated secrets), the database, and the first
+ * workspace with its OWNER, who is also super-admin. Refuses a folder that already has one.
+ */
+export async function initialiseDataFolder(flags: ConfigFlags, env: NodeJS.ProcessEnv, input: InitInput, actor: Actor): Promise<InitResult> {
+  // Check what the operator typed before anything is written.
+  requireEmail(input.email);
+  validateWorkspaceName(input.workspaceName);
+  const problem = input.password === undefined ? undefined : passwordProblem(input.password);
+  if (problem) throw new ValidationError('invalid_password', `The password ${problem}`);
+  writeInitialConfig(resolveDataDir(flags.dataDir, env));
+  const config = loadConfig(flags, env);
+  const { db, applied } = openMigrated(config);
+  try {
+    if (hasWorkspace(db)) throw new ConflictError('already_initialised', `${config.dataDir} is already initialised`);
+    const password = input.password ?? generatePassword();
+    const ctx = { db, config, actor, ip: null };
+    const workspace = createWorkspace(ctx, { name: input.workspaceName, ...(input.plan ? { plan: input.plan } : {}) });
+    const user = await createUser(ctx, { email: input.email, password, workspaceId: workspace.id, role: 'OWNER', isSuperAdmin: true });
+    return {
+      dataDir: config.dataDir,
+      workspace: { id: workspace.id, name: workspace.name, plan: workspace.plan },
+      user: { id: user.id, email: user.email },
+      ...(input.password === undefined ? { generatedPassword: password } : {}),
+      migrations: { applied, pending: [] },
+    };
+  } finally {
+    db.$client.close();
+  }
+}

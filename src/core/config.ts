@@ -1,0 +1,179 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { SynchronousLevel } from './db/connection.js';
+
+/**
+ * Configuration is layered once at start-up: flags > SVC_* environment > config.json in
+ * the data folder > defaults, validated into one frozen object that is passed down.
+ * This module is the only place that interprets environment variables.
+ */
+export interface Config {
+  readonly dataDir: string;
+  readonly dbFile: string;
+  readonly host: string;
+  readonly port: number;
+  readonly publicUrl: string;
+  readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  readonly dbSynchronous: SynchronousLevel;
+  readonly defaultPhoneRegion: string;
+  readonly trustProxy: boolean;
+  readonly bodyLimit: number;
+  readonly webhookRateLimit: number;
+  readonly loginRateLimit: number;
+  readonly apiKeyCacheSeconds: number;
+  readonly secrets: { readonly jwtSecret: string; readonly encryptionKey: string };
+}
+
+export type ConfigFlags = Partial<{ dataDir: string; host: string; port: string | number; publicUrl: string; logLevel: string }>;
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+export class NotInitialisedError extends ConfigError {
+  constructor(dataDir: string) {
+    super(`${dataDir} is not an svc data folder yet; run "svc init --data-dir ${dataDir}" (or "svc serve", which initialises an empty one)`);
+    this.name = 'NotInitialisedError';
+  }
+}
+
+function toRegion(value: unknown): string {
+  if (value === undefined) return 'US';
+  const s = String(value).trim().toUpperCase();
+  if (!/^[A-Z]{2}$/.test(s)) throw new ConfigError(`defaultPhoneRegion must be a two-letter country code such as US or DE, got ${JSON.stringify(value)}`);
+  return s;
+}
+
+export const CONFIG_FILE = 'config.json';
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+type FileConfig = Partial<Record<Exclude<keyof Config, 'secrets' | 'dataDir' | 'dbFile'>, unknown>> & {
+  secrets?: { jwtSecret?: unknown; encryptionKey?: unknown };
+};
+
+export function resolveDataDir(flag: string | undefined, env: NodeJS.ProcessEnv): string {
+  return resolve(flag ?? env.SVC_DATA_DIR ?? './data');
+}
+
+export function configPath(dataDir: string): string {
+  return join(dataDir, CONFIG_FILE);
+}
+
+export function isInitialised(dataDir: string): boolean {
+  return existsSync(configPath(dataDir));
+}
+
+function readFileConfig(dataDir: string): FileConfig {
+  const file = configPath(dataDir);
+  if (!existsSync(file)) return {};
+  try {
+    const parsed: unknown = JSON.parse(readFileSync(file, 'utf8'));
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
+    return parsed as FileConfig;
+  } catch (err) {
+    throw new ConfigError(`${file} is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/** Writes a fresh config.json with generated secrets (mode 0600); never overwrites one. */
+export function writeInitialConfig(dataDir: string): void {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const file = configPath(dataDir);
+  if (existsSync(file)) return;
+  const initial = {
+    secrets: {
+      jwtSecret: randomBytes(32).toString('base64url'),
+      encryptionKey: randomBytes(32).toString('base64url'),
+    },
+  };
+  writeFileSync(file, `${JSON.stringify(initial, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+}
+
+function pick(...values: unknown[]): unknown {
+  for (const v of values) if (v !== undefined && v !== null && v !== '') return v;
+  return undefined;
+}
+
+function toInt(name: string, value: unknown, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  const n = typeof value === 'number' ? value : Number(String(value).trim());
+  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+function toBool(name: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value === 'boolean') return value;
+  const s = String(value).trim().toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(s)) return true;
+  if (['0', 'false', 'no', 'off'].includes(s)) return false;
+  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(value)}`);
+}
+
+function toEnum<T extends string>(name: string, value: unknown, allowed: readonly T[], fallback: T): T {
+  if (value === undefined) return fallback;
+  const s = String(value).trim();
+  const match = allowed.find((a) => a.toLowerCase() === s.toLowerCase());
+  if (!match) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got ${JSON.stringify(value)}`);
+  return match;
+}
+
+function toSecret(name: string, value: unknown): string {
+  if (typeof value !== 'string' || value.length < 32) {
+    throw new ConfigError(`${name} is missing or too short in ${CONFIG_FILE}; run "svc init" on a fresh data folder or restore the file`);
+  }
+  return value;
+}
+
+export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const dataDir = resolveDataDir(flags.dataDir, env);
+  if (!isInitialised(dataDir)) throw new NotInitialisedError(dataDir);
+  const file = readFileConfig(dataDir);
+
+  const host = String(pick(flags.host, env.SVC_HOST, file.host) ?? '127.0.0.1');
+  const port = toInt('port', pick(flags.port, env.SVC_PORT, file.port), 3000, 0, 65535);
+  const publicUrlRaw = pick(flags.publicUrl, env.SVC_PUBLIC_URL, file.publicUrl);
+  let publicUrl: string;
+  if (publicUrlRaw) {
+    try {
+      const u = new URL(String(publicUrlRaw));
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
+      publicUrl = u.toString().replace(/\/+$/, '');
+    } catch {
+      throw new ConfigError(`publicUrl must be an http(s) URL, got ${JSON.stringify(publicUrlRaw)}`);
+    }
+  } else {
+    const shownHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host.includes(':') ? `[${host}]` : host;
+    publicUrl = `http://${shownHost}:${port}`;
+  }
+
+  const config: Config = {
+    dataDir,
+    dbFile: join(dataDir, 'svc.db'),
+    host,
+    port,
+    publicUrl,
+    logLevel: toEnum('logLevel', pick(flags.logLevel, env.SVC_LOG_LEVEL, file.logLevel), LOG_LEVELS, 'info'),
+    dbSynchronous: toEnum('dbSynchronous', pick(env.SVC_DB_SYNCHRONOUS, file.dbSynchronous), ['FULL', 'NORMAL'] as const, 'FULL'),
+    defaultPhoneRegion: toRegion(pick(env.SVC_DEFAULT_PHONE_REGION, file.defaultPhoneRegion)),
+    trustProxy: toBool('trustProxy', pick(env.SVC_TRUST_PROXY, file.trustProxy), false),
+    bodyLimit: toInt('bodyLimit', pick(env.SVC_BODY_LIMIT, file.bodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
+    loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),
+    apiKeyCacheSeconds: toInt('apiKeyCacheSeconds', pick(env.SVC_API_KEY_CACHE_SECONDS, file.apiKeyCacheSeconds), 5, 0, 9),
+    secrets: {
+      jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),
+      encryptionKey: toSecret('secrets.encryptionKey', file.secrets?.encryptionKey),
+    },
+  };
+  return deepFreeze(config);
+}
+
+function deepFreeze<T extends object>(o: T): T {
+  for (const v of Object.values(o)) if (v && typeof v === 'object') deepFreeze(v as object);
+  return Object.freeze(o);
+}

@@ -1,0 +1,157 @@
+import { and, desc, eq, isNull, lt, or } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import { base62Fixed, crc32, randomBase62, sha256Hex } from '../crypto.js';
+import { apiKeys, workspaces, type Plan, type Role } from '../db/schema.js';
+import { ForbiddenError, NotFoundError, PlanError, ValidationError } from '../errors.js';
+import { decodeCursor, toPage, type Page } from '../pagination.js';
+import { minimumPlanForKeyRole, planAtLeast, roleAtLeast } from '../roles.js';
+import { getWorkspace } from './workspaces.js';
+
+/**
+ * Key format: svc_live_ + 32 base62 characters (about 190 bits from a CSPRNG) + a
+ * 6-character CRC32 checksum, so a mistyped or made-up key is refused without a
+ * database read. Only a SHA-256 of the key is stored: the key is high-entropy, so a
+ * slow hash would add latency without adding safety.
+ */
+const KEY_RE = /^(svc_(?:live|test)_)([0-9A-Za-z]{32})([0-9A-Za-z]{6})$/;
+const LIVE_PREFIX = 'svc_live_';
+const LAST_USED_WRITE_INTERVAL_MS = 60_000;
+
+export interface ApiKeyView {
+  id: number;
+  name: string;
+  role: Role;
+  prefix: string;
+  createdAt: string;
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+}
+
+export interface MintedApiKey {
+  id: number;
+  name: string;
+  role: Role;
+  key: string;
+  prefix: string;
+  createdAt: string;
+}
+
+function view(row: typeof apiKeys.$inferSelect): ApiKeyView {
+  return { id: row.id, name: row.name, role: row.role, prefix: row.prefix, createdAt: row.createdAt, lastUsedAt: row.lastUsedAt, revokedAt: row.revokedAt };
+}
+
+export function generateApiKey(prefix = LIVE_PREFIX): string {
+  const body = prefix + randomBase62(32);
+  return body + base62Fixed(crc32(body));
+}
+
+/** True when the string has the shape and checksum of a key this server could have minted. */
+export function isWellFormedApiKey(key: string): boolean {
+  const m = KEY_RE.exec(key);
+  return !!m && base62Fixed(crc32(m[1]! + m[2]!)) === m[3];
+}
+
+export function looksLikeApiKey(token: string): boolean {
+  return token.startsWith('svc_');
+}
+
+export function hashApiKey(key: string): string {
+  return sha256Hex(key);
+}
+
+export function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: Role }, callerRole?: Role): MintedApiKey {
+  const name = input.name.trim();
+  if (name.length < 1 || name.length > 100) {
+    throw new ValidationError('validation_failed', 'The key name is 1 to 100 characters', [{ path: '/name', message: 'must be 1 to 100 characters' }]);
+  }
+  if (input.role === 'OWNER') throw new ValidationError('role_not_mintable', 'OWNER is granted only through a membership; it cannot be minted as an API key');
+  if (callerRole && !roleAtLeast(callerRole, input.role)) throw new ForbiddenError(`A ${callerRole} cannot mint a ${input.role} key`);
+  return withTransaction(ctx, (tx) => {
+    const workspace = getWorkspace(tx, ctx.workspaceId);
+    const needed = minimumPlanForKeyRole(input.role);
+    if (!planAtLeast(workspace.plan, needed)) {
+      throw new PlanError(`${input.role} keys need the ${needed} plan or above; this workspace is on ${workspace.plan}`);
+    }
+    const key = generateApiKey();
+    const prefix = key.slice(0, LIVE_PREFIX.length + 4);
+    const row = tx.db.insert(apiKeys).values({ workspaceId: ctx.workspaceId, name, role: input.role, prefix, keyHash: hashApiKey(key) }).returning().get();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'api_key.created', target: { type: 'api_key', id: row.id }, metadata: { name, role: input.role, prefix } });
+    return { id: row.id, name: row.name, role: row.role, key, prefix, createdAt: row.createdAt };
+  });
+}
+
+export function listApiKeys(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<ApiKeyView> {
+  const before = decodeCursor(opts.cursor);
+  const rows = ctx.db
+    .select()
+    .from(apiKeys)
+    .where(inWorkspace(ctx, apiKeys.workspaceId, before ? lt(apiKeys.id, before) : undefined))
+    .orderBy(desc(apiKeys.id))
+    .limit(opts.limit + 1)
+    .all();
+  return toPage(rows, opts.limit, view);
+}
+
+/** Revokes a key of this workspace; revoking twice keeps the first revocation time. */
+export function revokeApiKey(ctx: WorkspaceContext, id: number): ApiKeyView {
+  return withTransaction(ctx, (tx) => {
+    const row = tx.db.select().from(apiKeys).where(inWorkspace(tx, apiKeys.workspaceId, eq(apiKeys.id, id))).get();
+    if (!row) throw new NotFoundError('api_key_not_found', `No API key with id ${id}`);
+    if (row.revokedAt) return view(row);
+    const updated = tx.db.update(apiKeys).set({ revokedAt: nowIso() }).where(eq(apiKeys.id, id)).returning().get()!;
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'api_key.revoked', target: { type: 'api_key', id }, metadata: { name: row.name, prefix: row.prefix } });
+    return view(updated);
+  });
+}
+
+/** The workspace a key belongs to, for operator commands that name a key by id alone. */
+export function apiKeyWorkspaceId(ctx: Pick<SystemContext, 'db'>, id: number): number {
+  const row = ctx.db.select({ workspaceId: apiKeys.workspaceId }).from(apiKeys).where(eq(apiKeys.id, id)).get();
+  if (!row) throw new NotFoundError('api_key_not_found', `No API key with id ${id}`);
+  return row.workspaceId;
+}
+
+export interface ApiKeyIdentity {
+  id: number;
+  workspaceId: number;
+  name: string;
+  role: Role;
+  plan: Plan;
+  revoked: boolean;
+}
+
+/**
+ * Looks a presented key up by its hash, with its workspace's current plan. Read on every
+ * request (an indexed read is microseconds), so a revocation or a plan change made by any
+ * process sharing the database applies to the very next request.
+ */
+export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyIdentity | undefined {
+  const row = ctx.db
+    .select({ id: apiKeys.id, workspaceId: apiKeys.workspaceId, name: apiKeys.name, role: apiKeys.role, revokedAt: apiKeys.revokedAt, plan: workspaces.plan })
+    .from(apiKeys)
+    .innerJoin(workspaces, eq(workspaces.id, apiKeys.workspaceId))
+    .where(eq(apiKeys.keyHash, hashApiKey(key)))
+    .get();
+  if (!row) return undefined;
+  return { id: row.id, workspaceId: row.workspaceId, name: row.name, role: row.role, plan: row.plan, revoked: row.revokedAt !== null };
+}
+
+const lastTouched = new Map<number, number>();
+
+/**
+ * Records use at most once a minute per key, so a busy key does not write on every
+ * request: this process remembers its own last write, and the WHERE clause skips the
+ * write when another process sharing the database made one within the minute.
+ */
+export function touchApiKey(ctx: Pick<SystemContext, 'db'>, id: number, now = new Date()): void {
+  const previous = lastTouched.get(id);
+  if (previous !== undefined && now.getTime() - previous < LAST_USED_WRITE_INTERVAL_MS) return;
+  lastTouched.set(id, now.getTime());
+  const threshold = new Date(now.getTime() - LAST_USED_WRITE_INTERVAL_MS).toISOString();
+  ctx.db
+    .update(apiKeys)
+    .set({ lastUsedAt: now.toISOString() })
+    .where(and(eq(apiKeys.id, id), or(isNull(apiKeys.lastUsedAt), lt(apiKeys.lastUsedAt, threshold))))
+    .run();
+}

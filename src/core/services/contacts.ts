@@ -1,0 +1,288 @@
+import { and, asc, count, desc, eq, inArray, lt, min, or, sql } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, withTransaction, type WorkspaceContext } from '../context.js';
+import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
+import { contacts, contactTags } from '../db/schema.js';
+import { ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import { decodeCursor, toPage, type Page } from '../pagination.js';
+import { normalizeEmail, normalizePhone } from '../validation.js';
+
+export interface ContactView {
+  id: number;
+  email: string | null;
+  phone: string | null;
+  firstName: string | null;
+  lastName: string | null;
+  attributes: Record<string, unknown>;
+  tags: string[];
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface ContactInput {
+  email?: string | null | undefined;
+  phone?: string | null | undefined;
+  firstName?: string | null | undefined;
+  lastName?: string | null | undefined;
+  attributes?: Record<string, unknown> | undefined;
+  tags?: string[] | undefined;
+}
+
+export const TAG_MAX_LENGTH = 64;
+export const ATTRIBUTES_MAX_BYTES = 64 * 1024;
+
+type ContactRow = typeof contacts.$inferSelect;
+
+function view(row: ContactRow, tags: string[]): ContactView {
+  return {
+    id: row.id,
+    email: row.email,
+    phone: row.phone,
+    firstName: row.firstName,
+    lastName: row.lastName,
+    attributes: row.attributes,
+    tags,
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+function tagsFor(ctx: WorkspaceContext, ids: number[]): Map<number, string[]> {
+  const map = new Map<number, string[]>();
+  if (!ids.length) return map;
+  const rows = ctx.db
+    .select({ contactId: contactTags.contactId, name: contactTags.name })
+    .from(contactTags)
+    .where(inWorkspace(ctx, contactTags.workspaceId, inArray(contactTags.contactId, ids)))
+    .orderBy(asc(contactTags.tagKey))
+    .all();
+  for (const r of rows) map.set(r.contactId, [...(map.get(r.contactId) ?? []), r.name]);
+  return map;
+}
+
+function findRow(ctx: WorkspaceContext, id: number): ContactRow {
+  const row = ctx.db.select().from(contacts).where(inWorkspace(ctx, contacts.workspaceId, eq(contacts.id, id))).get();
+  if (!row) throw new NotFoundError('contact_not_found', `No contact with id ${id}`);
+  return row;
+}
+
+export function getContact(ctx: WorkspaceContext, id: number): ContactView {
+  const row = findRow(ctx, id);
+  return view(row, tagsFor(ctx, [id]).get(id) ?? []);
+}
+
+/** Validates tag names and drops case-insensitive duplicates, keeping the first spelling. */
+export function normalizeTags(tags: string[], path = '/tags'): string[] {
+  const errors: FieldError[] = [];
+  const seen = new Map<string, string>();
+  tags.forEach((raw, i) => {
+    const name = raw.trim();
+    if (name.length < 1 || name.length > TAG_MAX_LENGTH) errors.push({ path: `${path}/${i}`, message: `must be 1 to ${TAG_MAX_LENGTH} characters` });
+    else if (!seen.has(name.toLowerCase())) seen.set(name.toLowerCase(), name);
+  });
+  if (errors.length) throw new ValidationError('validation_failed', 'Some tag names are invalid', errors);
+  return [...seen.values()];
+}
+
+interface Normalized {
+  email?: string | null;
+  phone?: string | null;
+  firstName?: string | null;
+  lastName?: string | null;
+}
+
+function normalizeInput(ctx: WorkspaceContext, input: ContactInput): Normalized {
+  const errors: FieldError[] = [];
+  const out: Normalized = {};
+  if (input.email !== undefined) {
+    out.email = input.email === null ? null : (normalizeEmail(input.email) ?? null);
+    if (input.email !== null && !out.email) errors.push({ path: '/email', message: 'must be an email address' });
+  }
+  if (input.phone !== undefined) {
+    out.phone = input.phone === null ? null : (normalizePhone(input.phone, ctx.config.defaultPhoneRegion) ?? null);
+    if (input.phone !== null && !out.phone) errors.push({ path: '/phone', message: 'must be a valid phone number (E.164, or national for the default region)' });
+  }
+  for (const field of ['firstName', 'lastName'] as const) {
+    const value = input[field];
+    if (value === undefined) continue;
+    out[field] = value === null ? null : value.trim() || null;
+  }
+  if (input.attributes !== undefined && Buffer.byteLength(JSON.stringify(input.attributes)) > ATTRIBUTES_MAX_BYTES) {
+    errors.push({ path: '/attributes', message: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
+  }
+  if (errors.length) throw new ValidationError('validation_failed', 'The contact is invalid', errors);
+  return out;
+}
+
+function assertUnique(ctx: WorkspaceContext, values: Normalized, exceptId?: number): void {
+  for (const field of ['email', 'phone'] as const) {
+    const value = values[field];
+    if (!value) continue;
+    const clash = ctx.db
+      .select({ id: contacts.id })
+      .from(contacts)
+      .where(inWorkspace(ctx, contacts.workspaceId, eq(contacts[field], value)))
+      .get();
+    if (clash && clash.id !== exceptId) {
+      throw new ConflictError('contact_exists', `Another contact (id ${clash.id}) already has this ${field}`);
+    }
+  }
+}
+
+function requireEmailOrPhone(email: string | null | undefined, phone: string | null | undefined): void {
+  if (!email && !phone) {
+    throw new ValidationError('email_or_phone_required', 'A contact needs an email or a phone number', [
+      { path: '/email', message: 'email or phone is required' },
+    ]);
+  }
+}
+
+function insertTags(ctx: WorkspaceContext, contactId: number, names: string[]): string[] {
+  const added: string[] = [];
+  for (const name of names) {
+    const result = ctx.db
+      .insert(contactTags)
+      .values({ contactId, workspaceId: ctx.workspaceId, tagKey: name.toLowerCase(), name })
+      .onConflictDoNothing()
+      .run();
+    if (result.changes) added.push(name);
+  }
+  return added;
+}
+
+export function createContact(ctx: WorkspaceContext, input: ContactInput): ContactView {
+  const values = normalizeInput(ctx, input);
+  requireEmailOrPhone(values.email, values.phone);
+  const tags = normalizeTags(input.tags ?? []);
+  return withTransaction(ctx, (tx) => {
+    assertUnique(tx, values);
+    const row = tx.db
+      .insert(contacts)
+      .values({ workspaceId: ctx.workspaceId, ...values, attributes: input.attributes ?? {} })
+      .returning()
+      .get();
+    insertTags(tx, row.id, tags);
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.created', target: { type: 'contact', id: row.id } });
+    return getContact(tx, row.id);
+  });
+}
+
+/**
+ * Updates the given fields. `attributes` merges one level deep (a null value removes the
+ * key), as in JSON Merge Patch, so a client can set one attribute without resending all.
+ */
+export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<ContactInput, 'tags'>): ContactView {
+  const values = normalizeInput(ctx, input);
+  return withTransaction(ctx, (tx) => {
+    const row = findRow(tx, id);
+    const email = values.email !== undefined ? values.email : row.email;
+    const phone = values.phone !== undefined ? values.phone : row.phone;
+    requireEmailOrPhone(email, phone);
+    assertUnique(tx, values, id);
+    let attributes = row.attributes;
+    if (input.attributes !== undefined) {
+      attributes = { ...row.attributes };
+      for (const [k, v] of Object.entries(input.attributes)) {
+        if (v === null) delete attributes[k];
+        else attributes[k] = v;
+      }
+      if (Buffer.byteLength(JSON.stringify(attributes)) > ATTRIBUTES_MAX_BYTES) {
+        throw new ValidationError('validation_failed', 'The contact is invalid', [{ path: '/attributes', message: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` }]);
+      }
+    }
+    tx.db
+      .update(contacts)
+      .set({ ...values, attributes, updatedAt: nowIso() })
+      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
+      .run();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.updated', target: { type: 'contact', id }, metadata: { fields: Object.keys(input) } });
+    return getContact(tx, id);
+  });
+}
+
+export function deleteContact(ctx: WorkspaceContext, id: number): void {
+  withTransaction(ctx, (tx) => {
+    findRow(tx, id);
+    tx.db.delete(contacts).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id))).run();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.deleted', target: { type: 'contact', id } });
+  });
+}
+
+export interface ContactFilter {
+  limit: number;
+  cursor?: string | undefined;
+  tag?: string | undefined;
+  email?: string | undefined;
+  phone?: string | undefined;
+  q?: string | undefined;
+}
+
+function escapeLike(s: string): string {
+  return s.replace(/[\\%_]/g, (c) => `\\${c}`);
+}
+
+export function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Page<ContactView> {
+  const before = decodeCursor(filter.cursor);
+  const conditions = [before ? lt(contacts.id, before) : undefined];
+  if (filter.email !== undefined) conditions.push(eq(contacts.email, normalizeEmail(filter.email) ?? filter.email.trim().toLowerCase()));
+  if (filter.phone !== undefined) conditions.push(eq(contacts.phone, normalizePhone(filter.phone, ctx.config.defaultPhoneRegion) ?? filter.phone.trim()));
+  if (filter.tag !== undefined) {
+    const tagged = ctx.db
+      .select({ id: contactTags.contactId })
+      .from(contactTags)
+      .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, filter.tag.trim().toLowerCase())));
+    conditions.push(inArray(contacts.id, tagged));
+  }
+  if (filter.q !== undefined && filter.q.trim() !== '') {
+    const pattern = `%${escapeLike(filter.q.trim().toLowerCase())}%`;
+    const likeEsc = (col: SQLiteColumn) => sql`lower(${col}) LIKE ${pattern} ESCAPE '\\'`;
+    conditions.push(or(likeEsc(contacts.email), likeEsc(contacts.phone), likeEsc(contacts.firstName), likeEsc(contacts.lastName)));
+  }
+  const rows = ctx.db
+    .select()
+    .from(contacts)
+    .where(inWorkspace(ctx, contacts.workspaceId, and(...conditions)))
+    .orderBy(desc(contacts.id))
+    .limit(filter.limit + 1)
+    .all();
+  const tags = tagsFor(ctx, rows.slice(0, filter.limit).map((r) => r.id));
+  return toPage(rows, filter.limit, (r) => view(r, tags.get(r.id) ?? []));
+}
+
+export function addTags(ctx: WorkspaceContext, id: number, tags: string[]): ContactView {
+  const names = normalizeTags(tags);
+  return withTransaction(ctx, (tx) => {
+    findRow(tx, id);
+    const added = insertTags(tx, id, names);
+    if (added.length) {
+      tx.db.update(contacts).set({ updatedAt: nowIso() }).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id))).run();
+      recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tags_added', target: { type: 'contact', id }, metadata: { tags: added } });
+    }
+    return getContact(tx, id);
+  });
+}
+
+export function removeTag(ctx: WorkspaceContext, id: number, tag: string): void {
+  withTransaction(ctx, (tx) => {
+    findRow(tx, id);
+    const result = tx.db
+      .delete(contactTags)
+      .where(inWorkspace(tx, contactTags.workspaceId, and(eq(contactTags.contactId, id), eq(contactTags.tagKey, tag.trim().toLowerCase()))))
+      .run();
+    if (result.changes) {
+      tx.db.update(contacts).set({ updatedAt: nowIso() }).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id))).run();
+      recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tag_removed', target: { type: 'contact', id }, metadata: { tag: tag.trim() } });
+    }
+  });
+}
+
+/** Tag names in this workspace with how many contacts carry each. */
+export function listTags(ctx: WorkspaceContext): { name: string; count: number }[] {
+  return ctx.db
+    .select({ name: min(contactTags.name).mapWith(String), count: count() })
+    .from(contactTags)
+    .where(inWorkspace(ctx, contactTags.workspaceId))
+    .groupBy(contactTags.tagKey)
+    .orderBy(asc(contactTags.tagKey))
+    .all();
+}

@@ -1,0 +1,108 @@
+import { and, eq } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { nowIso, withTransaction, type SystemContext } from '../context.js';
+import { memberships, users, type Role } from '../db/schema.js';
+import { ConflictError, NotFoundError, ValidationError } from '../errors.js';
+import { hashPassword } from '../crypto.js';
+import { normalizeEmail, passwordProblem } from '../validation.js';
+import { getWorkspace } from './workspaces.js';
+
+export interface UserView {
+  id: number;
+  email: string;
+  name: string | null;
+  isSuperAdmin: boolean;
+}
+
+export function userView(row: typeof users.$inferSelect): UserView {
+  return { id: row.id, email: row.email, name: row.name, isSuperAdmin: row.isSuperAdmin };
+}
+
+export function requireEmail(value: string, path = '/email'): string {
+  const email = normalizeEmail(value);
+  if (!email) throw new ValidationError('invalid_email', 'The email address is not valid', [{ path, message: 'must be an email address' }]);
+  return email;
+}
+
+function requirePassword(password: string): void {
+  const problem = passwordProblem(password);
+  if (problem) throw new ValidationError('invalid_password', `The password ${problem}`, [{ path: '/password', message: problem }]);
+}
+
+export function findUserByEmail(ctx: Pick<SystemContext, 'db'>, email: string): typeof users.$inferSelect | undefined {
+  const normalized = normalizeEmail(email);
+  if (!normalized) return undefined;
+  return ctx.db.select().from(users).where(eq(users.email, normalized)).get();
+}
+
+function requireUser(ctx: Pick<SystemContext, 'db'>, email: string): typeof users.$inferSelect {
+  const user = findUserByEmail(ctx, email);
+  if (!user) throw new NotFoundError('user_not_found', `No user with email ${email}`);
+  return user;
+}
+
+export interface CreateUserInput {
+  email: string;
+  password?: string | undefined;
+  name?: string | null | undefined;
+  workspaceId: number;
+  role: Role;
+  isSuperAdmin?: boolean;
+}
+
+/**
+ * Creates a user with a membership, or gives an existing user a membership in one more
+ * workspace (their password stays as it is).
+ */
+export async function createUser(ctx: SystemContext, input: CreateUserInput): Promise<UserView & { created: boolean }> {
+  const email = requireEmail(input.email);
+  if (input.password !== undefined) requirePassword(input.password);
+  const passwordHash = input.password === undefined ? null : await hashPassword(input.password);
+  return withTransaction(ctx, (tx) => {
+    getWorkspace(tx, input.workspaceId);
+    let user = tx.db.select().from(users).where(eq(users.email, email)).get();
+    const created = !user;
+    if (!user) {
+      user = tx.db
+        .insert(users)
+        .values({ email, name: input.name ?? null, passwordHash, isSuperAdmin: input.isSuperAdmin ?? false })
+        .returning()
+        .get();
+      recordAudit(tx, { workspaceId: input.workspaceId, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email } });
+    }
+    const existing = tx.db
+      .select()
+      .from(memberships)
+      .where(and(eq(memberships.workspaceId, input.workspaceId), eq(memberships.userId, user.id)))
+      .get();
+    if (existing) throw new ConflictError('membership_exists', `${email} is already a member of workspace ${input.workspaceId}`);
+    const membership = tx.db.insert(memberships).values({ workspaceId: input.workspaceId, userId: user.id, role: input.role }).returning().get();
+    recordAudit(tx, {
+      workspaceId: input.workspaceId,
+      action: 'membership.created',
+      target: { type: 'membership', id: membership.id },
+      metadata: { userId: user.id, email, role: input.role },
+    });
+    return { ...userView(user), created };
+  });
+}
+
+export async function setPassword(ctx: SystemContext, email: string, password: string): Promise<UserView> {
+  requirePassword(password);
+  const passwordHash = await hashPassword(password);
+  return withTransaction(ctx, (tx) => {
+    const user = requireUser(tx, email);
+    tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id)).run();
+    recordAudit(tx, { workspaceId: null, action: 'user.password_changed', target: { type: 'user', id: user.id } });
+    return userView(user);
+  });
+}
+
+export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: boolean): UserView {
+  return withTransaction(ctx, (tx) => {
+    const user = requireUser(tx, email);
+    const row = tx.db.update(users).set({ isSuperAdmin, updatedAt: nowIso() }).where(eq(users.id, user.id)).returning().get()!;
+    recordAudit(tx, { workspaceId: null, action: isSuperAdmin ? 'user.super_admin_granted' : 'user.super_admin_revoked', target: { type: 'user', id: user.id } });
+    return userView(row);
+  });
+}

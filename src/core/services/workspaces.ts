@@ -1,0 +1,54 @@
+import { desc, eq } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { nowIso, withTransaction, type SystemContext } from '../context.js';
+import { workspaces, type Plan } from '../db/schema.js';
+import { NotFoundError, ValidationError } from '../errors.js';
+
+export interface WorkspaceView {
+  id: number;
+  name: string;
+  plan: Plan;
+  createdAt: string;
+  updatedAt: string;
+}
+
+function view(row: typeof workspaces.$inferSelect): WorkspaceView {
+  return { id: row.id, name: row.name, plan: row.plan, createdAt: row.createdAt, updatedAt: row.updatedAt };
+}
+
+export function validateWorkspaceName(name: string): string {
+  const trimmed = name.trim();
+  if (trimmed.length < 1 || trimmed.length > 100) {
+    throw new ValidationError('invalid_workspace_name', 'A workspace name is 1 to 100 characters', [{ path: '/name', message: 'must be 1 to 100 characters' }]);
+  }
+  return trimmed;
+}
+
+export function createWorkspace(ctx: SystemContext, input: { name: string; plan?: Plan }): WorkspaceView {
+  const name = validateWorkspaceName(input.name);
+  return withTransaction(ctx, (tx) => {
+    const row = tx.db.insert(workspaces).values({ name, plan: input.plan ?? 'STARTER' }).returning().get();
+    recordAudit(tx, { workspaceId: row.id, action: 'workspace.created', target: { type: 'workspace', id: row.id }, metadata: { name, plan: row.plan } });
+    return view(row);
+  });
+}
+
+export function listWorkspaces(ctx: Pick<SystemContext, 'db'>): WorkspaceView[] {
+  return ctx.db.select().from(workspaces).orderBy(desc(workspaces.id)).all().map(view);
+}
+
+export function getWorkspace(ctx: Pick<SystemContext, 'db'>, id: number): WorkspaceView {
+  const row = ctx.db.select().from(workspaces).where(eq(workspaces.id, id)).get();
+  if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
+  return view(row);
+}
+
+export function setWorkspacePlan(ctx: SystemContext, id: number, plan: Plan): WorkspaceView {
+  return withTransaction(ctx, (tx) => {
+    const before = getWorkspace(tx, id);
+    const row = tx.db.update(workspaces).set({ plan, updatedAt: nowIso() }).where(eq(workspaces.id, id)).returning().get();
+    if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
+    recordAudit(tx, { workspaceId: id, action: 'workspace.plan_changed', target: { type: 'workspace', id }, metadata: { from: before.plan, to: plan } });
+    return view(row);
+  });
+}

@@ -1,0 +1,25 @@
+import { parsePhoneNumberFromString, type CountryCode } from 'libphonenumber-js';
+
+const EMAIL_RE = /^[^\s@"<>()[\]\\,;:]{1,64}@(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/;
+
+/** Lower-cased and trimmed, or undefined when it does not look like an address. */
+export function normalizeEmail(value: string): string | undefined {
+  const email = value.trim().toLowerCase();
+  return email.length <= 254 && EMAIL_RE.test(email) ? email : undefined;
+}
+
+/** E.164, or undefined when the number is not valid for its (or the default) region. */
+export function normalizePhone(value: string, defaultRegion: string): string | undefined {
+  if (value.length > 64) return undefined;
+  const parsed = parsePhoneNumberFromString(value.trim(), defaultRegion as CountryCode);
+  return parsed && parsed.isValid() ? parsed.number : undefined;
+}
+
+export const PASSWORD_MIN = 8;
+export const PASSWORD_MAX = 1024;
+
+export function passwordProblem(password: string): string | undefined {
+  if (password.length < PASSWORD_MIN) return `must be at least ${PASSWORD_MIN} characters`;
+  if (password.length > PASSWORD_MAX) return `must be at most ${PASSWORD_MAX} characters`;
+  return undefined;
+}

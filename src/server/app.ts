@@ -1,0 +1,71 @@
+import { randomUUID } from 'node:crypto';
+import cookie from '@fastify/cookie';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Ajv } from 'ajv';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Config } from '../core/config.js';
+import type { Db } from '../core/db/connection.js';
+import { LoginThrottle } from '../core/services/auth.js';
+import { registerAuth } from './plugins/auth.js';
+import { registerErrorHandling } from './plugins/errors.js';
+import { loggerOptions } from './plugins/logging.js';
+import { apiKeyRoutes } from './routes/apiKeys.js';
+import { authRoutes } from './routes/auth.js';
+import { contactRoutes } from './routes/contacts.js';
+import { healthRoutes } from './routes/health.js';
+
+export interface AppDeps {
+  config: Config;
+  db: Db;
+  /** A logger to use instead of building one from config (tests pass a silent one). */
+  logger?: FastifyBaseLogger | false;
+}
+
+export type App = FastifyInstance<any, any, any, FastifyBaseLogger, TypeBoxTypeProvider>;
+
+const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * Bodies are validated strictly (no type coercion, unknown fields refused); query strings
+ * and path parameters arrive as text, so there Ajv coerces numbers and booleans.
+ */
+function validatorCompilers() {
+  const strict = new Ajv({ allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true, strict: false });
+  const coercing = new Ajv({ allErrors: true, coerceTypes: 'array', removeAdditional: false, useDefaults: true, strict: false });
+  return ({ schema, httpPart }: { schema: object; httpPart?: string }) => (httpPart === 'body' ? strict.compile(schema) : coercing.compile(schema));
+}
+
+export async function buildApp(deps: AppDeps): Promise<App> {
+  const { config } = deps;
+  const app = Fastify({
+    ...(deps.logger === undefined ? { logger: loggerOptions(config) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    bodyLimit: config.bodyLimit,
+    trustProxy: config.trustProxy,
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
+    },
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.setValidatorCompiler(validatorCompilers());
+  // Only JSON is accepted; text/plain would otherwise slip past as a string body.
+  app.removeContentTypeParser('text/plain');
+
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+  });
+
+  registerErrorHandling(app);
+  await app.register(cookie);
+  registerAuth(app, { db: deps.db, config });
+
+  const throttle = new LoginThrottle(config.loginRateLimit);
+  await app.register(healthRoutes);
+  await app.register(authRoutes, { throttle, publicUrl: config.publicUrl });
+  await app.register(apiKeyRoutes);
+  await app.register(contactRoutes);
+  return app;
+}

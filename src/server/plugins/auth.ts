@@ -1,0 +1,65 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Config } from '../../core/config.js';
+import type { Actor, SystemContext, WorkspaceContext } from '../../core/context.js';
+import type { Db } from '../../core/db/connection.js';
+import type { Plan, Role } from '../../core/db/schema.js';
+import { ForbiddenError, PlanError } from '../../core/errors.js';
+import { planAtLeast, roleAtLeast } from '../../core/roles.js';
+import { authenticate, type Principal } from '../../core/services/auth.js';
+
+/**
+ * What a route requires of its caller, declared in the route's `config.access`:
+ * `'public'`, or the minimum role and, where a feature is plan-gated, the minimum plan.
+ */
+export type Access = 'public' | { role: Role; plan?: Plan; superAdmin?: boolean };
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    access?: Access;
+  }
+  interface FastifyRequest {
+    principal: Principal | null;
+    /** The service context of the authenticated caller's workspace. */
+    workspaceCtx(): WorkspaceContext;
+    /** A service context for public routes. */
+    systemCtx(actor?: Actor): SystemContext;
+  }
+}
+
+export function actorOf(principal: Principal): Actor {
+  return principal.kind === 'user'
+    ? { type: 'USER', id: principal.userId, label: principal.label }
+    : { type: 'API_KEY', id: principal.apiKeyId, label: principal.label };
+}
+
+export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Config }): void {
+  app.decorateRequest('principal', null);
+  app.decorateRequest('workspaceCtx', function (this: FastifyRequest): WorkspaceContext {
+    const p = this.principal;
+    if (!p) throw new Error('workspaceCtx() on a route without authentication');
+    return { db: deps.db, config: deps.config, workspaceId: p.workspaceId, actor: actorOf(p), ip: this.ip };
+  });
+  app.decorateRequest('systemCtx', function (this: FastifyRequest, actor?: Actor): SystemContext {
+    return { db: deps.db, config: deps.config, actor: actor ?? { type: 'SYSTEM', id: null, label: null }, ip: this.ip };
+  });
+
+  // Every route must say who may call it; a route that forgets is closed, not open.
+  app.addHook('onRoute', (route) => {
+    if (route.config?.access === undefined && !route.url.startsWith('*') && route.url !== '/*') {
+      throw new Error(`route ${route.method} ${route.url} declares no config.access`);
+    }
+  });
+
+  // Authentication runs before the body is read, so anonymous callers cannot make us parse.
+  app.addHook('onRequest', async (req) => {
+    const access = req.routeOptions.config.access;
+    if (access === undefined || access === 'public') return;
+    const principal = await authenticate(deps, req.headers.authorization);
+    req.principal = principal;
+    if (access.superAdmin && !(principal.kind === 'user' && principal.isSuperAdmin)) throw new ForbiddenError('Only super-admins may do this');
+    if (!roleAtLeast(principal.role, access.role)) throw new ForbiddenError(`This needs the ${access.role} role or above; you have ${principal.role}`);
+    if (access.plan && !planAtLeast(principal.plan, access.plan)) {
+      throw new PlanError(`This needs the ${access.plan} plan or above; this workspace is on ${principal.plan}`);
+    }
+  });
+}

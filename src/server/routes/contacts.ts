@@ -1,0 +1,101 @@
+import { Type } from '@sinclair/typebox';
+import { addTags, createContact, deleteContact, getContact, listContacts, listTags, removeTag, updateContact } from '../../core/services/contacts.js';
+import type { App } from '../app.js';
+import { Contact, FreeObject, IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
+
+const read = { role: 'VIEWER' as const };
+const write = { role: 'MEMBER' as const };
+
+const TagName = Type.String({ minLength: 1, maxLength: 64 });
+const Name = Nullable(Type.String({ maxLength: 200 }));
+const contactFields = {
+  email: Type.Optional(Nullable(Type.String({ maxLength: 320 }))),
+  phone: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
+  firstName: Type.Optional(Name),
+  lastName: Type.Optional(Name),
+  attributes: Type.Optional(FreeObject),
+};
+
+export async function contactRoutes(app: App): Promise<void> {
+  app.get(
+    '/contacts',
+    {
+      config: { access: read },
+      schema: {
+        querystring: Type.Object(
+          {
+            ...PageQuery,
+            tag: Type.Optional(Type.String({ maxLength: 64 })),
+            email: Type.Optional(Type.String({ maxLength: 320 })),
+            phone: Type.Optional(Type.String({ maxLength: 64 })),
+            q: Type.Optional(Type.String({ maxLength: 200 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: pageOf(Contact) },
+      },
+    },
+    async (req) => listContacts(req.workspaceCtx(), req.query),
+  );
+
+  app.post(
+    '/contacts',
+    {
+      config: { access: write },
+      schema: {
+        body: Type.Object({ ...contactFields, tags: Type.Optional(Type.Array(TagName, { maxItems: 100 })) }, { additionalProperties: false }),
+        response: { 201: Contact },
+      },
+    },
+    async (req, reply) => reply.code(201).send(createContact(req.workspaceCtx(), req.body)),
+  );
+
+  app.get('/contacts/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Contact } } }, async (req) =>
+    getContact(req.workspaceCtx(), req.params.id),
+  );
+
+  app.patch(
+    '/contacts/:id',
+    {
+      config: { access: write },
+      schema: { params: IdParams, body: Type.Object(contactFields, { additionalProperties: false }), response: { 200: Contact } },
+    },
+    async (req) => updateContact(req.workspaceCtx(), req.params.id, req.body),
+  );
+
+  app.delete('/contacts/:id', { config: { access: write }, schema: { params: IdParams } }, async (req, reply) => {
+    deleteContact(req.workspaceCtx(), req.params.id);
+    return reply.code(204).send();
+  });
+
+  app.post(
+    '/contacts/:id/tags',
+    {
+      config: { access: write },
+      schema: {
+        params: IdParams,
+        body: Type.Object({ tags: Type.Array(TagName, { minItems: 1, maxItems: 100 }) }, { additionalProperties: false }),
+        response: { 200: Contact },
+      },
+    },
+    async (req) => addTags(req.workspaceCtx(), req.params.id, req.body.tags),
+  );
+
+  app.delete(
+    '/contacts/:id/tags/:tag',
+    { config: { access: write }, schema: { params: Type.Object({ id: IdParams.properties.id, tag: TagName }) } },
+    async (req, reply) => {
+      removeTag(req.workspaceCtx(), req.params.id, req.params.tag);
+      return reply.code(204).send();
+    },
+  );
+
+  app.get(
+    '/tags',
+    {
+      config: { access: read },
+      schema: { response: { 200: Type.Object({ data: Type.Array(Type.Object({ name: Type.String(), count: Type.Integer() })) }) } },
+    },
+    async (req) => ({ data: listTags(req.workspaceCtx()) }),
+  );
+}

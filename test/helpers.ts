@@ -1,0 +1,130 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { initialiseDataFolder, openMigrated } from '../src/core/bootstrap.js';
+import { loadConfig, type Config } from '../src/core/config.js';
+import type { Db } from '../src/core/db/connection.js';
+import type { Plan, Role } from '../src/core/db/schema.js';
+import { mintApiKey } from '../src/core/services/apiKeys.js';
+import { createUser } from '../src/core/services/users.js';
+import { createWorkspace } from '../src/core/services/workspaces.js';
+import { buildApp, type App } from '../src/server/app.js';
+
+export const OWNER_PASSWORD = 'owner-password-1';
+
+export function tempDir(t: TestContext, prefix = 'svc-test-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+export interface HttpResult {
+  status: number;
+  headers: Headers;
+  body: any;
+  text: string;
+}
+
+export interface RequestOptions {
+  token?: string | undefined;
+  body?: unknown;
+  /** Sent as-is instead of JSON-encoding `body`. */
+  raw?: string | Buffer;
+  headers?: Record<string, string>;
+}
+
+export interface TestServer {
+  url: string;
+  app: App;
+  db: Db;
+  config: Config;
+  dataDir: string;
+  workspaceId: number;
+  owner: { id: number; email: string; password: string };
+  request(method: string, path: string, opts?: RequestOptions): Promise<HttpResult>;
+  login(email: string, password: string, workspaceId?: number): Promise<string>;
+  /** A fresh user with this role in the workspace (default: the main one), logged in. */
+  userWithRole(role: Role, workspaceId?: number): Promise<{ id: number; email: string; password: string; token: string }>;
+  /** A fresh workspace with its own OWNER, logged in. */
+  otherWorkspace(plan?: Plan): Promise<{ workspaceId: number; token: string }>;
+  /** Mints a key directly through the service (bypassing plan rules only where noted by the caller). */
+  mintKey(role: Exclude<Role, 'OWNER'>, workspaceId?: number): string;
+}
+
+let userCounter = 0;
+
+export async function request(base: string, method: string, path: string, opts: RequestOptions = {}): Promise<HttpResult> {
+  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  let body: string | Buffer | undefined;
+  if (opts.raw !== undefined) body = opts.raw;
+  else if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(base + path, { method, headers, ...(body !== undefined ? { body: body as unknown as string } : {}) });
+  const text = await res.text();
+  let parsed: unknown = undefined;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: res.status, headers: res.headers, body: parsed, text };
+}
+
+/**
+ * A fresh server for one test: a new data folder with its own SQLite file, the first
+ * workspace and OWNER created by the same code as `svc init`, and a real Fastify server
+ * listening on 127.0.0.1. Everything is closed and deleted after the test.
+ */
+export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
+  const dataDir = tempDir(t);
+  const env = { ...(opts.env ?? {}) };
+  const init = await initialiseDataFolder(
+    { dataDir },
+    env,
+    { workspaceName: 'Acme', email: 'owner@acme.test', password: OWNER_PASSWORD, plan: opts.plan ?? 'PRO' },
+    { type: 'SYSTEM', id: null, label: 'test' },
+  );
+  const config = loadConfig({ dataDir, port: 0 }, env);
+  const { db } = openMigrated(config);
+  const app = await buildApp({ config, db, logger: false });
+  const address = await app.listen({ host: '127.0.0.1', port: 0 });
+  t.after(async () => {
+    await app.close();
+    db.$client.close();
+  });
+  const ctx = { db, config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  const server: TestServer = {
+    url: address,
+    app,
+    db,
+    config,
+    dataDir,
+    workspaceId: init.workspace.id,
+    owner: { id: init.user.id, email: init.user.email, password: OWNER_PASSWORD },
+    request: (method, path, o) => request(address, method, path, o),
+    async login(email, password, workspaceId) {
+      const res = await request(address, 'POST', '/auth/login', { body: { email, password, ...(workspaceId ? { workspaceId } : {}) } });
+      if (res.status !== 200) throw new Error(`login failed: ${res.status} ${res.text}`);
+      return res.body.token as string;
+    },
+    async userWithRole(role, workspaceId = init.workspace.id) {
+      const email = `user${++userCounter}-${role.toLowerCase()}@acme.test`;
+      const password = `password-${userCounter}-x`;
+      const u = await createUser(ctx, { email, password, workspaceId, role });
+      return { id: u.id, email, password, token: await server.login(email, password, workspaceId) };
+    },
+    async otherWorkspace(plan = 'PRO') {
+      const ws = createWorkspace(ctx, { name: `Other ${++userCounter}`, plan });
+      const u = await server.userWithRole('OWNER', ws.id);
+      return { workspaceId: ws.id, token: u.token };
+    },
+    mintKey(role, workspaceId = init.workspace.id) {
+      return mintApiKey({ ...ctx, workspaceId }, { name: `${role.toLowerCase()} key`, role }).key;
+    },
+  };
+  return server;
+}
