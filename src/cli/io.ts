@@ -4,6 +4,7 @@ import { loadConfig, type Config } from '../core/config.js';
 import { openCurrent } from '../core/bootstrap.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../core/context.js';
 import type { Db } from '../core/db/connection.js';
+import type { Page } from '../core/pagination.js';
 
 export interface GlobalOptions {
   dataDir?: string;
@@ -86,4 +87,16 @@ export async function readSecretFromStdin(): Promise<string> {
 
 export function interactive(opts: { yes?: boolean }): boolean {
   return !opts.yes && !!process.stdin.isTTY && !!process.stdout.isTTY;
+}
+
+/** Every page of a listing, for commands that print the whole list. */
+export function allPages<T>(fetch: (cursor: string | undefined) => Page<T>, max = 10_000): T[] {
+  const items: T[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = fetch(cursor);
+    items.push(...page.data);
+    cursor = page.nextCursor ?? undefined;
+  } while (cursor && items.length < max);
+  return items;
 }

@@ -1,18 +1,12 @@
 import type { Command } from 'commander';
 import { parseRole } from '../core/roles.js';
 import { apiKeyWorkspaceId, listApiKeys, mintApiKey, revokeApiKey, type ApiKeyView } from '../core/services/apiKeys.js';
-import { MAX_LIMIT, type Page } from '../core/pagination.js';
+import { MAX_LIMIT } from '../core/pagination.js';
 import type { WorkspaceContext } from '../core/context.js';
-import { CliError, output, parseId, table, withSession } from './io.js';
+import { allPages, CliError, output, parseId, table, withSession } from './io.js';
 
 function allKeys(ctx: WorkspaceContext): ApiKeyView[] {
-  const keys: ApiKeyView[] = [];
-  let page: Page<ApiKeyView> | undefined;
-  do {
-    page = listApiKeys(ctx, { limit: MAX_LIMIT, cursor: page?.nextCursor ?? undefined });
-    keys.push(...page.data);
-  } while (page.nextCursor);
-  return keys;
+  return allPages((cursor) => listApiKeys(ctx, { limit: MAX_LIMIT, cursor }));
 }
 
 export function registerKeys(program: Command): void {

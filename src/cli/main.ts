@@ -6,6 +6,7 @@ import { registerMigrate } from './migrate.js';
 import { registerServe } from './serve.js';
 import { registerAdmin, registerUser } from './user.js';
 import { registerWorkspace } from './workspace.js';
+import { registerRuns, registerWebhook, registerWorkflow } from './workflow.js';
 
 declare const SVC_VERSION: string | undefined;
 
@@ -24,6 +25,9 @@ export function buildProgram(): Command {
   registerUser(program);
   registerAdmin(program);
   registerKeys(program);
+  registerWorkflow(program);
+  registerWebhook(program);
+  registerRuns(program);
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
 }

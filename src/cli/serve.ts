@@ -1,9 +1,22 @@
+import { createServer, type AddressInfo } from 'node:net';
 import type { Command } from 'commander';
 import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated } from '../core/bootstrap.js';
 import { loadConfig, type ConfigFlags } from '../core/config.js';
 import { buildApp } from '../server/app.js';
 import { describeInit } from './init.js';
 import { cliActor, globals } from './io.js';
+
+/** A port the OS says is free on this host right now. */
+export function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, host, () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
 
 export function registerServe(program: Command): void {
   program
@@ -22,7 +35,11 @@ export function registerServe(program: Command): void {
         const config = loadConfig(flags);
         process.stdout.write(`${describeInit(result, config.publicUrl)}\n\n`);
       }
-      const config = loadConfig(flags);
+      let config = loadConfig(flags);
+      if (config.port === 0) {
+        // Pick the port now so that publicUrl (and so webhook URLs) name the real one.
+        config = loadConfig({ ...flags, port: await freePort(config.host) });
+      }
       const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
       const app = await buildApp({ config, db });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');

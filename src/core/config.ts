@@ -20,8 +20,9 @@ export interface Config {
   readonly trustProxy: boolean;
   readonly bodyLimit: number;
   readonly webhookRateLimit: number;
+  readonly webhookBodyLimit: number;
+  readonly webhookEventRetentionDays: number;
   readonly loginRateLimit: number;
-  readonly apiKeyCacheSeconds: number;
   readonly secrets: { readonly jwtSecret: string; readonly encryptionKey: string };
 }
 
@@ -163,8 +164,9 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     trustProxy: toBool('trustProxy', pick(env.SVC_TRUST_PROXY, file.trustProxy), false),
     bodyLimit: toInt('bodyLimit', pick(env.SVC_BODY_LIMIT, file.bodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
+    webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
     loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),
-    apiKeyCacheSeconds: toInt('apiKeyCacheSeconds', pick(env.SVC_API_KEY_CACHE_SECONDS, file.apiKeyCacheSeconds), 5, 0, 9),
     secrets: {
       jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),
       encryptionKey: toSecret('secrets.encryptionKey', file.secrets?.encryptionKey),

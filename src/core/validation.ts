@@ -23,3 +23,20 @@ export function passwordProblem(password: string): string | undefined {
   if (password.length > PASSWORD_MAX) return `must be at most ${PASSWORD_MAX} characters`;
   return undefined;
 }
+
+/**
+ * True when a JSON value nests deeper than `max` levels. Iterative, so a hostile body
+ * cannot overflow the stack here (JSON.stringify would, on thousands of levels).
+ */
+export function jsonDepthExceeds(value: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length) {
+    const [current, depth] = stack.pop()!;
+    if (current === null || typeof current !== 'object') continue;
+    if (depth >= max) return true;
+    for (const child of Object.values(current)) if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
+export const MAX_JSON_DEPTH = 32;

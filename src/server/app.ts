@@ -13,6 +13,10 @@ import { apiKeyRoutes } from './routes/apiKeys.js';
 import { authRoutes } from './routes/auth.js';
 import { contactRoutes } from './routes/contacts.js';
 import { healthRoutes } from './routes/health.js';
+import { webhookRoutes } from './routes/webhooks.js';
+import { workflowRoutes } from './routes/workflows.js';
+import { WriteBatcher } from '../core/db/batcher.js';
+import { pruneWebhookEvents, WebhookReceiver } from '../core/services/webhooks.js';
 
 export interface AppDeps {
   config: Config;
@@ -67,5 +71,26 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(authRoutes, { throttle, publicUrl: config.publicUrl });
   await app.register(apiKeyRoutes);
   await app.register(contactRoutes);
+  await app.register(workflowRoutes);
+
+  const batcher = new WriteBatcher(deps.db);
+  const receiver = new WebhookReceiver(deps.db, config, batcher);
+  await app.register(webhookRoutes, { config, receiver });
+
+  // Received webhook events are kept for the retention period, then pruned.
+  const prune = () => {
+    try {
+      const removed = pruneWebhookEvents(deps.db, config.webhookEventRetentionDays);
+      if (removed) app.log.info({ removed }, 'pruned old webhook events');
+    } catch (err) {
+      app.log.warn({ err }, 'could not prune webhook events');
+    }
+  };
+  const pruneTimer = setInterval(prune, 10 * 60_000).unref();
+  app.addHook('onReady', async () => prune());
+  app.addHook('onClose', async () => {
+    clearInterval(pruneTimer);
+    batcher.close();
+  });
   return app;
 }

@@ -51,3 +51,75 @@ export const MintedApiKey = Type.Object({
   prefix: Type.String(),
   createdAt: Type.String(),
 });
+
+export const LookupKind = Type.Union([Type.Literal('email'), Type.Literal('phone'), Type.Literal('contactId')]);
+export const WorkflowStatus = Type.Union([Type.Literal('DRAFT'), Type.Literal('ACTIVE'), Type.Literal('PAUSED')]);
+export const TriggerSource = Type.Union([Type.Literal('WEBHOOK'), Type.Literal('MANUAL')]);
+
+export const ContactDefaults = Type.Object(
+  {
+    firstName: Type.Optional(Type.String({ maxLength: 200 })),
+    lastName: Type.Optional(Type.String({ maxLength: 200 })),
+    attributes: Type.Optional(FreeObject),
+    tags: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 100 })),
+  },
+  { additionalProperties: false },
+);
+
+export const Workflow = Type.Object({
+  id: Type.Integer(),
+  name: Type.String(),
+  status: WorkflowStatus,
+  triggerSource: TriggerSource,
+  steps: Type.Array(FreeObject),
+  webhook: Type.Object({
+    url: Nullable(Type.String()),
+    lookup: Nullable(LookupKind),
+    path: Nullable(Type.String()),
+    createIfNotFound: Type.Boolean(),
+    defaults: ContactDefaults,
+    hasSigningSecret: Type.Boolean(),
+  }),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+
+export const RunStatus = Type.Union(['QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED'].map((s) => Type.Literal(s)));
+
+export const Run = Type.Object({
+  runId: Type.Integer(),
+  workflowId: Type.Integer(),
+  contactId: Nullable(Type.Integer()),
+  status: RunStatus,
+  steps: Type.Array(
+    Type.Object({
+      index: Type.Integer(),
+      type: Type.String(),
+      status: Type.String(),
+      startedAt: Nullable(Type.String()),
+      finishedAt: Nullable(Type.String()),
+      error: Type.Optional(Type.String()),
+    }),
+  ),
+  trigger: FreeObject,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  finishedAt: Nullable(Type.String()),
+});
+
+export const WebhookEvent = Type.Object({
+  id: Type.Integer(),
+  workflowId: Type.Integer(),
+  receivedAt: Type.String(),
+  statusCode: Type.Integer(),
+  code: Nullable(Type.String()),
+  runId: Nullable(Type.Integer()),
+  contactId: Nullable(Type.Integer()),
+  sourceIp: Nullable(Type.String()),
+  contentType: Nullable(Type.String()),
+  idempotencyKey: Nullable(Type.String()),
+  body: Type.Unknown(),
+  bodyText: Nullable(Type.String()),
+});
+
+export const RunStarted = Type.Object({ runId: Type.Integer(), contactId: Type.Integer() });

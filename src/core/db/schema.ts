@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
 
 /** ISO 8601 UTC timestamps are stored as text: they sort correctly and read well in the sqlite shell. */
 const now = sql`(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))`;
@@ -147,4 +147,112 @@ export const contactTags = sqliteTable(
     createdAt: createdAt(),
   },
   (t) => [primaryKey({ columns: [t.contactId, t.tagKey] }), index('contact_tags_workspace_tag_idx').on(t.workspaceId, t.tagKey)],
+);
+
+export const WORKFLOW_STATUSES = ['DRAFT', 'ACTIVE', 'PAUSED'] as const;
+export type WorkflowStatus = (typeof WORKFLOW_STATUSES)[number];
+export const TRIGGER_SOURCES = ['WEBHOOK', 'MANUAL'] as const;
+export type TriggerSource = (typeof TRIGGER_SOURCES)[number];
+export const LOOKUP_KINDS = ['email', 'phone', 'contactId'] as const;
+export type LookupKind = (typeof LOOKUP_KINDS)[number];
+
+export interface ContactDefaults {
+  firstName?: string;
+  lastName?: string;
+  attributes?: Record<string, unknown>;
+  tags?: string[];
+}
+
+/** A step as stored: `{type, ...fields}` (see core/steps.ts for the catalog). */
+export type StepDefinition = { type: string } & Record<string, unknown>;
+
+export const workflows = sqliteTable(
+  'workflows',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    status: text('status', { enum: WORKFLOW_STATUSES }).notNull().default('DRAFT'),
+    triggerSource: text('trigger_source', { enum: TRIGGER_SOURCES }).notNull().default('MANUAL'),
+    steps: text('steps', { mode: 'json' }).$type<StepDefinition[]>().notNull().default([]),
+    webhookToken: text('webhook_token'),
+    webhookLookup: text('webhook_lookup', { enum: LOOKUP_KINDS }),
+    webhookPath: text('webhook_path'),
+    createIfNotFound: integer('create_if_not_found', { mode: 'boolean' }).notNull().default(false),
+    contactDefaults: text('contact_defaults', { mode: 'json' }).$type<ContactDefaults>().notNull().default({}),
+    /** AES-256-GCM ciphertext of the signing secret (see core/secrets.ts); null when unsigned. */
+    signingSecret: text('signing_secret'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('workflows_webhook_token_unique').on(t.webhookToken), index('workflows_workspace_idx').on(t.workspaceId, t.id)],
+);
+
+export const RUN_STATUSES = ['QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED'] as const;
+export type RunStatus = (typeof RUN_STATUSES)[number];
+
+export interface StepState {
+  status: 'PENDING' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'SKIPPED';
+  startedAt: string | null;
+  finishedAt: string | null;
+  error?: string;
+}
+
+export const workflowRuns = sqliteTable(
+  'workflow_runs',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    workflowId: integer('workflow_id')
+      .notNull()
+      .references(() => workflows.id, { onDelete: 'cascade' }),
+    contactId: integer('contact_id').references(() => contacts.id, { onDelete: 'set null' }),
+    status: text('status', { enum: RUN_STATUSES }).notNull().default('QUEUED'),
+    /** The steps as they were when the run started, so later edits do not change it. */
+    definition: text('definition', { mode: 'json' }).$type<StepDefinition[]>().notNull(),
+    stepStates: text('step_states', { mode: 'json' }).$type<StepState[]>().notNull().default([]),
+    trigger: text('trigger', { mode: 'json' }).$type<Record<string, unknown>>().notNull(),
+    /** When the run may next be picked up (now when queued, later while waiting). */
+    runAt: text('run_at').notNull().default(now),
+    leaseOwner: text('lease_owner'),
+    leaseUntil: text('lease_until'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+    finishedAt: text('finished_at'),
+  },
+  (t) => [index('workflow_runs_workflow_idx').on(t.workflowId, t.id), index('workflow_runs_due_idx').on(t.status, t.runAt)],
+);
+
+export const webhookEvents = sqliteTable(
+  'webhook_events',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    workflowId: integer('workflow_id')
+      .notNull()
+      .references(() => workflows.id, { onDelete: 'cascade' }),
+    receivedAt: text('received_at').notNull().default(now),
+    statusCode: integer('status_code').notNull(),
+    code: text('code'),
+    runId: integer('run_id'),
+    contactId: integer('contact_id'),
+    sourceIp: text('source_ip'),
+    contentType: text('content_type'),
+    idempotencyKey: text('idempotency_key'),
+    /** The exact bytes received (null when refused before the body was read). */
+    body: blob('body', { mode: 'buffer' }),
+    /** For a request answered from an earlier one's Idempotency-Key: that event's id. */
+    replayOf: integer('replay_of'),
+  },
+  (t) => [
+    index('webhook_events_workflow_idx').on(t.workflowId, t.id),
+    index('webhook_events_received_idx').on(t.receivedAt),
+    index('webhook_events_idempotency_idx').on(t.workflowId, t.idempotencyKey),
+  ],
 );

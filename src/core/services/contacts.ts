@@ -5,7 +5,7 @@ import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { contacts, contactTags } from '../db/schema.js';
 import { ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
-import { normalizeEmail, normalizePhone } from '../validation.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail, normalizePhone } from '../validation.js';
 
 export interface ContactView {
   id: number;
@@ -107,8 +107,11 @@ function normalizeInput(ctx: WorkspaceContext, input: ContactInput): Normalized 
     if (value === undefined) continue;
     out[field] = value === null ? null : value.trim() || null;
   }
-  if (input.attributes !== undefined && Buffer.byteLength(JSON.stringify(input.attributes)) > ATTRIBUTES_MAX_BYTES) {
-    errors.push({ path: '/attributes', message: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
+  if (input.attributes !== undefined) {
+    if (jsonDepthExceeds(input.attributes, MAX_JSON_DEPTH)) errors.push({ path: '/attributes', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` });
+    else if (Buffer.byteLength(JSON.stringify(input.attributes)) > ATTRIBUTES_MAX_BYTES) {
+      errors.push({ path: '/attributes', message: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
+    }
   }
   if (errors.length) throw new ValidationError('validation_failed', 'The contact is invalid', errors);
   return out;

@@ -1,0 +1,377 @@
+import { createHmac } from 'node:crypto';
+import { and, desc, eq, gt, isNull, lt } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import type { Config } from '../config.js';
+import { inWorkspace, withTransaction, type WorkspaceContext } from '../context.js';
+import { safeEqual } from '../crypto.js';
+import type { WriteBatcher } from '../db/batcher.js';
+import type { Db } from '../db/connection.js';
+import { contacts, webhookEvents, workflowRuns, workflows, type ContactDefaults, type LookupKind, type StepDefinition } from '../db/schema.js';
+import { AppError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
+import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
+import { decodeCursor, toPage, type Page } from '../pagination.js';
+import { decryptSecret } from '../secrets.js';
+import { jsonDepthExceeds, normalizeEmail, normalizePhone } from '../validation.js';
+import { createContact } from './contacts.js';
+import { WEBHOOK_TOKEN_LENGTH } from './workflows.js';
+
+export const SIGNATURE_HEADER = 'x-service-signature';
+export const IDEMPOTENCY_WINDOW_MS = 24 * 3600_000;
+/** Deeper bodies are refused (422): real senders nest a handful of levels, not hundreds. */
+export const MAX_BODY_DEPTH = 64;
+const TOKEN_RE = new RegExp(`^[0-9A-Za-z]{${WEBHOOK_TOKEN_LENGTH}}$`);
+const SIGNATURE_RE = /^sha256=([0-9a-f]{64})$/;
+
+/** What the receiver needs to know about the workflow behind a token. */
+export interface WebhookTarget {
+  workflowId: number;
+  workspaceId: number;
+  active: boolean;
+  steps: StepDefinition[];
+  lookup: LookupKind | null;
+  path: PathSegment[] | null;
+  createIfNotFound: boolean;
+  defaults: ContactDefaults;
+  secret: string | null;
+}
+
+export interface ReceivedRequest {
+  raw: Buffer | null;
+  contentType: string | null;
+  sourceIp: string | null;
+  signature?: string | undefined;
+  idempotencyKey?: string | undefined;
+}
+
+export interface Accepted {
+  runId: number;
+  contactId: number;
+  replayed: boolean;
+}
+
+/** sha256=<lowercase hex> of HMAC-SHA256(secret, exact body bytes), compared in constant time. */
+export function verifySignature(secret: string, raw: Buffer, header: string | undefined): boolean {
+  const expected = `sha256=${createHmac('sha256', secret).update(raw).digest('hex')}`;
+  if (header === undefined || !SIGNATURE_RE.test(header)) {
+    safeEqual(expected, expected);
+    return false;
+  }
+  return safeEqual(expected, header);
+}
+
+export function signBody(secret: string, raw: Buffer | string): string {
+  return `sha256=${createHmac('sha256', secret).update(raw).digest('hex')}`;
+}
+
+export type LookupValue = { kind: 'email' | 'phone'; value: string } | { kind: 'contactId'; value: number };
+
+/** Reads and checks the lookup value at the workflow's path (422 when missing or of the wrong shape). */
+export function extractLookup(target: Pick<WebhookTarget, 'lookup' | 'path'>, body: Record<string, unknown>, defaultRegion: string): LookupValue {
+  const kind = target.lookup;
+  if (!kind) throw new ValidationError('webhook_lookup_required', 'The workflow has no contact lookup configured');
+  const raw = readPath(body, target.path ?? [kind]);
+  if (raw === undefined || raw === null || raw === '') {
+    throw new ValidationError('lookup_value_missing', `The body has no value at the lookup path for ${kind}`);
+  }
+  const invalid = (what: string) => new ValidationError('lookup_value_invalid', `The value at the lookup path is not ${what}`);
+  switch (kind) {
+    case 'email': {
+      const email = typeof raw === 'string' ? normalizeEmail(raw) : undefined;
+      if (!email) throw invalid('an email address');
+      return { kind, value: email };
+    }
+    case 'phone': {
+      const phone = typeof raw === 'string' ? normalizePhone(raw, defaultRegion) : undefined;
+      if (!phone) throw invalid('a phone number');
+      return { kind, value: phone };
+    }
+    case 'contactId': {
+      const id = typeof raw === 'number' ? raw : typeof raw === 'string' && /^[0-9]{1,16}$/.test(raw.trim()) ? Number(raw.trim()) : NaN;
+      if (!Number.isSafeInteger(id) || id < 1) throw invalid('a contact id (an integer or a string of digits)');
+      return { kind, value: id };
+    }
+  }
+}
+
+type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError };
+
+/**
+ * The inbound webhook, from token to durable run. Reads go straight to SQLite (an indexed
+ * read per request, so an activation or pause by any process applies to the next request);
+ * writes go through the group-commit batcher, and a 202 is only answered after COMMIT.
+ */
+export class WebhookReceiver {
+  private readonly secrets = new Map<string, string>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly config: Config,
+    private readonly batcher: WriteBatcher,
+  ) {}
+
+  /** The workflow behind a token, active or not; undefined when no workflow has it. */
+  target(token: string): WebhookTarget | undefined {
+    if (!TOKEN_RE.test(token)) return undefined;
+    const row = this.db.select().from(workflows).where(eq(workflows.webhookToken, token)).get();
+    if (!row) return undefined;
+    return {
+      workflowId: row.id,
+      workspaceId: row.workspaceId,
+      active: row.status === 'ACTIVE' && row.triggerSource === 'WEBHOOK',
+      steps: row.steps,
+      lookup: row.webhookLookup,
+      path: row.webhookPath ? (parsePath(row.webhookPath) ?? null) : null,
+      createIfNotFound: row.createIfNotFound,
+      defaults: row.contactDefaults,
+      secret: row.signingSecret ? this.decrypt(row.signingSecret) : null,
+    };
+  }
+
+  private decrypt(ciphertext: string): string {
+    let plain = this.secrets.get(ciphertext);
+    if (plain === undefined) {
+      plain = decryptSecret(this.config, ciphertext);
+      if (this.secrets.size > 10_000) this.secrets.clear();
+      this.secrets.set(ciphertext, plain);
+    }
+    return plain;
+  }
+
+  /** Records a refused request against its workflow (durably) and returns the error to answer with. */
+  async refuse(target: WebhookTarget, error: AppError, req: ReceivedRequest): Promise<AppError> {
+    await this.batcher.run(() => this.insertEvent(target, req, { statusCode: error.status, code: error.code }));
+    return error;
+  }
+
+  /** Checks signature, JSON and lookup, then resolves the contact and starts the run. */
+  async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }): Promise<Accepted> {
+    let lookup: LookupValue;
+    let body: Record<string, unknown>;
+    try {
+      if (target.secret !== null && !verifySignature(target.secret, req.raw, req.signature)) {
+        throw new UnauthorizedError('signature_invalid', `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
+      }
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(req.raw.toString('utf8'));
+      } catch {
+        throw new AppError(400, 'invalid_json', 'The body is not valid JSON');
+      }
+      if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ValidationError('body_not_object', 'The body must be a JSON object');
+      if (jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
+      body = parsed as Record<string, unknown>;
+      lookup = extractLookup(target, body, this.config.defaultPhoneRegion);
+    } catch (err) {
+      if (err instanceof AppError) throw await this.refuse(target, err, req);
+      throw err;
+    }
+    const outcome = await this.batcher.run(() => this.accept(target, req, body, lookup));
+    if (!outcome.ok) throw outcome.error;
+    return outcome.accepted;
+  }
+
+  /** Runs inside the batch transaction: everything here commits together or not at all. */
+  private accept(target: WebhookTarget, req: ReceivedRequest, body: Record<string, unknown>, lookup: LookupValue): Outcome {
+    if (req.idempotencyKey) {
+      const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
+      const first = this.db
+        .select({ id: webhookEvents.id, runId: webhookEvents.runId, contactId: webhookEvents.contactId })
+        .from(webhookEvents)
+        .where(
+          and(
+            eq(webhookEvents.workflowId, target.workflowId),
+            eq(webhookEvents.idempotencyKey, req.idempotencyKey),
+            eq(webhookEvents.statusCode, 202),
+            isNull(webhookEvents.replayOf),
+            gt(webhookEvents.receivedAt, since),
+          ),
+        )
+        .orderBy(desc(webhookEvents.id))
+        .get();
+      if (first?.runId != null && first.contactId != null) {
+        this.insertEvent(target, req, { statusCode: 202, code: 'idempotent_replay', runId: first.runId, contactId: first.contactId, replayOf: first.id });
+        return { ok: true, accepted: { runId: first.runId, contactId: first.contactId, replayed: true } };
+      }
+    }
+    const contactId = this.resolveContact(target, lookup);
+    if (contactId === undefined) {
+      const error = new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`);
+      this.insertEvent(target, req, { statusCode: 404, code: error.code });
+      return { ok: false, error };
+    }
+    const runId = startRun(this.db, target, contactId, body);
+    this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId });
+    return { ok: true, accepted: { runId, contactId, replayed: false } };
+  }
+
+  private resolveContact(target: WebhookTarget, lookup: LookupValue): number | undefined {
+    return resolveContact(
+      { db: this.db, config: this.config, workspaceId: target.workspaceId, actor: { type: 'SYSTEM', id: null, label: `webhook:workflow:${target.workflowId}` }, ip: null },
+      target,
+      lookup,
+    );
+  }
+
+  private insertEvent(
+    target: WebhookTarget,
+    req: ReceivedRequest,
+    result: { statusCode: number; code: string | null; runId?: number; contactId?: number; replayOf?: number },
+  ): void {
+    this.db
+      .insert(webhookEvents)
+      .values({
+        workspaceId: target.workspaceId,
+        workflowId: target.workflowId,
+        statusCode: result.statusCode,
+        code: result.code,
+        runId: result.runId ?? null,
+        contactId: result.contactId ?? null,
+        sourceIp: req.sourceIp,
+        contentType: req.contentType?.slice(0, 200) ?? null,
+        idempotencyKey: req.idempotencyKey ?? null,
+        body: req.raw,
+        replayOf: result.replayOf ?? null,
+      })
+      .run();
+  }
+}
+
+/** Finds the contact the lookup names, creating it when the workflow says so (email and phone only). */
+export function resolveContact(ctx: WorkspaceContext, target: Pick<WebhookTarget, 'createIfNotFound' | 'defaults'>, lookup: LookupValue): number | undefined {
+  const column = lookup.kind === 'contactId' ? contacts.id : lookup.kind === 'email' ? contacts.email : contacts.phone;
+  const found = ctx.db
+    .select({ id: contacts.id })
+    .from(contacts)
+    .where(inWorkspace(ctx, contacts.workspaceId, eq(column, lookup.value)))
+    .get();
+  if (found) return found.id;
+  if (lookup.kind === 'contactId' || !target.createIfNotFound) return undefined;
+  const d = target.defaults;
+  return createContact(ctx, {
+    [lookup.kind]: lookup.value,
+    ...(d.firstName !== undefined ? { firstName: d.firstName } : {}),
+    ...(d.lastName !== undefined ? { lastName: d.lastName } : {}),
+    ...(d.attributes !== undefined ? { attributes: d.attributes } : {}),
+    ...(d.tags !== undefined ? { tags: d.tags } : {}),
+  }).id;
+}
+
+/** Inserts a QUEUED run with a snapshot of the workflow's steps. */
+export function startRun(db: Db, target: Pick<WebhookTarget, 'workflowId' | 'workspaceId' | 'steps'>, contactId: number, trigger: Record<string, unknown>): number {
+  const row = db
+    .insert(workflowRuns)
+    .values({ workspaceId: target.workspaceId, workflowId: target.workflowId, contactId, definition: target.steps, trigger })
+    .returning({ id: workflowRuns.id })
+    .get();
+  return row.id;
+}
+
+export interface WebhookEventView {
+  id: number;
+  workflowId: number;
+  receivedAt: string;
+  statusCode: number;
+  code: string | null;
+  runId: number | null;
+  contactId: number | null;
+  sourceIp: string | null;
+  contentType: string | null;
+  idempotencyKey: string | null;
+  /** The body as JSON when it parsed as JSON, else null (see bodyText). */
+  body: unknown;
+  /** The body as text when it was not valid JSON; null otherwise. */
+  bodyText: string | null;
+}
+
+function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
+  let body: unknown = null;
+  let bodyText: string | null = null;
+  if (row.body) {
+    const text = row.body.toString('utf8');
+    try {
+      body = JSON.parse(text);
+    } catch {
+      bodyText = text;
+    }
+  }
+  return {
+    id: row.id,
+    workflowId: row.workflowId,
+    receivedAt: row.receivedAt,
+    statusCode: row.statusCode,
+    code: row.code,
+    runId: row.runId,
+    contactId: row.contactId,
+    sourceIp: row.sourceIp,
+    contentType: row.contentType,
+    idempotencyKey: row.idempotencyKey,
+    body,
+    bodyText,
+  };
+}
+
+export function listWebhookEvents(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined }): Page<WebhookEventView> {
+  const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
+  if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
+  const before = decodeCursor(opts.cursor);
+  const rows = ctx.db
+    .select()
+    .from(webhookEvents)
+    .where(inWorkspace(ctx, webhookEvents.workspaceId, and(eq(webhookEvents.workflowId, workflowId), before ? lt(webhookEvents.id, before) : undefined)))
+    .orderBy(desc(webhookEvents.id))
+    .limit(opts.limit + 1)
+    .all();
+  return toPage(rows, opts.limit, eventView);
+}
+
+/** The workspace an event belongs to, for operator commands that name it by id alone. */
+export function webhookEventWorkspaceId(ctx: { db: Db }, id: number): number {
+  const row = ctx.db.select({ workspaceId: webhookEvents.workspaceId }).from(webhookEvents).where(eq(webhookEvents.id, id)).get();
+  if (!row) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${id}`);
+  return row.workspaceId;
+}
+
+/**
+ * Starts a new run from a stored event's bytes, with the workflow's current lookup, path
+ * and steps: fix a path, then replay what was refused. Bytes refused for a bad signature
+ * are never replayed, nor events whose body was not read.
+ */
+export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { runId: number; contactId: number } {
+  return withTransaction(ctx, (tx) => {
+      const event = tx.db.select().from(webhookEvents).where(inWorkspace(tx, webhookEvents.workspaceId, eq(webhookEvents.id, eventId))).get();
+      if (!event) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${eventId}`);
+      if (event.code === 'signature_invalid') throw new ValidationError('event_not_replayable', 'An event refused for its signature cannot be replayed');
+      if (!event.body) throw new ValidationError('event_not_replayable', 'This event was refused before its body was read; there is nothing to replay');
+      const row = tx.db.select().from(workflows).where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId))).get();
+      if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${event.workflowId}`);
+      let body: unknown;
+      try {
+        body = JSON.parse(event.body.toString('utf8'));
+      } catch {
+        throw new ValidationError('event_not_replayable', 'The stored body is not valid JSON');
+      }
+      if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ValidationError('event_not_replayable', 'The stored body is not a JSON object');
+      const target = {
+        workflowId: row.id,
+        workspaceId: row.workspaceId,
+        steps: row.steps,
+        lookup: row.webhookLookup,
+        path: row.webhookPath ? (parsePath(row.webhookPath) ?? null) : null,
+        createIfNotFound: row.createIfNotFound,
+        defaults: row.contactDefaults,
+      };
+      const lookup = extractLookup(target, body as Record<string, unknown>, tx.config.defaultPhoneRegion);
+      const contactId = resolveContact(tx, target, lookup);
+      if (contactId === undefined) throw new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}`);
+      const runId = startRun(tx.db, target, contactId, body as Record<string, unknown>);
+      recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'webhook_event.replayed', target: { type: 'webhook_event', id: eventId }, metadata: { runId, contactId } });
+      return { runId, contactId };
+  });
+}
+
+/** Deletes received events older than the retention period; returns how many. */
+export function pruneWebhookEvents(db: Db, retentionDays: number, now = Date.now()): number {
+  const cutoff = new Date(now - retentionDays * 86_400_000).toISOString();
+  return db.delete(webhookEvents).where(lt(webhookEvents.receivedAt, cutoff)).run().changes;
+}
+

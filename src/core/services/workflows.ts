@@ -1,0 +1,228 @@
+import { desc, eq, lt } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import { randomBase62 } from '../crypto.js';
+import {
+  workflows,
+  type ContactDefaults,
+  type LookupKind,
+  type StepDefinition,
+  type TriggerSource,
+  type WorkflowStatus,
+} from '../db/schema.js';
+import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import { parsePath } from '../jsonPath.js';
+import { decodeCursor, toPage, type Page } from '../pagination.js';
+import { encryptSecret } from '../secrets.js';
+import { validateSteps } from '../steps.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
+import { normalizeTags } from './contacts.js';
+
+export const WEBHOOK_TOKEN_LENGTH = 30;
+export const WEBHOOK_PATH_PREFIX = '/v1/webhooks/in/';
+
+export interface WebhookView {
+  url: string | null;
+  lookup: LookupKind | null;
+  path: string | null;
+  createIfNotFound: boolean;
+  defaults: ContactDefaults;
+  hasSigningSecret: boolean;
+}
+
+export interface WorkflowView {
+  id: number;
+  name: string;
+  status: WorkflowStatus;
+  triggerSource: TriggerSource;
+  steps: StepDefinition[];
+  webhook: WebhookView;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface WebhookInput {
+  lookup?: LookupKind | null | undefined;
+  path?: string | null | undefined;
+  createIfNotFound?: boolean | undefined;
+  defaults?: ContactDefaults | undefined;
+  signingSecret?: string | null | undefined;
+}
+
+export interface WorkflowInput {
+  name?: string | undefined;
+  status?: WorkflowStatus | undefined;
+  triggerSource?: TriggerSource | undefined;
+  steps?: unknown[] | undefined;
+  webhook?: WebhookInput | undefined;
+}
+
+type WorkflowRow = typeof workflows.$inferSelect;
+
+export function workflowView(row: WorkflowRow, publicUrl: string): WorkflowView {
+  return {
+    id: row.id,
+    name: row.name,
+    status: row.status,
+    triggerSource: row.triggerSource,
+    steps: row.steps,
+    webhook: {
+      url: row.webhookToken ? `${publicUrl}${WEBHOOK_PATH_PREFIX}${row.webhookToken}` : null,
+      lookup: row.webhookLookup,
+      path: row.webhookPath ?? row.webhookLookup,
+      createIfNotFound: row.createIfNotFound,
+      defaults: row.contactDefaults,
+      hasSigningSecret: row.signingSecret !== null,
+    },
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+/** 30 base62 characters from a CSPRNG: about 178 bits, unguessable and URL-safe. */
+export function mintWebhookToken(): string {
+  return randomBase62(WEBHOOK_TOKEN_LENGTH);
+}
+
+function findRow(ctx: WorkspaceContext, id: number): WorkflowRow {
+  const row = ctx.db.select().from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, id))).get();
+  if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${id}`);
+  return row;
+}
+
+export function getWorkflow(ctx: WorkspaceContext, id: number): WorkflowView {
+  return workflowView(findRow(ctx, id), ctx.config.publicUrl);
+}
+
+export function listWorkflows(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<WorkflowView> {
+  const before = decodeCursor(opts.cursor);
+  const rows = ctx.db
+    .select()
+    .from(workflows)
+    .where(inWorkspace(ctx, workflows.workspaceId, before ? lt(workflows.id, before) : undefined))
+    .orderBy(desc(workflows.id))
+    .limit(opts.limit + 1)
+    .all();
+  return toPage(rows, opts.limit, (r) => workflowView(r, ctx.config.publicUrl));
+}
+
+/** The workspace a workflow belongs to, for operator commands that name it by id alone. */
+export function workflowWorkspaceId(ctx: Pick<SystemContext, 'db'>, id: number): number {
+  const row = ctx.db.select({ workspaceId: workflows.workspaceId }).from(workflows).where(eq(workflows.id, id)).get();
+  if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${id}`);
+  return row.workspaceId;
+}
+
+function normalizeDefaults(defaults: ContactDefaults): ContactDefaults {
+  const out: ContactDefaults = {};
+  if (defaults.firstName !== undefined) out.firstName = defaults.firstName;
+  if (defaults.lastName !== undefined) out.lastName = defaults.lastName;
+  if (defaults.attributes !== undefined) {
+    if (jsonDepthExceeds(defaults.attributes, MAX_JSON_DEPTH)) {
+      throw new ValidationError('validation_failed', 'The workflow is invalid', [{ path: '/webhook/defaults/attributes', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` }]);
+    }
+    out.attributes = defaults.attributes;
+  }
+  if (defaults.tags !== undefined) out.tags = normalizeTags(defaults.tags, '/webhook/defaults/tags');
+  return out;
+}
+
+/** Column values for the fields present in the input; everything is validated first. */
+function columnsFrom(ctx: WorkspaceContext, input: WorkflowInput): Partial<WorkflowRow> {
+  const errors: FieldError[] = [];
+  const set: Partial<WorkflowRow> = {};
+  if (input.name !== undefined) {
+    const name = input.name.trim();
+    if (!name || name.length > 200) errors.push({ path: '/name', message: 'must be 1 to 200 characters' });
+    set.name = name;
+  }
+  if (input.triggerSource !== undefined) set.triggerSource = input.triggerSource;
+  if (input.steps !== undefined) set.steps = validateSteps(input.steps);
+  const webhook = input.webhook;
+  if (webhook) {
+    if (webhook.lookup !== undefined) set.webhookLookup = webhook.lookup;
+    if (webhook.path !== undefined) {
+      if (webhook.path !== null && !parsePath(webhook.path)) {
+        errors.push({ path: '/webhook/path', message: 'must be a dot path such as customer.email or fields[0].value' });
+      }
+      set.webhookPath = webhook.path;
+    }
+    if (webhook.createIfNotFound !== undefined) set.createIfNotFound = webhook.createIfNotFound;
+    if (webhook.defaults !== undefined) set.contactDefaults = normalizeDefaults(webhook.defaults);
+    if (webhook.signingSecret !== undefined) {
+      set.signingSecret = webhook.signingSecret === null ? null : encryptSecret(ctx.config, webhook.signingSecret);
+    }
+  }
+  if (errors.length) throw new ValidationError('validation_failed', 'The workflow is invalid', errors);
+  return set;
+}
+
+/**
+ * Brings a row that is about to be ACTIVE into a runnable state: a WEBHOOK workflow needs a
+ * lookup, and gets its token on first activation (kept through pauses so senders' URLs
+ * keep working).
+ */
+function activationColumns(row: WorkflowRow): Partial<WorkflowRow> {
+  if (row.triggerSource !== 'WEBHOOK') return {};
+  if (!row.webhookLookup) {
+    throw new ValidationError('webhook_lookup_required', 'A WEBHOOK workflow needs webhook.lookup (email, phone or contactId) before it can be ACTIVE', [
+      { path: '/webhook/lookup', message: 'is required to activate a WEBHOOK workflow' },
+    ]);
+  }
+  return row.webhookToken ? {} : { webhookToken: mintWebhookToken() };
+}
+
+function auditChanges(ctx: WorkspaceContext, before: WorkflowRow | undefined, after: WorkflowRow, input: WorkflowInput): void {
+  const target = { type: 'workflow', id: after.id };
+  const base = { workspaceId: ctx.workspaceId, target };
+  if (!before) recordAudit(ctx, { ...base, action: 'workflow.created', metadata: { name: after.name, triggerSource: after.triggerSource } });
+  else {
+    const fields = Object.keys(input).filter((k) => k !== 'status');
+    if (fields.length) recordAudit(ctx, { ...base, action: 'workflow.updated', metadata: { fields } });
+  }
+  if (before?.status !== after.status && (before || after.status !== 'DRAFT')) {
+    const action = after.status === 'ACTIVE' ? 'workflow.activated' : after.status === 'PAUSED' ? 'workflow.paused' : 'workflow.drafted';
+    recordAudit(ctx, { ...base, action, metadata: { from: before?.status ?? null, to: after.status } });
+  }
+  if (!before ? after.signingSecret !== null : input.webhook?.signingSecret !== undefined) {
+    recordAudit(ctx, { ...base, action: 'workflow.signing_secret_changed', metadata: { set: after.signingSecret !== null } });
+  }
+}
+
+export function createWorkflow(ctx: WorkspaceContext, input: WorkflowInput & { name: string }): WorkflowView {
+  const set = columnsFrom(ctx, input);
+  return withTransaction(ctx, (tx) => {
+    let row = tx.db
+      .insert(workflows)
+      .values({ workspaceId: ctx.workspaceId, name: set.name ?? input.name, ...set, status: 'DRAFT' })
+      .returning()
+      .get();
+    if (input.status && input.status !== 'DRAFT') {
+      const extra = input.status === 'ACTIVE' ? activationColumns(row) : {};
+      row = tx.db.update(workflows).set({ status: input.status, ...extra }).where(eq(workflows.id, row.id)).returning().get()!;
+    }
+    auditChanges(tx, undefined, row, input);
+    return workflowView(row, ctx.config.publicUrl);
+  });
+}
+
+export function updateWorkflow(ctx: WorkspaceContext, id: number, input: WorkflowInput): WorkflowView {
+  const set = columnsFrom(ctx, input);
+  return withTransaction(ctx, (tx) => {
+    const before = findRow(tx, id);
+    const merged = { ...before, ...set, ...(input.status ? { status: input.status } : {}) };
+    const extra = merged.status === 'ACTIVE' ? activationColumns(merged) : {};
+    const row = tx.db
+      .update(workflows)
+      .set({ ...set, ...(input.status ? { status: input.status } : {}), ...extra, updatedAt: nowIso() })
+      .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, id)))
+      .returning()
+      .get()!;
+    auditChanges(tx, before, row, input);
+    return workflowView(row, ctx.config.publicUrl);
+  });
+}
+
+export function setWorkflowStatus(ctx: WorkspaceContext, id: number, status: WorkflowStatus): WorkflowView {
+  return updateWorkflow(ctx, id, { status });
+}

@@ -1,0 +1,112 @@
+import rateLimit from '@fastify/rate-limit';
+import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
+import type { Config } from '../../core/config.js';
+import { AppError, NotFoundError } from '../../core/errors.js';
+import { SIGNATURE_HEADER, type ReceivedRequest, type WebhookReceiver, type WebhookTarget } from '../../core/services/webhooks.js';
+import type { App } from '../app.js';
+import { problem, sendProblem } from '../plugins/errors.js';
+import { RunStarted } from '../schemas.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    webhookTarget?: WebhookTarget;
+    /** Set once the handler runs: from there on the receiver records its own refusals. */
+    webhookHandled?: boolean;
+  }
+}
+
+const JSON_TYPE_RE = /^application\/json\s*(;.*)?$/i;
+const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+
+const notFound = () => new NotFoundError('webhook_not_found', 'No active webhook workflow has this URL');
+
+function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
+  const signature = req.headers[SIGNATURE_HEADER];
+  const key = req.headers['idempotency-key'];
+  return {
+    raw,
+    contentType: req.headers['content-type'] ?? null,
+    sourceIp: req.ip,
+    signature: typeof signature === 'string' ? signature : undefined,
+    idempotencyKey: typeof key === 'string' ? key : undefined,
+  };
+}
+
+/**
+ * POST /v1/webhooks/in/:token. Checks run in the contract's order: per-IP rate limit (429),
+ * token (404), Content-Type (415), body size (413), then in the receiver signature (401),
+ * JSON (400), object (422), lookup (422), contact (404) and finally 202 after COMMIT.
+ * The body is taken as raw bytes so the signature covers exactly what was sent.
+ */
+export async function webhookRoutes(app: App, opts: { config: Config; receiver: WebhookReceiver }): Promise<void> {
+  const { config, receiver } = opts;
+
+  await app.register(rateLimit, {
+    global: false,
+    errorResponseBuilder: (_req, ctx) =>
+      new AppError(429, 'rate_limited', `More than ${ctx.max} webhook requests a minute from this address; retry after ${Math.ceil(ctx.ttl / 1000)} s`),
+  });
+
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: config.webhookBodyLimit }, (_req, body, done) => done(null, body));
+
+  // Refusals of a known token are recorded against its workflow before they are answered.
+  app.setErrorHandler(async (err: Error & { code?: string; statusCode?: number }, req, reply) => {
+    let error: AppError;
+    if (err instanceof AppError) error = err;
+    else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = new AppError(413, 'payload_too_large', `The body is larger than ${config.webhookBodyLimit} bytes`);
+    else if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) error = new AppError(err.statusCode, 'bad_request', 'The request could not be read');
+    else {
+      req.log.error({ err }, 'webhook failed');
+      return sendProblem(reply, problem(500, 'internal_error', 'An internal error occurred; retry with backoff'));
+    }
+    if (req.webhookTarget && !req.webhookHandled && error.status !== 429) {
+      try {
+        await receiver.refuse(req.webhookTarget, error, received(req, null));
+      } catch (recordErr) {
+        req.log.error({ err: recordErr }, 'could not record a refused webhook');
+      }
+    }
+    return sendProblem(reply, problem(error.status, error.code, error.message, error.errors), error.headers);
+  });
+
+  app.post(
+    '/v1/webhooks/in/:token',
+    {
+      bodyLimit: config.webhookBodyLimit,
+      config: { access: 'public', rateLimit: { max: config.webhookRateLimit, timeWindow: 60_000 } },
+      schema: { params: Type.Object({ token: Type.String({ maxLength: 256 }) }), response: { 202: RunStarted } },
+      // Runs after the rate limit (onRequest) and before the body is read.
+      preParsing: async (req, _reply, payload) => {
+        const target = receiver.target((req.params as { token: string }).token);
+        if (!target || !target.active) {
+          if (target) await receiver.refuse(target, notFound(), received(req, null));
+          throw notFound();
+        }
+        req.webhookTarget = target;
+        const contentType = req.headers['content-type'];
+        if (!contentType || !JSON_TYPE_RE.test(contentType)) {
+          throw new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
+        }
+        const length = Number(req.headers['content-length']);
+        if (Number.isFinite(length) && length > config.webhookBodyLimit) {
+          throw new AppError(413, 'payload_too_large', `The body is larger than ${config.webhookBodyLimit} bytes`);
+        }
+        return payload;
+      },
+    },
+    async (req, reply) => {
+      req.webhookHandled = true;
+      const target = req.webhookTarget!;
+      const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+      const request = received(req, raw);
+      if (request.idempotencyKey !== undefined && !IDEMPOTENCY_KEY_RE.test(request.idempotencyKey)) {
+        throw await receiver.refuse(target, new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 printable ASCII characters'), request);
+      }
+      const accepted = await receiver.receive(target, { ...request, raw });
+      if (accepted.replayed) reply.header('idempotent-replayed', 'true');
+      return reply.code(202).send({ runId: accepted.runId, contactId: accepted.contactId });
+    },
+  );
+}

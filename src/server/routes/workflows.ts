@@ -1,0 +1,109 @@
+import { Type } from '@sinclair/typebox';
+import { getRun, listRuns } from '../../core/services/runs.js';
+import { listWebhookEvents, replayWebhookEvent } from '../../core/services/webhooks.js';
+import { createWorkflow, getWorkflow, listWorkflows, updateWorkflow } from '../../core/services/workflows.js';
+import type { App } from '../app.js';
+import {
+  ContactDefaults,
+  FreeObject,
+  IdParams,
+  ListQuery,
+  LookupKind,
+  Nullable,
+  PageQuery,
+  pageOf,
+  Run,
+  RunStarted,
+  RunStatus,
+  TriggerSource,
+  WebhookEvent,
+  Workflow,
+  WorkflowStatus,
+} from '../schemas.js';
+
+const read = { role: 'VIEWER' as const };
+const write = { role: 'MEMBER' as const };
+
+const WebhookInput = Type.Object(
+  {
+    lookup: Type.Optional(Nullable(LookupKind)),
+    path: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 256 }))),
+    createIfNotFound: Type.Optional(Type.Boolean()),
+    defaults: Type.Optional(ContactDefaults),
+    signingSecret: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 512 }))),
+  },
+  { additionalProperties: false },
+);
+
+const workflowFields = {
+  status: Type.Optional(WorkflowStatus),
+  triggerSource: Type.Optional(TriggerSource),
+  steps: Type.Optional(Type.Array(FreeObject, { maxItems: 100 })),
+  webhook: Type.Optional(WebhookInput),
+};
+
+const RunParams = Type.Object({ runId: IdParams.properties.id });
+
+export async function workflowRoutes(app: App): Promise<void> {
+  app.get('/workflows', { config: { access: read }, schema: { querystring: ListQuery, response: { 200: pageOf(Workflow) } } }, async (req) =>
+    listWorkflows(req.workspaceCtx(), req.query),
+  );
+
+  app.post(
+    '/workflows',
+    {
+      config: { access: write },
+      schema: {
+        body: Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }), ...workflowFields }, { additionalProperties: false }),
+        response: { 201: Workflow },
+      },
+    },
+    async (req, reply) => reply.code(201).send(createWorkflow(req.workspaceCtx(), req.body)),
+  );
+
+  app.get('/workflows/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Workflow } } }, async (req) =>
+    getWorkflow(req.workspaceCtx(), req.params.id),
+  );
+
+  app.patch(
+    '/workflows/:id',
+    {
+      config: { access: write },
+      schema: {
+        params: IdParams,
+        body: Type.Object({ name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })), ...workflowFields }, { additionalProperties: false }),
+        response: { 200: Workflow },
+      },
+    },
+    async (req) => updateWorkflow(req.workspaceCtx(), req.params.id, req.body),
+  );
+
+  app.get(
+    '/workflows/:id/runs',
+    {
+      config: { access: read },
+      schema: {
+        params: IdParams,
+        querystring: Type.Object({ ...PageQuery, status: Type.Optional(RunStatus) }, { additionalProperties: false }),
+        response: { 200: pageOf(Run) },
+      },
+    },
+    async (req) => listRuns(req.workspaceCtx(), req.params.id, req.query as Parameters<typeof listRuns>[2]),
+  );
+
+  app.get('/runs/:runId', { config: { access: read }, schema: { params: RunParams, response: { 200: Run } } }, async (req) =>
+    getRun(req.workspaceCtx(), req.params.runId),
+  );
+
+  app.get(
+    '/workflows/:id/webhook-events',
+    { config: { access: read }, schema: { params: IdParams, querystring: ListQuery, response: { 200: pageOf(WebhookEvent) } } },
+    async (req) => listWebhookEvents(req.workspaceCtx(), req.params.id, req.query),
+  );
+
+  app.post(
+    '/webhook-events/:id/replay',
+    { config: { access: write }, schema: { params: IdParams, response: { 202: RunStarted } } },
+    async (req, reply) => reply.code(202).send(replayWebhookEvent(req.workspaceCtx(), req.params.id)),
+  );
+}
