@@ -10,6 +10,7 @@ import { mintApiKey } from '../src/core/services/apiKeys.js';
 import { createUser } from '../src/core/services/users.js';
 import { createWorkspace } from '../src/core/services/workspaces.js';
 import { buildApp, type App } from '../src/server/app.js';
+import { freePort } from '../src/cli/serve.js';
 
 export const OWNER_PASSWORD = 'owner-password-1';
 
@@ -88,10 +89,10 @@ export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.Pr
     { workspaceName: 'Acme', email: 'owner@acme.test', password: OWNER_PASSWORD, plan: opts.plan ?? 'PRO' },
     { type: 'SYSTEM', id: null, label: 'test' },
   );
-  const config = loadConfig({ dataDir, port: 0 }, env);
+  const config = loadConfig({ dataDir, port: await freePort('127.0.0.1') }, env);
   const { db } = openMigrated(config);
   const app = await buildApp({ config, db, logger: false });
-  const address = await app.listen({ host: '127.0.0.1', port: 0 });
+  const address = await app.listen({ host: '127.0.0.1', port: config.port });
   t.after(async () => {
     await app.close();
     db.$client.close();
