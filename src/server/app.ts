@@ -31,13 +31,36 @@ const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * Bodies are validated strictly (no type coercion, unknown fields refused); query strings
- * and path parameters arrive as text, so there Ajv coerces numbers and booleans.
+ * and path parameters arrive as text, so there Ajv coerces numbers and booleans, but only
+ * from plain decimal text: "0x2", "2e0" or "+2" must not alias id 2.
  */
 function validatorCompilers() {
   const strict = new Ajv({ allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true, strict: false });
   const coercing = new Ajv({ allErrors: true, coerceTypes: 'array', removeAdditional: false, useDefaults: true, strict: false });
-  return ({ schema, httpPart }: { schema: object; httpPart?: string }) => (httpPart === 'body' ? strict.compile(schema) : coercing.compile(schema));
+  return ({ schema, httpPart }: { schema: object; httpPart?: string }) => {
+    if (httpPart === 'body') return strict.compile(schema);
+    const validate = coercing.compile(schema);
+    const integers = Object.entries((schema as { properties?: Record<string, { type?: string }> }).properties ?? {})
+      .filter(([, s]) => s.type === 'integer')
+      .map(([name]) => name);
+    if (!integers.length) return validate;
+    const checked: { (data: Record<string, unknown>): boolean; errors?: typeof validate.errors } = (data) => {
+      for (const name of integers) {
+        const raw = data?.[name];
+        if (typeof raw === 'string' && !DECIMAL_RE.test(raw)) {
+          checked.errors = [{ instancePath: `/${name}`, keyword: 'type', message: 'must be a decimal integer', params: {}, schemaPath: '' }];
+          return false;
+        }
+      }
+      const ok = validate(data);
+      checked.errors = validate.errors;
+      return ok;
+    };
+    return checked as typeof validate;
+  };
 }
+
+const DECIMAL_RE = /^-?(0|[1-9][0-9]{0,15})$/;
 
 export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;

@@ -137,7 +137,8 @@ export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyI
   return { id: row.id, workspaceId: row.workspaceId, name: row.name, role: row.role, plan: row.plan, revoked: row.revokedAt !== null };
 }
 
-const lastTouched = new Map<number, number>();
+// Per database, so that several servers in one process (the tests) keep separate books.
+const lastTouchedByDb = new WeakMap<object, Map<number, number>>();
 
 /**
  * Records use at most once a minute per key, so a busy key does not write on every
@@ -145,6 +146,8 @@ const lastTouched = new Map<number, number>();
  * write when another process sharing the database made one within the minute.
  */
 export function touchApiKey(ctx: Pick<SystemContext, 'db'>, id: number, now = new Date()): void {
+  let lastTouched = lastTouchedByDb.get(ctx.db.$client);
+  if (!lastTouched) lastTouchedByDb.set(ctx.db.$client, (lastTouched = new Map()));
   const previous = lastTouched.get(id);
   if (previous !== undefined && now.getTime() - previous < LAST_USED_WRITE_INTERVAL_MS) return;
   lastTouched.set(id, now.getTime());

@@ -95,6 +95,45 @@ export function extractLookup(target: Pick<WebhookTarget, 'lookup' | 'path'>, bo
 
 type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError };
 
+interface WorkflowRowRaw {
+  id: number;
+  workspace_id: number;
+  status: string;
+  trigger_source: string;
+  steps: string;
+  webhook_lookup: LookupKind | null;
+  webhook_path: string | null;
+  create_if_not_found: number;
+  contact_defaults: string;
+  signing_secret: string | null;
+}
+
+/** The hot path's SQL, prepared once: building queries per request cost more than running them. */
+function prepareStatements(db: Db) {
+  const c = db.$client;
+  return {
+    workflowByToken: c.prepare<[string], WorkflowRowRaw>(
+      `SELECT id, workspace_id, status, trigger_source, steps, webhook_lookup, webhook_path, create_if_not_found, contact_defaults, signing_secret
+         FROM workflows WHERE webhook_token = ?`,
+    ),
+    contactByEmail: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ?'),
+    contactByPhone: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ?'),
+    contactById: c.prepare<[number, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND id = ?'),
+    insertRun: c.prepare<[number, number, number, string, string], { id: number }>(
+      'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?) RETURNING id',
+    ),
+    insertEvent: c.prepare(
+      `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, replay_of)
+       VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @replayOf)`,
+    ),
+    firstByIdempotencyKey: c.prepare<[number, string, string], { id: number; run_id: number | null; contact_id: number | null }>(
+      `SELECT id, run_id, contact_id FROM webhook_events
+        WHERE workflow_id = ? AND idempotency_key = ? AND status_code = 202 AND replay_of IS NULL AND received_at > ?
+        ORDER BY id DESC LIMIT 1`,
+    ),
+  };
+}
+
 /**
  * The inbound webhook, from token to durable run. Reads go straight to SQLite (an indexed
  * read per request, so an activation or pause by any process applies to the next request);
@@ -102,29 +141,39 @@ type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError }
  */
 export class WebhookReceiver {
   private readonly secrets = new Map<string, string>();
+  private readonly parsed = new Map<number, { row: WorkflowRowRaw; target: WebhookTarget; stepsJson: string }>();
+  private readonly sql: ReturnType<typeof prepareStatements>;
 
   constructor(
     private readonly db: Db,
     private readonly config: Config,
     private readonly batcher: WriteBatcher,
-  ) {}
+  ) {
+    this.sql = prepareStatements(db);
+  }
 
   /** The workflow behind a token, active or not; undefined when no workflow has it. */
   target(token: string): WebhookTarget | undefined {
     if (!TOKEN_RE.test(token)) return undefined;
-    const row = this.db.select().from(workflows).where(eq(workflows.webhookToken, token)).get();
+    const row = this.sql.workflowByToken.get(token);
     if (!row) return undefined;
-    return {
+    // The row is read every time; only its parsed form is reused while the row is unchanged.
+    const cached = this.parsed.get(row.id);
+    if (cached && sameRow(cached.row, row)) return cached.target;
+    const target: WebhookTarget = {
       workflowId: row.id,
-      workspaceId: row.workspaceId,
-      active: row.status === 'ACTIVE' && row.triggerSource === 'WEBHOOK',
-      steps: row.steps,
-      lookup: row.webhookLookup,
-      path: row.webhookPath ? (parsePath(row.webhookPath) ?? null) : null,
-      createIfNotFound: row.createIfNotFound,
-      defaults: row.contactDefaults,
-      secret: row.signingSecret ? this.decrypt(row.signingSecret) : null,
+      workspaceId: row.workspace_id,
+      active: row.status === 'ACTIVE' && row.trigger_source === 'WEBHOOK',
+      steps: JSON.parse(row.steps) as StepDefinition[],
+      lookup: row.webhook_lookup,
+      path: row.webhook_path ? (parsePath(row.webhook_path) ?? null) : null,
+      createIfNotFound: row.create_if_not_found === 1,
+      defaults: JSON.parse(row.contact_defaults) as ContactDefaults,
+      secret: row.signing_secret ? this.decrypt(row.signing_secret) : null,
     };
+    if (this.parsed.size > 10_000) this.parsed.clear();
+    this.parsed.set(row.id, { row, target, stepsJson: row.steps });
+    return target;
   }
 
   private decrypt(ciphertext: string): string {
@@ -146,70 +195,66 @@ export class WebhookReceiver {
   /** Checks signature, JSON and lookup, then resolves the contact and starts the run. */
   async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }): Promise<Accepted> {
     let lookup: LookupValue;
-    let body: Record<string, unknown>;
+    let text: string;
     try {
       if (target.secret !== null && !verifySignature(target.secret, req.raw, req.signature)) {
         throw new UnauthorizedError('signature_invalid', `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
       }
       let parsed: unknown;
+      text = req.raw.toString('utf8');
       try {
-        parsed = JSON.parse(req.raw.toString('utf8'));
+        parsed = JSON.parse(text);
       } catch {
         throw new AppError(400, 'invalid_json', 'The body is not valid JSON');
       }
       if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ValidationError('body_not_object', 'The body must be a JSON object');
       if (jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
-      body = parsed as Record<string, unknown>;
-      lookup = extractLookup(target, body, this.config.defaultPhoneRegion);
+      lookup = extractLookup(target, parsed as Record<string, unknown>, this.config.defaultPhoneRegion);
     } catch (err) {
       if (err instanceof AppError) throw await this.refuse(target, err, req);
       throw err;
     }
-    const outcome = await this.batcher.run(() => this.accept(target, req, body, lookup));
+    const outcome = await this.batcher.run(() => this.accept(target, req, text, lookup));
     if (!outcome.ok) throw outcome.error;
     return outcome.accepted;
   }
 
   /** Runs inside the batch transaction: everything here commits together or not at all. */
-  private accept(target: WebhookTarget, req: ReceivedRequest, body: Record<string, unknown>, lookup: LookupValue): Outcome {
+  private accept(target: WebhookTarget, req: ReceivedRequest, triggerJson: string, lookup: LookupValue): Outcome {
     if (req.idempotencyKey) {
       const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
-      const first = this.db
-        .select({ id: webhookEvents.id, runId: webhookEvents.runId, contactId: webhookEvents.contactId })
-        .from(webhookEvents)
-        .where(
-          and(
-            eq(webhookEvents.workflowId, target.workflowId),
-            eq(webhookEvents.idempotencyKey, req.idempotencyKey),
-            eq(webhookEvents.statusCode, 202),
-            isNull(webhookEvents.replayOf),
-            gt(webhookEvents.receivedAt, since),
-          ),
-        )
-        .orderBy(desc(webhookEvents.id))
-        .get();
-      if (first?.runId != null && first.contactId != null) {
-        this.insertEvent(target, req, { statusCode: 202, code: 'idempotent_replay', runId: first.runId, contactId: first.contactId, replayOf: first.id });
-        return { ok: true, accepted: { runId: first.runId, contactId: first.contactId, replayed: true } };
+      const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, since);
+      if (first?.run_id != null && first.contact_id != null) {
+        this.insertEvent(target, req, { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id });
+        return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
-    const contactId = this.resolveContact(target, lookup);
+    const contactId = this.findContact(target, lookup) ?? this.createContact(target, lookup);
     if (contactId === undefined) {
       const error = new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`);
       this.insertEvent(target, req, { statusCode: 404, code: error.code });
       return { ok: false, error };
     }
-    const runId = startRun(this.db, target, contactId, body);
+    const stepsJson = this.parsed.get(target.workflowId)?.stepsJson ?? JSON.stringify(target.steps);
+    // The trigger is stored as the received text (already checked to be a JSON object).
+    const runId = this.sql.insertRun.get(target.workspaceId, target.workflowId, contactId, stepsJson, triggerJson)!.id;
     this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId });
     return { ok: true, accepted: { runId, contactId, replayed: false } };
   }
 
-  private resolveContact(target: WebhookTarget, lookup: LookupValue): number | undefined {
-    return resolveContact(
-      { db: this.db, config: this.config, workspaceId: target.workspaceId, actor: { type: 'SYSTEM', id: null, label: `webhook:workflow:${target.workflowId}` }, ip: null },
-      target,
-      lookup,
-    );
+  private findContact(target: WebhookTarget, lookup: LookupValue): number | undefined {
+    const row =
+      lookup.kind === 'contactId'
+        ? this.sql.contactById.get(target.workspaceId, lookup.value)
+        : lookup.kind === 'email'
+          ? this.sql.contactByEmail.get(target.workspaceId, lookup.value)
+          : this.sql.contactByPhone.get(target.workspaceId, lookup.value);
+    return row?.id;
+  }
+
+  private createContact(target: WebhookTarget, lookup: LookupValue): number | undefined {
+    const ctx = { db: this.db, config: this.config, workspaceId: target.workspaceId, actor: webhookActor(target.workflowId), ip: null };
+    return resolveContact(ctx, target, lookup);
   }
 
   private insertEvent(
@@ -217,23 +262,37 @@ export class WebhookReceiver {
     req: ReceivedRequest,
     result: { statusCode: number; code: string | null; runId?: number; contactId?: number; replayOf?: number },
   ): void {
-    this.db
-      .insert(webhookEvents)
-      .values({
-        workspaceId: target.workspaceId,
-        workflowId: target.workflowId,
-        statusCode: result.statusCode,
-        code: result.code,
-        runId: result.runId ?? null,
-        contactId: result.contactId ?? null,
-        sourceIp: req.sourceIp,
-        contentType: req.contentType?.slice(0, 200) ?? null,
-        idempotencyKey: req.idempotencyKey ?? null,
-        body: req.raw,
-        replayOf: result.replayOf ?? null,
-      })
-      .run();
+    this.sql.insertEvent.run({
+      workspaceId: target.workspaceId,
+      workflowId: target.workflowId,
+      statusCode: result.statusCode,
+      code: result.code,
+      runId: result.runId ?? null,
+      contactId: result.contactId ?? null,
+      sourceIp: req.sourceIp,
+      contentType: req.contentType?.slice(0, 200) ?? null,
+      idempotencyKey: req.idempotencyKey ?? null,
+      body: req.raw,
+      replayOf: result.replayOf ?? null,
+    });
   }
+}
+
+function sameRow(a: WorkflowRowRaw, b: WorkflowRowRaw): boolean {
+  return (
+    a.status === b.status &&
+    a.trigger_source === b.trigger_source &&
+    a.steps === b.steps &&
+    a.webhook_lookup === b.webhook_lookup &&
+    a.webhook_path === b.webhook_path &&
+    a.create_if_not_found === b.create_if_not_found &&
+    a.contact_defaults === b.contact_defaults &&
+    a.signing_secret === b.signing_secret
+  );
+}
+
+export function webhookActor(workflowId: number) {
+  return { type: 'SYSTEM' as const, id: null, label: `webhook:workflow:${workflowId}` };
 }
 
 /** Finds the contact the lookup names, creating it when the workflow says so (email and phone only). */
