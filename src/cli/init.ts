@@ -5,21 +5,22 @@ import type { Plan } from '../core/db/schema.js';
 import { parsePlan } from '../core/roles.js';
 import { CliError, cliActor, globals, interactive, output, readSecretFromStdin } from './io.js';
 
-export function describeInit(result: InitResult, publicUrl?: string): string {
-  const base = publicUrl ?? 'http://127.0.0.1:3000';
+export function describeInit(result: InitResult, where: { publicUrl?: string; dataDirFlag?: string | undefined } = {}): string {
+  const base = where.publicUrl ?? 'http://127.0.0.1:3000';
+  const dataDir = where.dataDirFlag ? ` --data-dir ${JSON.stringify(where.dataDirFlag)}` : '';
   const lines = [
     `Initialised ${result.dataDir}`,
     `  workspace  ${result.workspace.name} (id ${result.workspace.id}, plan ${result.workspace.plan})`,
     `  owner      ${result.user.email} (super-admin)`,
   ];
-  if (result.generatedPassword) lines.push(`  password   ${result.generatedPassword}   <- shown once; change it with: svc user passwd ${result.user.email} --password-stdin`);
+  if (result.generatedPassword) lines.push(`  password   ${result.generatedPassword}   <- shown once; change it with: svc${dataDir} user passwd ${result.user.email} --password-stdin`);
   lines.push(
     '',
     'Log in:',
     `  curl -s -X POST ${base}/auth/login -H 'content-type: application/json' \\`,
     `    -d '{"email":"${result.user.email}","password":"<password>"}'`,
     'Mint an API key (VIEWER on the Starter plan; MEMBER and ADMIN need Growth or Pro):',
-    `  svc keys create --workspace ${result.workspace.id} --role VIEWER --name my-key`,
+    `  svc${dataDir} keys create --workspace ${result.workspace.id} --role VIEWER --name my-key`,
   );
   return lines.join('\n');
 }
@@ -56,7 +57,7 @@ export function registerInit(program: Command): void {
       output(
         cmd,
         { dataDir: result.dataDir, workspace: result.workspace, user: result.user, ...(result.generatedPassword ? { password: result.generatedPassword } : {}) },
-        () => describeInit(result),
+        () => describeInit(result, { dataDirFlag: globals(cmd).dataDir }),
       );
     });
 }

@@ -16,7 +16,6 @@ export function buildProgram(): Command {
     .version(typeof SVC_VERSION === 'string' ? SVC_VERSION : 'dev')
     .option('--data-dir <dir>', 'data folder (default $SVC_DATA_DIR, else ./data)')
     .option('--json', 'print one JSON document on stdout')
-    .showHelpAfterError('(run with --help for usage)')
     .exitOverride();
   registerInit(program);
   registerMigrate(program);

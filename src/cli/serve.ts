@@ -1,7 +1,7 @@
 import { createServer, type AddressInfo } from 'node:net';
 import type { Command } from 'commander';
 import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated } from '../core/bootstrap.js';
-import { loadConfig, type ConfigFlags } from '../core/config.js';
+import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
 import { buildApp } from '../server/app.js';
 import { describeInit } from './init.js';
 import { cliActor, globals } from './io.js';
@@ -30,16 +30,19 @@ export function registerServe(program: Command): void {
         ...(opts.host ? { host: opts.host } : {}),
         ...(opts.port ? { port: opts.port } : {}),
       };
+      let config: Config | undefined;
+      const withPort = async () => {
+        const loaded = loadConfig(flags);
+        // Pick the port now so that publicUrl (and so webhook URLs) name the real one.
+        if (loaded.port === 0) flags.port = await freePort(loaded.host);
+        return loadConfig(flags);
+      };
       if (needsInitialisation(flags, process.env)) {
         const result = await initialiseDataFolder(flags, process.env, { workspaceName: DEFAULT_WORKSPACE_NAME, email: DEFAULT_OWNER_EMAIL }, cliActor());
-        const config = loadConfig(flags);
-        process.stdout.write(`${describeInit(result, config.publicUrl)}\n\n`);
+        config = await withPort();
+        process.stdout.write(`${describeInit(result, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
-      let config = loadConfig(flags);
-      if (config.port === 0) {
-        // Pick the port now so that publicUrl (and so webhook URLs) name the real one.
-        config = loadConfig({ ...flags, port: await freePort(config.host) });
-      }
+      config ??= await withPort();
       const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
       const app = await buildApp({ config, db });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');

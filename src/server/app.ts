@@ -7,7 +7,7 @@ import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import { LoginThrottle } from '../core/services/auth.js';
 import { registerAuth } from './plugins/auth.js';
-import { registerErrorHandling } from './plugins/errors.js';
+import { problem, registerErrorHandling, sendProblem } from './plugins/errors.js';
 import { loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
 import { authRoutes } from './routes/auth.js';
@@ -74,6 +74,17 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
     return503OnClosing: true,
+    maxParamLength: 256,
+    // Errors raised by the router itself, before any route runs: answered as problems too.
+    frameworkErrors: (err, req, reply) => {
+      const code = (err as { code?: string }).code;
+      reply.header('x-request-id', req.id);
+      if (code === 'FST_ERR_MAX_PARAM_LENGTH') {
+        const webhook = req.url.startsWith('/v1/webhooks/in/');
+        return sendProblem(reply, problem(404, webhook ? 'webhook_not_found' : 'not_found', webhook ? 'No active webhook workflow has this URL' : 'No resource has this id'));
+      }
+      return sendProblem(reply, problem(400, 'bad_url', 'The URL could not be decoded'));
+    },
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
 

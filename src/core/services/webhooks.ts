@@ -352,6 +352,11 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
     } catch {
       bodyText = text;
     }
+    // A refused body may nest too deep to serialise again: show it as text.
+    if (body !== null && jsonDepthExceeds(body, MAX_BODY_DEPTH)) {
+      body = null;
+      bodyText = text;
+    }
   }
   return {
     id: row.id,
@@ -410,6 +415,7 @@ export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { ru
         throw new ValidationError('event_not_replayable', 'The stored body is not valid JSON');
       }
       if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ValidationError('event_not_replayable', 'The stored body is not a JSON object');
+      if (jsonDepthExceeds(body, MAX_BODY_DEPTH)) throw new ValidationError('event_not_replayable', `The stored body nests more than ${MAX_BODY_DEPTH} levels deep`);
       const target = {
         workflowId: row.id,
         workspaceId: row.workspaceId,

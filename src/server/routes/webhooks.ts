@@ -76,7 +76,7 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
     {
       bodyLimit: config.webhookBodyLimit,
       config: { access: 'public', rateLimit: { max: config.webhookRateLimit, timeWindow: 60_000 } },
-      schema: { params: Type.Object({ token: Type.String({ maxLength: 256 }) }), response: { 202: RunStarted } },
+      schema: { params: Type.Object({ token: Type.String() }), response: { 202: RunStarted } },
       // Runs after the rate limit (onRequest) and before the body is read.
       preParsing: async (req, _reply, payload) => {
         const target = receiver.target((req.params as { token: string }).token);
