@@ -97,6 +97,7 @@ type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError }
 
 interface WorkflowRowRaw {
   id: number;
+  webhook_token: string | null;
   workspace_id: number;
   status: string;
   trigger_source: string;
@@ -108,14 +109,15 @@ interface WorkflowRowRaw {
   signing_secret: string | null;
 }
 
+const WORKFLOW_COLUMNS =
+  'id, webhook_token, workspace_id, status, trigger_source, steps, webhook_lookup, webhook_path, create_if_not_found, contact_defaults, signing_secret';
+
 /** The hot path's SQL, prepared once: building queries per request cost more than running them. */
 function prepareStatements(db: Db) {
   const c = db.$client;
   return {
-    workflowByToken: c.prepare<[string], WorkflowRowRaw>(
-      `SELECT id, workspace_id, status, trigger_source, steps, webhook_lookup, webhook_path, create_if_not_found, contact_defaults, signing_secret
-         FROM workflows WHERE webhook_token = ?`,
-    ),
+    workflowByToken: c.prepare<[string], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE webhook_token = ?`),
+    workflowById: c.prepare<[number], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE id = ?`),
     contactByEmail: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ?'),
     contactByPhone: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ?'),
     contactById: c.prepare<[number, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND id = ?'),
@@ -134,14 +136,47 @@ function prepareStatements(db: Db) {
   };
 }
 
+/** What the route knows before it reads the body. */
+export interface RequestHead {
+  contentType: string | null;
+  contentLength: number | null;
+}
+
+const JSON_TYPE_RE = /^application\/json\s*(;.*)?$/i;
+const notFound = () => new NotFoundError('webhook_not_found', 'No active webhook workflow has this URL');
+
+/** Body checks in the contract's order after the token: signature, JSON, object, lookup. */
+function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, defaultRegion: string): { text: string; lookup: LookupValue } {
+  if (target.secret !== null && !verifySignature(target.secret, req.raw, req.signature)) {
+    throw new UnauthorizedError('signature_invalid', `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
+  }
+  const text = req.raw.toString('utf8');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new AppError(400, 'invalid_json', 'The body is not valid JSON');
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ValidationError('body_not_object', 'The body must be a JSON object');
+  if (jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
+  return { text, lookup: extractLookup(target, parsed as Record<string, unknown>, defaultRegion) };
+}
+
 /**
- * The inbound webhook, from token to durable run. Reads go straight to SQLite (an indexed
- * read per request, so an activation or pause by any process applies to the next request);
- * writes go through the group-commit batcher, and a 202 is only answered after COMMIT.
+ * The inbound webhook, from token to durable run.
+ *
+ * Active workflows are cached by token, because a read outside a transaction costs more
+ * than the rest of the request. The cache never decides an outcome on its own: a 202 is
+ * given only after the workflow row, re-read inside the committing transaction, is found
+ * unchanged (or the request is re-checked against the new row there), and every refusal
+ * is re-checked against a fresh read first. So an activation, pause, secret rotation or
+ * path change made by any process (the CLI, another server) applies to the next request.
+ * Writes go through the group-commit batcher; a 202 is only answered after COMMIT.
  */
 export class WebhookReceiver {
   private readonly secrets = new Map<string, string>();
   private readonly parsed = new Map<number, { row: WorkflowRowRaw; target: WebhookTarget; stepsJson: string }>();
+  private readonly activeByToken = new Map<string, WebhookTarget>();
   private readonly sql: ReturnType<typeof prepareStatements>;
 
   constructor(
@@ -153,11 +188,26 @@ export class WebhookReceiver {
   }
 
   /** The workflow behind a token, active or not; undefined when no workflow has it. */
-  target(token: string): WebhookTarget | undefined {
+  target(token: string, opts: { fresh?: boolean } = {}): WebhookTarget | undefined {
     if (!TOKEN_RE.test(token)) return undefined;
+    if (!opts.fresh) {
+      const cached = this.activeByToken.get(token);
+      if (cached) return cached;
+    }
     const row = this.sql.workflowByToken.get(token);
-    if (!row) return undefined;
-    // The row is read every time; only its parsed form is reused while the row is unchanged.
+    if (!row) {
+      this.activeByToken.delete(token);
+      return undefined;
+    }
+    const target = this.fromRow(row);
+    if (target.active) {
+      if (this.activeByToken.size > 10_000) this.activeByToken.clear();
+      this.activeByToken.set(token, target);
+    } else this.activeByToken.delete(token);
+    return target;
+  }
+
+  private fromRow(row: WorkflowRowRaw): WebhookTarget {
     const cached = this.parsed.get(row.id);
     if (cached && sameRow(cached.row, row)) return cached.target;
     const target: WebhookTarget = {
@@ -186,6 +236,32 @@ export class WebhookReceiver {
     return plain;
   }
 
+  /**
+   * The checks before the body is read: token (404), Content-Type (415), declared size
+   * (413). Returns the target, or throws the refusal after recording it when the token is
+   * known.
+   */
+  async admit(token: string, head: RequestHead, req: ReceivedRequest): Promise<WebhookTarget> {
+    const check = (target: WebhookTarget | undefined): AppError | undefined => {
+      if (!target?.active) return notFound();
+      if (!head.contentType || !JSON_TYPE_RE.test(head.contentType)) return new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
+      if (head.contentLength !== null && head.contentLength > this.config.webhookBodyLimit) return this.tooLarge();
+      return undefined;
+    };
+    let target = this.target(token);
+    let error = check(target);
+    if (error && target?.active) {
+      target = this.target(token, { fresh: true });
+      error = check(target);
+    }
+    if (!error) return target!;
+    throw target ? await this.refuse(target, error, req) : error;
+  }
+
+  tooLarge(): AppError {
+    return new AppError(413, 'payload_too_large', `The body is larger than ${this.config.webhookBodyLimit} bytes`);
+  }
+
   /** Records a refused request against its workflow (durably) and returns the error to answer with. */
   async refuse(target: WebhookTarget, error: AppError, req: ReceivedRequest): Promise<AppError> {
     await this.batcher.run(() => this.insertEvent(target, req, { statusCode: error.status, code: error.code }));
@@ -194,33 +270,54 @@ export class WebhookReceiver {
 
   /** Checks signature, JSON and lookup, then resolves the contact and starts the run. */
   async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }): Promise<Accepted> {
-    let lookup: LookupValue;
-    let text: string;
+    let checked: { text: string; lookup: LookupValue };
     try {
-      if (target.secret !== null && !verifySignature(target.secret, req.raw, req.signature)) {
-        throw new UnauthorizedError('signature_invalid', `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
-      }
-      let parsed: unknown;
-      text = req.raw.toString('utf8');
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        throw new AppError(400, 'invalid_json', 'The body is not valid JSON');
-      }
-      if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ValidationError('body_not_object', 'The body must be a JSON object');
-      if (jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
-      lookup = extractLookup(target, parsed as Record<string, unknown>, this.config.defaultPhoneRegion);
+      checked = evaluateBody(target, req, this.config.defaultPhoneRegion);
     } catch (err) {
-      if (err instanceof AppError) throw await this.refuse(target, err, req);
-      throw err;
+      if (!(err instanceof AppError)) throw err;
+      // Refuse only what the workflow as it is now refuses.
+      const fresh = this.freshTarget(target);
+      if (fresh === target) throw await this.refuse(target, err, req);
+      if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
+      return this.receive(fresh, req);
     }
-    const outcome = await this.batcher.run(() => this.accept(target, req, text, lookup));
+    const outcome = await this.batcher.run(() => this.accept(target, req, checked.text, checked.lookup));
     if (!outcome.ok) throw outcome.error;
     return outcome.accepted;
   }
 
+  /** The target as its row is now; the same object when nothing changed. */
+  private freshTarget(target: WebhookTarget): WebhookTarget | undefined {
+    const row = this.sql.workflowById.get(target.workflowId);
+    if (!row) return undefined;
+    const fresh = this.fromRow(row);
+    if (row.webhook_token) {
+      if (fresh.active) this.activeByToken.set(row.webhook_token, fresh);
+      else this.activeByToken.delete(row.webhook_token);
+    }
+    return fresh;
+  }
+
   /** Runs inside the batch transaction: everything here commits together or not at all. */
-  private accept(target: WebhookTarget, req: ReceivedRequest, triggerJson: string, lookup: LookupValue): Outcome {
+  private accept(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, triggerJson: string, lookup: LookupValue): Outcome {
+    // Re-read the workflow under the write lock (cheap inside a transaction): the run must
+    // follow the configuration as it is at commit time.
+    const current = this.freshTarget(target);
+    if (current !== target) {
+      if (!current?.active) {
+        const error = notFound();
+        if (current) this.insertEvent(current, req, { statusCode: error.status, code: error.code });
+        return { ok: false, error };
+      }
+      try {
+        ({ text: triggerJson, lookup } = evaluateBody(current, req, this.config.defaultPhoneRegion));
+      } catch (err) {
+        if (!(err instanceof AppError)) throw err;
+        this.insertEvent(current, req, { statusCode: err.status, code: err.code });
+        return { ok: false, error: err };
+      }
+      target = current;
+    }
     if (req.idempotencyKey) {
       const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
       const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, since);
@@ -287,7 +384,8 @@ function sameRow(a: WorkflowRowRaw, b: WorkflowRowRaw): boolean {
     a.webhook_path === b.webhook_path &&
     a.create_if_not_found === b.create_if_not_found &&
     a.contact_defaults === b.contact_defaults &&
-    a.signing_secret === b.signing_secret
+    a.signing_secret === b.signing_secret &&
+    a.webhook_token === b.webhook_token
   );
 }
 

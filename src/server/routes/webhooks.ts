@@ -2,7 +2,7 @@ import rateLimit from '@fastify/rate-limit';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import type { Config } from '../../core/config.js';
-import { AppError, NotFoundError } from '../../core/errors.js';
+import { AppError } from '../../core/errors.js';
 import { SIGNATURE_HEADER, type ReceivedRequest, type WebhookReceiver, type WebhookTarget } from '../../core/services/webhooks.js';
 import type { App } from '../app.js';
 import { problem, sendProblem } from '../plugins/errors.js';
@@ -11,15 +11,11 @@ import { RunStarted } from '../schemas.js';
 declare module 'fastify' {
   interface FastifyRequest {
     webhookTarget?: WebhookTarget;
-    /** Set once the handler runs: from there on the receiver records its own refusals. */
-    webhookHandled?: boolean;
   }
 }
 
-const JSON_TYPE_RE = /^application\/json\s*(;.*)?$/i;
 const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
 
-const notFound = () => new NotFoundError('webhook_not_found', 'No active webhook workflow has this URL');
 
 function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
   const signature = req.headers[SIGNATURE_HEADER];
@@ -51,17 +47,18 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: config.webhookBodyLimit }, (_req, body, done) => done(null, body));
 
-  // Refusals of a known token are recorded against its workflow before they are answered.
+  // Refusals of a known token are recorded against its workflow before they are answered;
+  // admit() and receive() record their own, this catches what the body parser throws.
   app.setErrorHandler(async (err: Error & { code?: string; statusCode?: number }, req, reply) => {
     let error: AppError;
     if (err instanceof AppError) error = err;
-    else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = new AppError(413, 'payload_too_large', `The body is larger than ${config.webhookBodyLimit} bytes`);
+    else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = receiver.tooLarge();
     else if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) error = new AppError(err.statusCode, 'bad_request', 'The request could not be read');
     else {
       req.log.error({ err }, 'webhook failed');
       return sendProblem(reply, problem(500, 'internal_error', 'An internal error occurred; retry with backoff'));
     }
-    if (req.webhookTarget && !req.webhookHandled && error.status !== 429) {
+    if (req.webhookTarget && err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
       try {
         await receiver.refuse(req.webhookTarget, error, received(req, null));
       } catch (recordErr) {
@@ -79,25 +76,16 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
       schema: { params: Type.Object({ token: Type.String() }), response: { 202: RunStarted } },
       // Runs after the rate limit (onRequest) and before the body is read.
       preParsing: async (req, _reply, payload) => {
-        const target = receiver.target((req.params as { token: string }).token);
-        if (!target || !target.active) {
-          if (target) await receiver.refuse(target, notFound(), received(req, null));
-          throw notFound();
-        }
-        req.webhookTarget = target;
-        const contentType = req.headers['content-type'];
-        if (!contentType || !JSON_TYPE_RE.test(contentType)) {
-          throw new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
-        }
         const length = Number(req.headers['content-length']);
-        if (Number.isFinite(length) && length > config.webhookBodyLimit) {
-          throw new AppError(413, 'payload_too_large', `The body is larger than ${config.webhookBodyLimit} bytes`);
-        }
+        req.webhookTarget = await receiver.admit(
+          (req.params as { token: string }).token,
+          { contentType: req.headers['content-type'] ?? null, contentLength: Number.isFinite(length) ? length : null },
+          received(req, null),
+        );
         return payload;
       },
     },
     async (req, reply) => {
-      req.webhookHandled = true;
       const target = req.webhookTarget!;
       const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
       const request = received(req, raw);
