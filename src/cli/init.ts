@@ -2,6 +2,7 @@ import { input, password as passwordPrompt } from '@inquirer/prompts';
 import type { Command } from 'commander';
 import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, type InitResult } from '../core/bootstrap.js';
 import type { Plan } from '../core/db/schema.js';
+import { loadConfig } from '../core/config.js';
 import { parsePlan } from '../core/roles.js';
 import { CliError, cliActor, globals, interactive, output, readSecretFromStdin } from './io.js';
 
@@ -57,7 +58,7 @@ export function registerInit(program: Command): void {
       output(
         cmd,
         { dataDir: result.dataDir, workspace: result.workspace, user: result.user, ...(result.generatedPassword ? { password: result.generatedPassword } : {}) },
-        () => describeInit(result, { dataDirFlag: globals(cmd).dataDir }),
+        () => describeInit(result, { dataDirFlag: globals(cmd).dataDir, publicUrl: loadConfig({ dataDir: result.dataDir }).publicUrl }),
       );
     });
 }

@@ -94,7 +94,7 @@ describe('svc init', { concurrency: true }, () => {
     assert.match(r.stdout, /boss@example\.com/);
     assert.match(r.stdout, /password\s+\S{12,}/);
     assert.match(r.stdout, /\/auth\/login/);
-    assert.match(r.stdout, /svc keys create/);
+    assert.match(r.stdout, /svc( --data-dir \S+)? keys create/);
   });
 
   test('the data folder: --data-dir wins over $SVC_DATA_DIR, which wins over ./data', async (t) => {
