@@ -74,7 +74,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
     return503OnClosing: true,
-    maxParamLength: 256,
+    routerOptions: { maxParamLength: 256 },
     // Errors raised by the router itself, before any route runs: answered as problems too.
     frameworkErrors: (err, req, reply) => {
       const code = (err as { code?: string }).code;
