@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,4 +129,23 @@ export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.Pr
     },
   };
   return server;
+}
+
+/**
+ * Asserts an RFC 9457 problem response: the status, problem+json, the standard members,
+ * a snake_case code (the given one when named), and no stack trace or SQL in the body.
+ */
+export function assertProblem(res: HttpResult, status: number, code?: string): void {
+  const text = res.text.slice(0, 500);
+  assert.equal(res.status, status, `expected ${status}, got ${res.status}: ${text}`);
+  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/, `content-type of ${res.status}: ${res.headers.get('content-type')}`);
+  const b = res.body;
+  assert.ok(b && typeof b === 'object', `problem body is JSON: ${text}`);
+  assert.equal(b.type, 'about:blank');
+  assert.ok(typeof b.title === 'string' && b.title.length > 0, 'title');
+  assert.equal(b.status, status);
+  assert.match(String(b.code), /^[a-z][a-z0-9_]*$/, 'code is snake_case');
+  assert.equal(typeof b.detail, 'string');
+  if (code !== undefined) assert.equal(b.code, code, `code: ${text}`);
+  assert.doesNotMatch(res.text, /\bat .*\.(ts|js):\d+|SQLITE|sqlite_|stack/i, 'no stack traces or SQL');
 }

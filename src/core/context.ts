@@ -1,5 +1,6 @@
-import { and, eq, type SQL } from 'drizzle-orm';
-import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
+import { and, desc, eq, lt, type SQL } from 'drizzle-orm';
+import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
+import { decodeCursor, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
 import type { ActorType } from './db/schema.js';
@@ -43,4 +44,27 @@ export function nowIso(): string {
  */
 export function withTransaction<C extends { db: Db }, T>(ctx: C, fn: (tx: C) => T): T {
   return ctx.db.transaction((tx) => fn({ ...ctx, db: tx as unknown as Db }), { behavior: 'immediate' });
+}
+
+export interface PageRequest {
+  limit: number;
+  cursor?: string | undefined;
+}
+
+type PagedTable = SQLiteTable & { id: SQLiteColumn; workspaceId: SQLiteColumn; $inferSelect: { id: number } };
+
+/**
+ * One page of a workspace's rows, newest first (by id), after the cursor, with any further
+ * conditions: the listing every collection endpoint shares.
+ */
+export function selectPage<T extends PagedTable, R>(ctx: WorkspaceContext, table: T, page: PageRequest, shape: (row: T['$inferSelect']) => R, ...conditions: (SQL | undefined)[]): Page<R> {
+  const before = decodeCursor(page.cursor);
+  const rows = ctx.db
+    .select()
+    .from(table as SQLiteTable)
+    .where(inWorkspace(ctx, table.workspaceId, before ? lt(table.id, before) : undefined, ...conditions))
+    .orderBy(desc(table.id))
+    .limit(page.limit + 1)
+    .all() as T['$inferSelect'][];
+  return toPage(rows, page.limit, shape);
 }

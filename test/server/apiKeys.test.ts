@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Plan, Role } from '../../src/core/db/schema.js';
 import { setWorkspacePlan, createWorkspace } from '../../src/core/services/workspaces.js';
-import { build, type HttpResult, type TestServer } from '../helpers.js';
+import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
 const KEY_RE = /^svc_live_[0-9A-Za-z]{38}$/;
 const ISO_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
@@ -47,12 +47,6 @@ function setPlan(s: TestServer, plan: Plan, workspaceId = s.workspaceId): void {
   setWorkspacePlan(systemCtx(s), workspaceId, plan);
 }
 
-function assertProblem(res: HttpResult, status: number, code?: string): void {
-  assert.equal(res.status, status, `expected ${status}, got ${res.status}: ${res.text}`);
-  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/);
-  assert.equal(res.body.status, status);
-  if (code) assert.equal(res.body.code, code, res.text);
-}
 
 function assertUnauthorized(res: HttpResult, code?: string): void {
   assertProblem(res, 401, code);

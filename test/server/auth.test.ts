@@ -10,7 +10,7 @@ import { SignJWT } from 'jose';
 import { memberships } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
-import { build, type HttpResult, type TestServer } from '../helpers.js';
+import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
 const REFRESH_COOKIE = 'svc_refresh';
 const JWT_RE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
@@ -62,15 +62,6 @@ function whoCanRead(s: TestServer, token: string | undefined, headers: Record<st
   return s.request('GET', '/contacts', { token, headers });
 }
 
-function assertProblem(res: HttpResult, status: number, code?: string): void {
-  assert.equal(res.status, status, `expected ${status}, got ${res.status}: ${res.text}`);
-  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/);
-  assert.equal(res.body.status, status);
-  assert.equal(res.body.type, 'about:blank');
-  assert.equal(typeof res.body.title, 'string');
-  assert.equal(typeof res.body.detail, 'string');
-  if (code) assert.equal(res.body.code, code);
-}
 
 function assertUnauthorized(res: HttpResult, code?: string): void {
   assertProblem(res, 401, code);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { build, type HttpResult, type TestServer } from '../helpers.js';
+import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to this file
@@ -15,22 +15,6 @@ async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> 
   return { s, token };
 }
 
-/** Asserts an RFC 9457 problem response with the given status (and code when given). */
-function assertProblem(res: HttpResult, status: number, code?: string): void {
-  assert.equal(res.status, status, `expected ${status}, got ${res.status}: ${res.text}`);
-  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/, `content-type of ${res.status}: ${res.headers.get('content-type')}`);
-  const b = res.body;
-  assert.ok(b && typeof b === 'object', `problem body is JSON: ${res.text}`);
-  assert.equal(b.type, 'about:blank');
-  assert.equal(typeof b.title, 'string');
-  assert.ok(b.title.length > 0);
-  assert.equal(b.status, status);
-  assert.equal(typeof b.code, 'string');
-  assert.match(b.code, /^[a-z][a-z0-9_]*$/, 'code is snake_case');
-  assert.equal(typeof b.detail, 'string');
-  if (code !== undefined) assert.equal(b.code, code, `code: ${res.text}`);
-  assert.doesNotMatch(res.text, /\bat .*\.(ts|js):\d+|SQLITE|sqlite_|stack/i, 'no stack traces or SQL');
-}
 
 /** Asserts a 422 validation problem naming `path` in errors[]. */
 function assertValidation(res: HttpResult, path: string, code = 'validation_failed'): void {
@@ -93,12 +77,6 @@ interface AuditRow {
 
 function auditRows(s: TestServer, action: string): AuditRow[] {
   return s.db.$client.prepare('SELECT * FROM audit_logs WHERE action = ? ORDER BY id').all(action) as AuditRow[];
-}
-
-async function listAll(s: TestServer, token: string, query = ''): Promise<any[]> {
-  const res = await s.request('GET', `/contacts${query}`, { token });
-  assert.equal(res.status, 200, res.text);
-  return res.body.data;
 }
 
 /** Deterministic PRNG (mulberry32) so that a failing fuzz case can be reproduced. */

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { test, type TestContext } from 'node:test';
-import { build, type HttpResult, type TestServer } from '../helpers.js';
+import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to this file
@@ -23,20 +23,6 @@ async function setup(t: TestContext, env: Env = {}): Promise<{ s: TestServer; to
   return { s, token };
 }
 
-/** Asserts an RFC 9457 problem response with the given status (and code when given). */
-function assertProblem(res: HttpResult, status: number, code?: string): void {
-  assert.equal(res.status, status, `expected ${status}, got ${res.status}: ${res.text.slice(0, 500)}`);
-  assert.match(res.headers.get('content-type') ?? '', /^application\/problem\+json/, `content-type of ${res.status}: ${res.headers.get('content-type')}`);
-  const b = res.body;
-  assert.ok(b && typeof b === 'object', `problem body is JSON: ${res.text.slice(0, 500)}`);
-  assert.equal(b.type, 'about:blank');
-  assert.equal(typeof b.title, 'string');
-  assert.equal(b.status, status);
-  assert.match(String(b.code), /^[a-z][a-z0-9_]*$/, 'code is snake_case');
-  assert.equal(typeof b.detail, 'string');
-  if (code !== undefined) assert.equal(b.code, code, `code: ${res.text.slice(0, 500)}`);
-  assert.doesNotMatch(res.text, /\bat .*\.(ts|js):\d+|SQLITE|sqlite_|stack/i, 'no stack traces or SQL');
-}
 
 /** Asserts a 202 {runId, contactId} and returns it. */
 function assertAccepted(res: HttpResult): { runId: number; contactId: number } {

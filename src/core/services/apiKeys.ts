@@ -1,10 +1,10 @@
-import { and, desc, eq, isNull, lt, or } from 'drizzle-orm';
+import { and, eq, isNull, lt, or } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
-import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import { base62Fixed, crc32, randomBase62, sha256Hex } from '../crypto.js';
 import { apiKeys, workspaces, type Plan, type Role } from '../db/schema.js';
 import { ForbiddenError, NotFoundError, PlanError, ValidationError } from '../errors.js';
-import { decodeCursor, toPage, type Page } from '../pagination.js';
+import type { Page } from '../pagination.js';
 import { minimumPlanForKeyRole, planAtLeast, roleAtLeast } from '../roles.js';
 import { getWorkspace } from './workspaces.js';
 
@@ -81,16 +81,8 @@ export function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: R
   });
 }
 
-export function listApiKeys(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<ApiKeyView> {
-  const before = decodeCursor(opts.cursor);
-  const rows = ctx.db
-    .select()
-    .from(apiKeys)
-    .where(inWorkspace(ctx, apiKeys.workspaceId, before ? lt(apiKeys.id, before) : undefined))
-    .orderBy(desc(apiKeys.id))
-    .limit(opts.limit + 1)
-    .all();
-  return toPage(rows, opts.limit, view);
+export function listApiKeys(ctx: WorkspaceContext, page: PageRequest): Page<ApiKeyView> {
+  return selectPage(ctx, apiKeys, page, view);
 }
 
 /** Revokes a key of this workspace; revoking twice keeps the first revocation time. */

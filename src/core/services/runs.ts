@@ -1,8 +1,8 @@
-import { and, desc, eq, lt } from 'drizzle-orm';
-import { inWorkspace, type WorkspaceContext } from '../context.js';
+import { eq } from 'drizzle-orm';
+import { inWorkspace, selectPage, type WorkspaceContext } from '../context.js';
 import { workflowRuns, workflows, type RunStatus, type StepState } from '../db/schema.js';
 import { NotFoundError } from '../errors.js';
-import { decodeCursor, toPage, type Page } from '../pagination.js';
+import type { Page } from '../pagination.js';
 
 export interface RunStepView {
   index: number;
@@ -60,21 +60,7 @@ export function getRun(ctx: WorkspaceContext, runId: number): RunView {
 export function listRuns(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined; status?: RunStatus | undefined }): Page<RunView> {
   const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  const before = decodeCursor(opts.cursor);
-  const rows = ctx.db
-    .select()
-    .from(workflowRuns)
-    .where(
-      inWorkspace(
-        ctx,
-        workflowRuns.workspaceId,
-        and(eq(workflowRuns.workflowId, workflowId), before ? lt(workflowRuns.id, before) : undefined, opts.status ? eq(workflowRuns.status, opts.status) : undefined),
-      ),
-    )
-    .orderBy(desc(workflowRuns.id))
-    .limit(opts.limit + 1)
-    .all();
-  return toPage(rows, opts.limit, runView);
+  return selectPage(ctx, workflowRuns, opts, runView, eq(workflowRuns.workflowId, workflowId), opts.status ? eq(workflowRuns.status, opts.status) : undefined);
 }
 
 /** The workspace a run belongs to, for operator commands that name it by id alone. */

@@ -1,15 +1,15 @@
 import { createHmac } from 'node:crypto';
-import { and, desc, eq, gt, isNull, lt } from 'drizzle-orm';
+import { eq, lt } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import type { Config } from '../config.js';
-import { inWorkspace, withTransaction, type WorkspaceContext } from '../context.js';
+import { inWorkspace, selectPage, withTransaction, type WorkspaceContext } from '../context.js';
 import { safeEqual } from '../crypto.js';
 import type { WriteBatcher } from '../db/batcher.js';
 import type { Db } from '../db/connection.js';
 import { contacts, webhookEvents, workflowRuns, workflows, type ContactDefaults, type LookupKind, type StepDefinition } from '../db/schema.js';
 import { AppError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
 import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
-import { decodeCursor, toPage, type Page } from '../pagination.js';
+import type { Page } from '../pagination.js';
 import { decryptSecret } from '../secrets.js';
 import { jsonDepthExceeds, normalizeEmail, normalizePhone } from '../validation.js';
 import { createContact } from './contacts.js';
@@ -475,15 +475,7 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
 export function listWebhookEvents(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined }): Page<WebhookEventView> {
   const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  const before = decodeCursor(opts.cursor);
-  const rows = ctx.db
-    .select()
-    .from(webhookEvents)
-    .where(inWorkspace(ctx, webhookEvents.workspaceId, and(eq(webhookEvents.workflowId, workflowId), before ? lt(webhookEvents.id, before) : undefined)))
-    .orderBy(desc(webhookEvents.id))
-    .limit(opts.limit + 1)
-    .all();
-  return toPage(rows, opts.limit, eventView);
+  return selectPage(ctx, webhookEvents, opts, eventView, eq(webhookEvents.workflowId, workflowId));
 }
 
 /** The workspace an event belongs to, for operator commands that name it by id alone. */

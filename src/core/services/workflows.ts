@@ -1,6 +1,6 @@
-import { desc, eq, lt } from 'drizzle-orm';
+import { eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
-import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import { randomBase62 } from '../crypto.js';
 import {
   workflows,
@@ -12,7 +12,7 @@ import {
 } from '../db/schema.js';
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { parsePath } from '../jsonPath.js';
-import { decodeCursor, toPage, type Page } from '../pagination.js';
+import type { Page } from '../pagination.js';
 import { encryptSecret } from '../secrets.js';
 import { validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
@@ -94,16 +94,8 @@ export function getWorkflow(ctx: WorkspaceContext, id: number): WorkflowView {
   return workflowView(findRow(ctx, id), ctx.config.publicUrl);
 }
 
-export function listWorkflows(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<WorkflowView> {
-  const before = decodeCursor(opts.cursor);
-  const rows = ctx.db
-    .select()
-    .from(workflows)
-    .where(inWorkspace(ctx, workflows.workspaceId, before ? lt(workflows.id, before) : undefined))
-    .orderBy(desc(workflows.id))
-    .limit(opts.limit + 1)
-    .all();
-  return toPage(rows, opts.limit, (r) => workflowView(r, ctx.config.publicUrl));
+export function listWorkflows(ctx: WorkspaceContext, page: PageRequest): Page<WorkflowView> {
+  return selectPage(ctx, workflows, page, (r) => workflowView(r, ctx.config.publicUrl));
 }
 
 /** The workspace a workflow belongs to, for operator commands that name it by id alone. */
