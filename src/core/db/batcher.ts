@@ -8,19 +8,30 @@ interface Job<T> {
 
 /**
  * Group commit. Write jobs queued during one turn of the event loop run together in one
- * IMMEDIATE transaction, each inside its own savepoint (a failing job rolls back alone),
- * and their promises settle only after COMMIT returns: with synchronous=FULL a settled job
- * is on disk. One fsync then covers many requests instead of one each.
+ * IMMEDIATE transaction, and their promises settle only after COMMIT returns: with
+ * synchronous=FULL a settled job is on disk. One fsync then covers many requests instead
+ * of one each.
+ *
+ * Jobs run without savepoints (they cost as much as the jobs); when one throws, the batch
+ * is rolled back and every job is run again in a transaction of its own, so one bad job
+ * fails alone and the others still commit. Jobs must therefore be safe to run twice when
+ * their first run was rolled back (they only touch the database).
  */
 export class WriteBatcher {
   private queue: Job<unknown>[] = [];
   private scheduled = false;
   private closed = false;
+  private generation = 0;
 
   constructor(
     private readonly db: Db,
     private readonly maxBatch = 512,
   ) {}
+
+  /** Changes with every transaction the batcher runs: memoise reads per batch with it. */
+  get batchId(): number {
+    return this.generation;
+  }
 
   run<T>(work: () => T): Promise<T> {
     if (this.closed) return Promise.reject(new Error('the write batcher is closed'));
@@ -37,25 +48,31 @@ export class WriteBatcher {
     this.scheduled = false;
     while (this.queue.length) {
       const batch = this.queue.splice(0, this.maxBatch);
-      this.commit(batch);
+      if (!this.commitAll(batch)) for (const job of batch) this.commitAll([job]);
     }
   }
 
-  private commit(batch: Job<unknown>[]): void {
+  /** Runs the jobs in one transaction; false when a job threw and the batch was rolled back. */
+  private commitAll(batch: Job<unknown>[]): boolean {
     const client = this.db.$client;
-    const outcomes: { ok: boolean; value: unknown }[] = [];
+    this.generation++;
+    const values: unknown[] = [];
     try {
       client.exec('BEGIN IMMEDIATE');
     } catch (err) {
       for (const job of batch) job.reject(err);
-      return;
+      return true;
     }
     for (const job of batch) {
       try {
-        // Inside an open transaction better-sqlite3 turns this into a savepoint.
-        outcomes.push({ ok: true, value: client.transaction(job.work)() });
+        values.push(job.work());
       } catch (err) {
-        outcomes.push({ ok: false, value: err });
+        if (client.inTransaction) client.exec('ROLLBACK');
+        if (batch.length === 1) {
+          job.reject(err);
+          return true;
+        }
+        return false;
       }
     }
     try {
@@ -63,13 +80,10 @@ export class WriteBatcher {
     } catch (err) {
       if (client.inTransaction) client.exec('ROLLBACK');
       for (const job of batch) job.reject(err);
-      return;
+      return true;
     }
-    batch.forEach((job, i) => {
-      const outcome = outcomes[i]!;
-      if (outcome.ok) job.resolve(outcome.value);
-      else job.reject(outcome.value);
-    });
+    batch.forEach((job, i) => job.resolve(values[i]));
+    return true;
   }
 
   /** Runs what is queued and refuses new work (for shutdown). */

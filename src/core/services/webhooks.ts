@@ -177,6 +177,7 @@ export class WebhookReceiver {
   private readonly secrets = new Map<string, string>();
   private readonly parsed = new Map<number, { row: WorkflowRowRaw; target: WebhookTarget; stepsJson: string }>();
   private readonly activeByToken = new Map<string, WebhookTarget>();
+  private batchReads: { batchId: number; targets: Map<number, WebhookTarget | undefined> } = { batchId: -1, targets: new Map() };
   private readonly sql: ReturnType<typeof prepareStatements>;
 
   constructor(
@@ -298,11 +299,20 @@ export class WebhookReceiver {
     return fresh;
   }
 
+  /** The target as its row is now, read once per batch transaction. */
+  private currentInBatch(target: WebhookTarget): WebhookTarget | undefined {
+    const batchId = this.batcher.batchId;
+    if (this.batchReads.batchId !== batchId) this.batchReads = { batchId, targets: new Map() };
+    const targets = this.batchReads.targets;
+    if (!targets.has(target.workflowId)) targets.set(target.workflowId, this.freshTarget(target));
+    return targets.get(target.workflowId);
+  }
+
   /** Runs inside the batch transaction: everything here commits together or not at all. */
   private accept(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, triggerJson: string, lookup: LookupValue): Outcome {
     // Re-read the workflow under the write lock (cheap inside a transaction): the run must
     // follow the configuration as it is at commit time.
-    const current = this.freshTarget(target);
+    const current = this.currentInBatch(target);
     if (current !== target) {
       if (!current?.active) {
         const error = notFound();
