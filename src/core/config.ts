@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { SynchronousLevel } from './db/connection.js';
 
@@ -23,6 +24,18 @@ export interface Config {
   readonly webhookBodyLimit: number;
   readonly webhookEventRetentionDays: number;
   readonly loginRateLimit: number;
+  /** Worker threads executing runs (default: the number of cores). */
+  readonly workers: number;
+  /** http_request and HTTP providers: private and loopback targets are refused unless allowed. */
+  readonly httpAllowPrivate: boolean;
+  /** host:port pairs allowed even when they resolve to private addresses. */
+  readonly httpAllowedHosts: readonly string[];
+  readonly httpTimeoutMs: number;
+  readonly httpMaxResponseBytes: number;
+  /** Tries per message before a transient failure fails the step. */
+  readonly deliveryMaxAttempts: number;
+  /** The first retry waits about this long; each further one twice as long, with jitter. */
+  readonly deliveryRetryBaseMs: number;
   readonly secrets: { readonly jwtSecret: string; readonly encryptionKey: string };
 }
 
@@ -123,6 +136,12 @@ function toEnum<T extends string>(name: string, value: unknown, allowed: readonl
   return match;
 }
 
+function toList(value: unknown): string[] {
+  if (value === undefined) return [];
+  const items = Array.isArray(value) ? value.map(String) : String(value).split(',');
+  return items.map((s) => s.trim().toLowerCase()).filter(Boolean);
+}
+
 function toSecret(name: string, value: unknown): string {
   if (typeof value !== 'string' || value.length < 32) {
     throw new ConfigError(`${name} is missing or too short in ${CONFIG_FILE}; run "svc init" on a fresh data folder or restore the file`);
@@ -166,6 +185,13 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
+    workers: toInt('workers', pick(env.SVC_WORKERS, file.workers), Math.max(1, availableParallelism()), 1, 64),
+    httpAllowPrivate: toBool('httpAllowPrivate', pick(env.SVC_HTTP_ALLOW_PRIVATE, file.httpAllowPrivate), false),
+    httpAllowedHosts: toList(pick(env.SVC_HTTP_ALLOWED_HOSTS, file.httpAllowedHosts)),
+    httpTimeoutMs: toInt('httpTimeoutMs', pick(env.SVC_HTTP_TIMEOUT_MS, file.httpTimeoutMs), 10_000, 100, 300_000),
+    httpMaxResponseBytes: toInt('httpMaxResponseBytes', pick(env.SVC_HTTP_MAX_RESPONSE_BYTES, file.httpMaxResponseBytes), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    deliveryMaxAttempts: toInt('deliveryMaxAttempts', pick(env.SVC_DELIVERY_MAX_ATTEMPTS, file.deliveryMaxAttempts), 5, 1, 50),
+    deliveryRetryBaseMs: toInt('deliveryRetryBaseMs', pick(env.SVC_DELIVERY_RETRY_BASE_MS, file.deliveryRetryBaseMs), 1000, 1, 3_600_000),
     loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),
     secrets: {
       jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),

@@ -194,10 +194,12 @@ export const RUN_STATUSES = ['QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILE
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
 export interface StepState {
-  status: 'PENDING' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'SKIPPED';
+  status: 'PENDING' | 'RUNNING' | 'WAITING' | 'COMPLETED' | 'FAILED' | 'SKIPPED';
   startedAt: string | null;
   finishedAt: string | null;
   error?: string;
+  /** Tries made so far (message steps retried after transient failures). */
+  attempts?: number;
 }
 
 export const workflowRuns = sqliteTable(
@@ -254,5 +256,80 @@ export const webhookEvents = sqliteTable(
     index('webhook_events_workflow_idx').on(t.workflowId, t.id),
     index('webhook_events_received_idx').on(t.receivedAt),
     index('webhook_events_idempotency_idx').on(t.workflowId, t.idempotencyKey),
+  ],
+);
+
+export const CHANNELS = ['EMAIL', 'SMS', 'WHATSAPP'] as const;
+export type Channel = (typeof CHANNELS)[number];
+
+/** EMAIL {subject, html?, text?}; SMS {text}; WHATSAPP {text} or {templateName, language, parameters}. */
+export type TemplateContent = Record<string, unknown>;
+
+export const templates = sqliteTable(
+  'templates',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    channel: text('channel', { enum: CHANNELS }).notNull(),
+    content: text('content', { mode: 'json' }).$type<TemplateContent>().notNull(),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('templates_workspace_idx').on(t.workspaceId, t.id)],
+);
+
+export const PROVIDERS = ['outbox', 'smtp', 'twilio', 'whatsapp'] as const;
+export type ProviderName = (typeof PROVIDERS)[number];
+
+/** A workspace's provider for one channel; absent rows mean the built-in outbox. */
+export const channelSettings = sqliteTable(
+  'channel_settings',
+  {
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    channel: text('channel', { enum: CHANNELS }).notNull(),
+    provider: text('provider', { enum: PROVIDERS }).notNull(),
+    /** Non-secret settings (host, port, base URL, sender). */
+    settings: text('settings', { mode: 'json' }).$type<Record<string, unknown>>().notNull().default({}),
+    /** AES-256-GCM ciphertext (core/secrets.ts) of a JSON object of credentials. */
+    credentials: text('credentials'),
+    updatedAt: updatedAt(),
+  },
+  (t) => [primaryKey({ columns: [t.workspaceId, t.channel] })],
+);
+
+export const DELIVERY_STATUSES = ['QUEUED', 'SENDING', 'SENT', 'FAILED'] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+export const deliveryAttempts = sqliteTable(
+  'delivery_attempts',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    channel: text('channel', { enum: CHANNELS }).notNull(),
+    provider: text('provider', { enum: PROVIDERS }).notNull(),
+    to: text('to').notNull(),
+    status: text('status', { enum: DELIVERY_STATUSES }).notNull().default('QUEUED'),
+    /** 1 for the first try; each retry is a row of its own with the next number. */
+    attempt: integer('attempt').notNull().default(1),
+    error: text('error'),
+    providerMessageId: text('provider_message_id'),
+    runId: integer('run_id'),
+    stepIndex: integer('step_index'),
+    templateId: integer('template_id'),
+    rendered: text('rendered', { mode: 'json' }).$type<Record<string, unknown>>().notNull(),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [
+    index('delivery_attempts_workspace_idx').on(t.workspaceId, t.id),
+    index('delivery_attempts_run_step_idx').on(t.runId, t.stepIndex),
+    index('delivery_attempts_status_idx').on(t.workspaceId, t.status),
   ],
 );
