@@ -1,4 +1,5 @@
-// Bundles the program with esbuild into dist/: one ESM file for the CLI and server.
+// Bundles the program with esbuild into dist/: svc.js (CLI and server) and worker.js (the
+// run engine's worker threads).
 // better-sqlite3 stays external (a native addon); migrations are copied beside the bundle.
 import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { build } from 'esbuild';
@@ -7,7 +8,7 @@ const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 
 
 rmSync('dist', { recursive: true, force: true });
 await build({
-  entryPoints: { svc: 'src/cli/entry.ts' },
+  entryPoints: { svc: 'src/cli/entry.ts', worker: 'src/engine/worker.ts' },
   outdir: 'dist',
   bundle: true,
   platform: 'node',
@@ -21,4 +22,4 @@ await build({
   logLevel: 'warning',
 });
 cpSync('migrations', 'dist/migrations', { recursive: true });
-console.log('built dist/svc.js');
+console.log('built dist/svc.js and dist/worker.js');

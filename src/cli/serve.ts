@@ -44,7 +44,7 @@ export function registerServe(program: Command): void {
       }
       config ??= await withPort();
       const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
-      const app = await buildApp({ config, db });
+      const app = await buildApp({ config, db, engine: config.engine });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');
 
       let closing = false;

@@ -24,6 +24,8 @@ export interface Config {
   readonly webhookBodyLimit: number;
   readonly webhookEventRetentionDays: number;
   readonly loginRateLimit: number;
+  /** Whether `svc serve` executes runs (off: an ingest-only node; another process runs them). */
+  readonly engine: boolean;
   /** Worker threads executing runs (default: the number of cores). */
   readonly workers: number;
   /** http_request and HTTP providers: private and loopback targets are refused unless allowed. */
@@ -32,6 +34,8 @@ export interface Config {
   readonly httpAllowedHosts: readonly string[];
   readonly httpTimeoutMs: number;
   readonly httpMaxResponseBytes: number;
+  /** How long a claimed run belongs to one process before another may take it up. */
+  readonly runLeaseSeconds: number;
   /** Tries per message before a transient failure fails the step. */
   readonly deliveryMaxAttempts: number;
   /** The first retry waits about this long; each further one twice as long, with jitter. */
@@ -185,11 +189,13 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
+    engine: toBool('engine', pick(env.SVC_ENGINE, file.engine), true),
     workers: toInt('workers', pick(env.SVC_WORKERS, file.workers), Math.max(1, availableParallelism()), 1, 64),
     httpAllowPrivate: toBool('httpAllowPrivate', pick(env.SVC_HTTP_ALLOW_PRIVATE, file.httpAllowPrivate), false),
     httpAllowedHosts: toList(pick(env.SVC_HTTP_ALLOWED_HOSTS, file.httpAllowedHosts)),
     httpTimeoutMs: toInt('httpTimeoutMs', pick(env.SVC_HTTP_TIMEOUT_MS, file.httpTimeoutMs), 10_000, 100, 300_000),
     httpMaxResponseBytes: toInt('httpMaxResponseBytes', pick(env.SVC_HTTP_MAX_RESPONSE_BYTES, file.httpMaxResponseBytes), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    runLeaseSeconds: toInt('runLeaseSeconds', pick(env.SVC_RUN_LEASE_SECONDS, file.runLeaseSeconds), 30, 1, 3600),
     deliveryMaxAttempts: toInt('deliveryMaxAttempts', pick(env.SVC_DELIVERY_MAX_ATTEMPTS, file.deliveryMaxAttempts), 5, 1, 50),
     deliveryRetryBaseMs: toInt('deliveryRetryBaseMs', pick(env.SVC_DELIVERY_RETRY_BASE_MS, file.deliveryRetryBaseMs), 1000, 1, 3_600_000),
     loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),

@@ -113,7 +113,10 @@ export function checkStepFields(type: StepType, fields: Fields, check: StepCheck
       check.liquid('condition', fields.condition, 1000, true);
       if (typeof fields.condition === 'string') {
         const problem = liquidSyntaxProblem(`{% if ${fields.condition} %}{% endif %}`);
-        if (problem || fields.condition.trim() === '') check.fail('condition', `is not a valid condition${problem ? `: ${problem.message}` : ''}`);
+        // "%}" would close the tag the condition is evaluated in and change its meaning.
+        if (problem || fields.condition.trim() === '' || fields.condition.includes('%}')) {
+          check.fail('condition', `is not a valid condition${problem ? `: ${problem.message}` : ''}`);
+        }
       }
       break;
   }

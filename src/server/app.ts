@@ -14,8 +14,12 @@ import { authRoutes } from './routes/auth.js';
 import { contactRoutes } from './routes/contacts.js';
 import { healthRoutes } from './routes/health.js';
 import { webhookRoutes } from './routes/webhooks.js';
+import { templateRoutes } from './routes/templates.js';
 import { workflowRoutes } from './routes/workflows.js';
+import { messageRoutes } from './routes/messages.js';
+import { settingsRoutes } from './routes/settings.js';
 import { WriteBatcher } from '../core/db/batcher.js';
+import { Engine, type EngineOptions } from '../engine/scheduler.js';
 import { pruneWebhookEvents, WebhookReceiver } from '../core/services/webhooks.js';
 
 export interface AppDeps {
@@ -23,6 +27,15 @@ export interface AppDeps {
   db: Db;
   /** A logger to use instead of building one from config (tests pass a silent one). */
   logger?: FastifyBaseLogger | false;
+  /** Execute runs in this process (svc serve does; API-only tests need not). */
+  engine?: boolean | EngineOptions;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The run engine, when this process executes runs. */
+    engine: Engine | undefined;
+  }
 }
 
 export type App = FastifyInstance<any, any, any, FastifyBaseLogger, TypeBoxTypeProvider>;
@@ -106,10 +119,15 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(apiKeyRoutes);
   await app.register(contactRoutes);
   await app.register(workflowRoutes);
+  await app.register(settingsRoutes);
+  await app.register(messageRoutes);
+  await app.register(templateRoutes);
 
   const batcher = new WriteBatcher(deps.db);
   const receiver = new WebhookReceiver(deps.db, config, batcher);
-  await app.register(webhookRoutes, { config, receiver });
+  const engine = deps.engine ? new Engine(deps.db, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
+  app.decorate('engine', engine);
+  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke() });
 
   // Received webhook events are kept for the retention period, then pruned.
   const prune = () => {
@@ -121,9 +139,13 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     }
   };
   const pruneTimer = setInterval(prune, 10 * 60_000).unref();
-  app.addHook('onReady', async () => prune());
+  app.addHook('onReady', async () => {
+    prune();
+    engine?.start();
+  });
   app.addHook('onClose', async () => {
     clearInterval(pruneTimer);
+    await engine?.stop();
     batcher.close();
   });
   return app;

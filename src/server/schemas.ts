@@ -123,3 +123,54 @@ export const WebhookEvent = Type.Object({
 });
 
 export const RunStarted = Type.Object({ runId: Type.Integer(), contactId: Type.Integer() });
+
+export const TemplateChannel = Type.Union([Type.Literal('EMAIL'), Type.Literal('SMS'), Type.Literal('WHATSAPP')]);
+
+export const Template = Type.Object({
+  id: Type.Integer(),
+  name: Type.String(),
+  channel: TemplateChannel,
+  content: FreeObject,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+
+export const TemplatePreview = Type.Object({ channel: TemplateChannel, rendered: FreeObject });
+
+export const ChannelName = Type.Union([Type.Literal('EMAIL'), Type.Literal('SMS'), Type.Literal('WHATSAPP')]);
+export const ProviderName = Type.Union([Type.Literal('outbox'), Type.Literal('smtp'), Type.Literal('twilio'), Type.Literal('whatsapp')]);
+
+/** One channel's provider as shown: credentials are never part of it, only whether some are set. */
+export const ChannelSetting = Type.Object({ provider: ProviderName, settings: FreeObject, hasCredentials: Type.Boolean() });
+export const ChannelSettings = Type.Object({ EMAIL: ChannelSetting, SMS: ChannelSetting, WHATSAPP: ChannelSetting });
+
+/** Per-provider fields are checked by the channels service, which names the offending path. */
+const ChannelSettingInput = Type.Object(
+  { provider: Type.String({ maxLength: 32 }), settings: Type.Optional(FreeObject), credentials: Type.Optional(FreeObject) },
+  { additionalProperties: false },
+);
+export const ChannelSettingsInput = Type.Object(
+  { EMAIL: Type.Optional(ChannelSettingInput), SMS: Type.Optional(ChannelSettingInput), WHATSAPP: Type.Optional(ChannelSettingInput) },
+  { additionalProperties: false },
+);
+
+export const DeliveryStatus = Type.Union(['QUEUED', 'SENDING', 'SENT', 'FAILED'].map((s) => Type.Literal(s)));
+
+export const DeliveryAttempt = Type.Object({
+  id: Type.Integer(),
+  channel: ChannelName,
+  provider: ProviderName,
+  to: Type.String(),
+  status: DeliveryStatus,
+  attempt: Type.Integer(),
+  error: Type.Optional(Type.String()),
+  providerMessageId: Type.Optional(Type.String()),
+  runId: Type.Optional(Type.Integer()),
+  stepIndex: Type.Optional(Type.Integer()),
+  templateId: Type.Optional(Type.Integer()),
+  rendered: FreeObject,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+
+export const TestEmailAccepted = Type.Object({ deliveryAttemptId: Type.Integer(), status: DeliveryStatus });

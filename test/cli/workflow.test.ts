@@ -10,7 +10,8 @@ test('svc workflow / webhook / runs: list, activate, deactivate, events, replay,
   const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', 'ops@example.com', '--password-stdin', '--json'], { stdin: PASSWORD });
   assert.equal(init.code, 0, show(init));
   const workspaceId = init.json().workspace.id as number;
-  const server = await startServe(t, dataDir);
+  // An ingest-only server (no engine), so the runs stay QUEUED for the read side.
+  const server = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_ENGINE: 'false' } });
   const login = await request(server.url, 'POST', '/auth/login', { body: { email: 'ops@example.com', password: PASSWORD } });
   const token = login.body.token as string;
   const created = await request(server.url, 'POST', '/workflows', {

@@ -35,7 +35,7 @@ function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
  * JSON (400), object (422), lookup (422), contact (404) and finally 202 after COMMIT.
  * The body is taken as raw bytes so the signature covers exactly what was sent.
  */
-export async function webhookRoutes(app: App, opts: { config: Config; receiver: WebhookReceiver }): Promise<void> {
+export async function webhookRoutes(app: App, opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void }): Promise<void> {
   const { config, receiver } = opts;
 
   await app.register(rateLimit, {
@@ -94,6 +94,7 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
       }
       const accepted = await receiver.receive(target, { ...request, raw });
       if (accepted.replayed) reply.header('idempotent-replayed', 'true');
+      else opts.onAccepted?.();
       return reply.code(202).send({ runId: accepted.runId, contactId: accepted.contactId });
     },
   );

@@ -1,0 +1,163 @@
+import { and, asc, eq } from 'drizzle-orm';
+import { inWorkspace, nowIso, selectPage, type PageRequest, type WorkspaceContext } from '../context.js';
+import type { Db } from '../db/connection.js';
+import { deliveryAttempts, templates, type Channel, type DeliveryStatus, type ProviderName } from '../db/schema.js';
+import { NotFoundError, ValidationError } from '../errors.js';
+import type { Page } from '../pagination.js';
+
+/**
+ * One row per try of one message: a retry is a new row with the next attempt number, so
+ * the history of a message is the rows sharing its run and step (or, for a test email,
+ * consecutive rows). Optional fields that are null are left out of the view.
+ */
+export interface DeliveryAttemptView {
+  id: number;
+  channel: Channel;
+  provider: ProviderName;
+  to: string;
+  status: DeliveryStatus;
+  attempt: number;
+  error?: string;
+  providerMessageId?: string;
+  runId?: number;
+  stepIndex?: number;
+  templateId?: number;
+  rendered: Record<string, unknown>;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface NewAttempt {
+  workspaceId: number;
+  channel: Channel;
+  provider: ProviderName;
+  to: string;
+  status: DeliveryStatus;
+  attempt: number;
+  rendered: Record<string, unknown>;
+  runId?: number | undefined;
+  stepIndex?: number | undefined;
+  templateId?: number | undefined;
+  providerMessageId?: string | null | undefined;
+  error?: string | undefined;
+}
+
+export type AttemptOutcome = { status: 'SENT'; providerMessageId: string | null } | { status: 'FAILED'; error: string };
+
+type AttemptRow = typeof deliveryAttempts.$inferSelect;
+
+/** Provider and error texts are bounded so a chatty provider cannot bloat the table. */
+const MAX_ERROR_LENGTH = 1000;
+
+export function deliveryAttemptView(row: AttemptRow): DeliveryAttemptView {
+  return {
+    id: row.id,
+    channel: row.channel,
+    provider: row.provider,
+    to: row.to,
+    status: row.status,
+    attempt: row.attempt,
+    ...(row.error !== null ? { error: row.error } : {}),
+    ...(row.providerMessageId !== null ? { providerMessageId: row.providerMessageId } : {}),
+    ...(row.runId !== null ? { runId: row.runId } : {}),
+    ...(row.stepIndex !== null ? { stepIndex: row.stepIndex } : {}),
+    ...(row.templateId !== null ? { templateId: row.templateId } : {}),
+    rendered: row.rendered,
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+function clip(text: string): string {
+  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
+}
+
+/** Inserts one attempt row (committed at once unless db is a transaction). */
+export function createAttempt(db: Db, input: NewAttempt): DeliveryAttemptView {
+  const row = db
+    .insert(deliveryAttempts)
+    .values({
+      workspaceId: input.workspaceId,
+      channel: input.channel,
+      provider: input.provider,
+      to: input.to,
+      status: input.status,
+      attempt: input.attempt,
+      rendered: input.rendered,
+      runId: input.runId ?? null,
+      stepIndex: input.stepIndex ?? null,
+      templateId: input.templateId ?? null,
+      providerMessageId: input.providerMessageId ?? null,
+      error: input.error === undefined ? null : clip(input.error),
+    })
+    .returning()
+    .get();
+  return deliveryAttemptView(row);
+}
+
+/** Records the outcome of a try. */
+export function markAttempt(db: Db, id: number, outcome: AttemptOutcome): void {
+  const set =
+    outcome.status === 'SENT'
+      ? { status: 'SENT' as const, providerMessageId: outcome.providerMessageId, error: null }
+      : { status: 'FAILED' as const, error: clip(outcome.error) };
+  db.update(deliveryAttempts)
+    .set({ ...set, updatedAt: nowIso() })
+    .where(eq(deliveryAttempts.id, id))
+    .run();
+}
+
+export function getDeliveryAttempt(ctx: WorkspaceContext, id: number): DeliveryAttemptView {
+  const row = ctx.db.select().from(deliveryAttempts).where(inWorkspace(ctx, deliveryAttempts.workspaceId, eq(deliveryAttempts.id, id))).get();
+  if (!row) throw new NotFoundError('delivery_attempt_not_found', `No delivery attempt with id ${id}`);
+  return deliveryAttemptView(row);
+}
+
+export interface DeliveryAttemptFilter extends PageRequest {
+  runId?: number | undefined;
+  status?: DeliveryStatus | undefined;
+}
+
+export function listDeliveryAttempts(ctx: WorkspaceContext, filter: DeliveryAttemptFilter): Page<DeliveryAttemptView> {
+  return selectPage(
+    ctx,
+    deliveryAttempts,
+    filter,
+    deliveryAttemptView,
+    filter.runId !== undefined ? eq(deliveryAttempts.runId, filter.runId) : undefined,
+    filter.status !== undefined ? eq(deliveryAttempts.status, filter.status) : undefined,
+  );
+}
+
+/**
+ * The tries made so far for one message step of a run, oldest first: the engine reads
+ * them to resume after a crash (a SENDING row without an outcome) and to number retries.
+ */
+export function findAttemptsForStep(db: Db, runId: number, stepIndex: number): DeliveryAttemptView[] {
+  return db
+    .select()
+    .from(deliveryAttempts)
+    .where(and(eq(deliveryAttempts.runId, runId), eq(deliveryAttempts.stepIndex, stepIndex)))
+    .orderBy(asc(deliveryAttempts.attempt), asc(deliveryAttempts.id))
+    .all()
+    .map(deliveryAttemptView);
+}
+
+/**
+ * The content of an EMAIL template of this workspace, for a test email. (Read here rather
+ * than through the templates service so that test emails do not depend on its views.)
+ */
+export function emailTemplateContent(ctx: WorkspaceContext, templateId: number): Record<string, unknown> {
+  const row = ctx.db
+    .select({ channel: templates.channel, content: templates.content })
+    .from(templates)
+    .where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, templateId)))
+    .get();
+  if (!row) throw new NotFoundError('template_not_found', `No template with id ${templateId}`);
+  if (row.channel !== 'EMAIL') {
+    throw new ValidationError('template_channel_mismatch', `Template ${templateId} is a ${row.channel} template; a test email needs an EMAIL template`, [
+      { path: '/templateId', message: 'must be an EMAIL template' },
+    ]);
+  }
+  return row.content;
+}

@@ -1,0 +1,214 @@
+import { eq } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type WorkspaceContext } from '../context.js';
+import { CHANNELS, templates, type Channel, type TemplateContent } from '../db/schema.js';
+import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import { liquidSyntaxProblem } from '../liquid.js';
+import type { Page } from '../pagination.js';
+
+export interface TemplateView {
+  id: number;
+  name: string;
+  channel: Channel;
+  content: TemplateContent;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface TemplateInput {
+  name?: string | undefined;
+  channel?: Channel | undefined;
+  content?: Record<string, unknown> | undefined;
+}
+
+export const TEMPLATE_NAME_MAX = 200;
+/** Each string in a template's content, in UTF-8 bytes. */
+export const TEMPLATE_STRING_MAX_BYTES = 100 * 1024;
+export const WHATSAPP_PARAMETERS_MAX = 100;
+
+type TemplateRow = typeof templates.$inferSelect;
+
+function view(row: TemplateRow): TemplateView {
+  return { id: row.id, name: row.name, channel: row.channel, content: row.content, createdAt: row.createdAt, updatedAt: row.updatedAt };
+}
+
+function findRow(ctx: WorkspaceContext, id: number): TemplateRow | undefined {
+  return ctx.db.select().from(templates).where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, id))).get();
+}
+
+/** The template, or undefined: for the run engine, which reports a missing template itself. */
+export function findTemplate(ctx: WorkspaceContext, id: number): TemplateView | undefined {
+  const row = findRow(ctx, id);
+  return row && view(row);
+}
+
+export function getTemplate(ctx: WorkspaceContext, id: number): TemplateView {
+  const row = findRow(ctx, id);
+  if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
+  return view(row);
+}
+
+export function listTemplates(ctx: WorkspaceContext, filter: PageRequest & { channel?: Channel | undefined }): Page<TemplateView> {
+  return selectPage(ctx, templates, filter, view, filter.channel ? eq(templates.channel, filter.channel) : undefined);
+}
+
+/**
+ * The content fields each channel takes. A WhatsApp template is either free text (inside
+ * the 24-hour service window) or a pre-approved template with positional parameters.
+ */
+const CONTENT_SHAPES: Record<Channel, { fields: string[][]; describe: string }> = {
+  EMAIL: { fields: [['subject', 'html', 'text']], describe: '{subject, html?, text?}' },
+  SMS: { fields: [['text']], describe: '{text}' },
+  WHATSAPP: { fields: [['text'], ['templateName', 'language', 'parameters']], describe: '{text} or {templateName, language, parameters}' },
+};
+
+class ContentChecker {
+  readonly structure: FieldError[] = [];
+  readonly syntax: FieldError[] = [];
+  readonly out: Record<string, unknown> = {};
+
+  constructor(private readonly content: Record<string, unknown>) {}
+
+  /** A Liquid string: its type, size and syntax. Returns whether it was a string. */
+  liquid(path: string, value: unknown, maxChars = Infinity): value is string {
+    if (typeof value !== 'string') {
+      this.structure.push({ path, message: 'must be string' });
+      return false;
+    }
+    if (value.length > maxChars) this.structure.push({ path, message: `must be at most ${maxChars} characters` });
+    else if (Buffer.byteLength(value) > TEMPLATE_STRING_MAX_BYTES) this.structure.push({ path, message: `must be at most ${TEMPLATE_STRING_MAX_BYTES} bytes` });
+    else {
+      const problem = liquidSyntaxProblem(value);
+      if (problem) {
+        const where = problem.line !== undefined ? ` at line ${problem.line}, column ${problem.col}` : '';
+        this.syntax.push({ path, message: `template syntax error${where}: ${problem.message.replace(/, line:\d+, col:\d+$/, '')}` });
+      }
+    }
+    return true;
+  }
+
+  field(key: string, required: boolean, maxChars?: number): void {
+    const value = this.content[key];
+    if (value === undefined) {
+      if (required) this.structure.push({ path: `/content/${key}`, message: 'is required' });
+      return;
+    }
+    if (!this.liquid(`/content/${key}`, value, maxChars)) return;
+    if (required && value === '') this.structure.push({ path: `/content/${key}`, message: 'must not be empty' });
+    this.out[key] = value;
+  }
+
+  parameters(): void {
+    const value = this.content.parameters === undefined ? [] : this.content.parameters;
+    if (!Array.isArray(value) || value.length > WHATSAPP_PARAMETERS_MAX) {
+      this.structure.push({ path: '/content/parameters', message: `must be an array of at most ${WHATSAPP_PARAMETERS_MAX} strings` });
+      return;
+    }
+    value.forEach((p, i) => this.liquid(`/content/parameters/${i}`, p));
+    this.out.parameters = value;
+  }
+}
+
+/** Checks content against its channel's shape and every string's Liquid syntax. */
+export function validateContent(channel: Channel, content: unknown): TemplateContent {
+  if (!content || typeof content !== 'object' || Array.isArray(content)) {
+    throw new ValidationError('validation_failed', 'The template is invalid', [{ path: '/content', message: `must be an object ${CONTENT_SHAPES[channel].describe}` }]);
+  }
+  const fields = content as Record<string, unknown>;
+  const check = new ContentChecker(fields);
+  const shape = CONTENT_SHAPES[channel];
+  // WhatsApp's two forms are told apart by whether a templateName is given.
+  const allowed = channel === 'WHATSAPP' && Object.hasOwn(fields, 'templateName') ? shape.fields[1]! : shape.fields[0]!;
+  for (const key of Object.keys(fields)) {
+    if (!allowed.includes(key)) check.structure.push({ path: `/content/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`, message: `is not a known field of ${channel} content ${shape.describe}` });
+  }
+  switch (channel) {
+    case 'EMAIL':
+      check.field('subject', true);
+      check.field('html', false);
+      check.field('text', false);
+      if (!fields.html && !fields.text) check.structure.push({ path: '/content', message: 'must have a non-empty html or text' });
+      break;
+    case 'SMS':
+      check.field('text', true);
+      break;
+    case 'WHATSAPP':
+      if (allowed.includes('templateName')) {
+        check.field('templateName', true, 512);
+        check.field('language', true, 200);
+        check.parameters();
+      } else check.field('text', true);
+      break;
+  }
+  if (check.structure.length) throw new ValidationError('validation_failed', `The ${channel} content is invalid; it takes ${shape.describe}`, check.structure);
+  if (check.syntax.length) throw new ValidationError('template_syntax_error', 'A template has a Liquid syntax error', check.syntax);
+  return check.out;
+}
+
+function validName(name: string): string {
+  const trimmed = name.trim();
+  if (trimmed.length < 1 || trimmed.length > TEMPLATE_NAME_MAX) {
+    throw new ValidationError('validation_failed', 'The template is invalid', [{ path: '/name', message: `must be 1 to ${TEMPLATE_NAME_MAX} characters` }]);
+  }
+  return trimmed;
+}
+
+function validChannel(channel: unknown): Channel {
+  if (!(CHANNELS as readonly unknown[]).includes(channel)) {
+    throw new ValidationError('validation_failed', 'The template is invalid', [{ path: '/channel', message: `must be one of ${CHANNELS.join(', ')}` }]);
+  }
+  return channel as Channel;
+}
+
+export function createTemplate(ctx: WorkspaceContext, input: { name: string; channel: Channel; content: Record<string, unknown> }): TemplateView {
+  const name = validName(input.name);
+  const channel = validChannel(input.channel);
+  const content = validateContent(channel, input.content);
+  return withTransaction(ctx, (tx) => {
+    const row = tx.db.insert(templates).values({ workspaceId: ctx.workspaceId, name, channel, content }).returning().get();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.created', target: { type: 'template', id: row.id }, metadata: { name, channel } });
+    return view(row);
+  });
+}
+
+/**
+ * Updates the name and/or content. The channel may change only with content valid for
+ * the new channel, so a stored template always matches its channel.
+ */
+export function updateTemplate(ctx: WorkspaceContext, id: number, input: TemplateInput): TemplateView {
+  const name = input.name === undefined ? undefined : validName(input.name);
+  const channel = input.channel === undefined ? undefined : validChannel(input.channel);
+  return withTransaction(ctx, (tx) => {
+    const before = findRow(tx, id);
+    if (!before) throw new NotFoundError('template_not_found', `No template with id ${id}`);
+    const set: Partial<TemplateRow> = {};
+    if (name !== undefined) set.name = name;
+    if (channel !== undefined && channel !== before.channel) {
+      if (input.content === undefined) {
+        throw new ValidationError('content_required', 'Changing the channel needs content for the new channel', [
+          { path: '/content', message: `is required to change the channel to ${channel}` },
+        ]);
+      }
+      set.channel = channel;
+    }
+    if (input.content !== undefined) set.content = validateContent(set.channel ?? before.channel, input.content);
+    const row = tx.db
+      .update(templates)
+      .set({ ...set, updatedAt: nowIso() })
+      .where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id)))
+      .returning()
+      .get()!;
+    const fields = Object.keys(input).filter((k) => input[k as keyof TemplateInput] !== undefined);
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.updated', target: { type: 'template', id }, metadata: { fields } });
+    return view(row);
+  });
+}
+
+export function deleteTemplate(ctx: WorkspaceContext, id: number): void {
+  withTransaction(ctx, (tx) => {
+    const row = findRow(tx, id);
+    if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
+    tx.db.delete(templates).where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id))).run();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.deleted', target: { type: 'template', id }, metadata: { name: row.name, channel: row.channel } });
+  });
+}

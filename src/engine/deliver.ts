@@ -1,0 +1,218 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { recordAudit } from '../core/audit.js';
+import type { Config } from '../core/config.js';
+import type { WorkspaceContext } from '../core/context.js';
+import type { Db } from '../core/db/connection.js';
+import type { Channel, DeliveryStatus } from '../core/db/schema.js';
+import { ValidationError, type FieldError } from '../core/errors.js';
+import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
+import { createAttempt, emailTemplateContent, markAttempt } from '../core/services/deliveries.js';
+import { getWorkspace } from '../core/services/workspaces.js';
+import { normalizeEmail } from '../core/validation.js';
+import { providerFor, type SendResult } from './providers/index.js';
+import { RenderError, renderContent } from './render.js';
+
+export interface DeliverDeps {
+  db: Db;
+  config: Config;
+  /**
+   * Called after the SENDING row is written and before the provider is called: a caller
+   * that batches writes in an open transaction commits here, so the row is durable (a
+   * crash during the send leaves evidence) and no lock is held across the network.
+   */
+  beforeNetwork?: () => void;
+  /** Called once the attempt row exists (SENDING, or SENT/FAILED when no send was needed). */
+  onRecorded?: (attemptId: number, status: DeliveryStatus) => void;
+}
+
+export interface DeliveryInput {
+  workspaceId: number;
+  channel: Channel;
+  to: string;
+  rendered: Record<string, unknown>;
+  runId?: number | undefined;
+  stepIndex?: number | undefined;
+  templateId?: number | undefined;
+  /** 1 for the first try of this message; each retry is a new row with the next number. */
+  attempt: number;
+}
+
+export interface DeliveryOutcome {
+  attemptId: number;
+  status: 'SENT' | 'FAILED';
+  transient: boolean;
+  error?: string;
+}
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * One try of one message through the workspace's provider for its channel, recorded as a
+ * delivery attempt row. The row is written as SENDING before the provider is called and
+ * marked SENT or FAILED after; the outbox (nothing to call) writes it SENT at once.
+ */
+export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Promise<DeliveryOutcome> {
+  const { db, config } = deps;
+  const row = {
+    workspaceId: input.workspaceId,
+    channel: input.channel,
+    to: input.to,
+    attempt: input.attempt,
+    rendered: input.rendered,
+    runId: input.runId,
+    stepIndex: input.stepIndex,
+    templateId: input.templateId,
+  };
+
+  let channel: ResolvedChannel;
+  try {
+    channel = resolveChannel(db, config, input.workspaceId, input.channel);
+  } catch (err) {
+    if (!(err instanceof ChannelUnusableError)) throw err;
+    const failed = createAttempt(db, { ...row, provider: err.provider, status: 'FAILED', error: err.message });
+    deps.onRecorded?.(failed.id, 'FAILED');
+    return { attemptId: failed.id, status: 'FAILED', transient: false, error: err.message };
+  }
+
+  const provider = providerFor(channel.provider);
+  const message = { channel: input.channel, to: input.to, rendered: input.rendered };
+  const opts = { timeoutMs: config.httpTimeoutMs };
+
+  if (channel.provider === 'outbox') {
+    const result = await provider.send(message, channel.settings, channel.credentials, opts);
+    const providerMessageId = result.ok ? result.providerMessageId : null;
+    const sent = createAttempt(db, { ...row, provider: 'outbox', status: 'SENT', providerMessageId });
+    deps.onRecorded?.(sent.id, 'SENT');
+    return { attemptId: sent.id, status: 'SENT', transient: false };
+  }
+
+  const attempt = createAttempt(db, { ...row, provider: channel.provider, status: 'SENDING' });
+  deps.beforeNetwork?.();
+  deps.onRecorded?.(attempt.id, 'SENDING');
+
+  let result: SendResult;
+  try {
+    result = await provider.send(message, channel.settings, channel.credentials, opts);
+  } catch (err) {
+    // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
+    result = { ok: false, transient: true, error: `${channel.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
+  }
+  if (result.ok) {
+    markAttempt(db, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
+    return { attemptId: attempt.id, status: 'SENT', transient: false };
+  }
+  markAttempt(db, attempt.id, { status: 'FAILED', error: result.error });
+  return { attemptId: attempt.id, status: 'FAILED', transient: result.transient, error: result.error };
+}
+
+/**
+ * How long to wait after try number `attempt` failed: base * 2^(attempt-1), with ±20%
+ * jitter so that retries after an outage do not arrive together, at most one hour.
+ */
+export function retryDelayMs(config: Pick<Config, 'deliveryRetryBaseMs'>, attempt: number): number {
+  const exponential = Math.min(HOUR_MS, config.deliveryRetryBaseMs * 2 ** Math.max(0, attempt - 1));
+  const jittered = exponential * (0.8 + Math.random() * 0.4);
+  return Math.min(HOUR_MS, Math.max(1, Math.round(jittered)));
+}
+
+/**
+ * Tries a message until it is sent, fails permanently, or has used
+ * config.deliveryMaxAttempts tries, waiting retryDelayMs between tries; each try is its
+ * own attempt row. In-process, for messages outside runs (test emails): runs schedule
+ * their retries durably instead. An abort stops the waiting and returns the last outcome.
+ */
+export async function deliverWithRetries(deps: DeliverDeps, input: Omit<DeliveryInput, 'attempt'>, opts: { signal?: AbortSignal } = {}): Promise<DeliveryOutcome> {
+  const max = deps.config.deliveryMaxAttempts;
+  for (let attempt = 1; ; attempt++) {
+    const outcome = await deliverOnce(deps, { ...input, attempt });
+    if (outcome.status === 'SENT' || !outcome.transient || attempt >= max || opts.signal?.aborted) return outcome;
+    try {
+      await sleep(retryDelayMs(deps.config, attempt), undefined, opts.signal ? { signal: opts.signal } : {});
+    } catch {
+      return outcome;
+    }
+  }
+}
+
+export interface TestEmailInput {
+  to: string;
+  templateId?: number | undefined;
+  subject?: string | undefined;
+  html?: string | undefined;
+  text?: string | undefined;
+  /** Visible to the templates as `trigger.*`. */
+  data?: Record<string, unknown> | undefined;
+}
+
+export interface TestEmailAccepted {
+  deliveryAttemptId: number;
+  status: DeliveryStatus;
+}
+
+/** The Liquid sources of a test email: an EMAIL template's content, or the given strings. */
+function testEmailSource(ctx: WorkspaceContext, input: TestEmailInput): Record<string, string> {
+  const inline = input.subject !== undefined || input.html !== undefined || input.text !== undefined;
+  if (input.templateId !== undefined) {
+    if (inline) {
+      throw new ValidationError('validation_failed', 'Give a templateId, or subject with html or text, not both', [
+        { path: '/templateId', message: 'cannot be combined with subject, html or text' },
+      ]);
+    }
+    const content = emailTemplateContent(ctx, input.templateId);
+    const source: Record<string, string> = {};
+    for (const field of ['subject', 'html', 'text'] as const) if (typeof content[field] === 'string') source[field] = content[field];
+    return source;
+  }
+  const errors: FieldError[] = [];
+  if (input.subject === undefined) errors.push({ path: '/subject', message: 'is required without a templateId' });
+  if (input.html === undefined && input.text === undefined) errors.push({ path: '/html', message: 'html or text is required without a templateId' });
+  if (errors.length) throw new ValidationError('validation_failed', 'The test email is invalid', errors);
+  return {
+    subject: input.subject!,
+    ...(input.html !== undefined ? { html: input.html } : {}),
+    ...(input.text !== undefined ? { text: input.text } : {}),
+  };
+}
+
+/**
+ * Renders a test email and starts sending it through the workspace's EMAIL channel, with
+ * retries, in the background. Resolves once the first attempt row exists (accepted), with
+ * `done` settling when the last try has been made.
+ */
+export async function startTestEmail(
+  ctx: WorkspaceContext,
+  input: TestEmailInput,
+  opts: { signal?: AbortSignal } = {},
+): Promise<{ accepted: TestEmailAccepted; done: Promise<DeliveryOutcome> }> {
+  const to = normalizeEmail(input.to);
+  if (!to) throw new ValidationError('validation_failed', 'The test email is invalid', [{ path: '/to', message: 'must be an email address' }]);
+  const source = testEmailSource(ctx, input);
+  const workspace = getWorkspace(ctx, ctx.workspaceId);
+  let rendered: Record<string, unknown>;
+  try {
+    rendered = await renderContent(source, { contact: {}, trigger: input.data ?? {}, workspace: { id: workspace.id, name: workspace.name }, run: null, extra: { data: input.data ?? {} } });
+  } catch (err) {
+    if (!(err instanceof RenderError)) throw err;
+    const path = input.templateId !== undefined ? '/templateId' : (err.path ?? '/');
+    throw new ValidationError('template_render_failed', `The email could not be rendered: ${err.message}`, [{ path, message: err.message }]);
+  }
+
+  let accept!: (a: TestEmailAccepted) => void;
+  let refuse!: (err: unknown) => void;
+  const first = new Promise<TestEmailAccepted>((resolve, reject) => {
+    accept = resolve;
+    refuse = reject;
+  });
+  const deps: DeliverDeps = { db: ctx.db, config: ctx.config, onRecorded: (id, status) => accept({ deliveryAttemptId: id, status }) };
+  const done = deliverWithRetries(deps, { workspaceId: ctx.workspaceId, channel: 'EMAIL', to, rendered, templateId: input.templateId }, opts);
+  // A failure before the first row was written fails the request; later ones are the caller's to log.
+  done.catch(refuse);
+  const accepted = await first;
+  recordAudit(ctx, {
+    workspaceId: ctx.workspaceId,
+    action: 'message.test_email_sent',
+    target: { type: 'delivery_attempt', id: accepted.deliveryAttemptId },
+    metadata: input.templateId !== undefined ? { templateId: input.templateId } : {},
+  });
+  return { accepted, done };
+}

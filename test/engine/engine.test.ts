@@ -1,0 +1,130 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { build, type TestServer } from '../helpers.js';
+
+/** Polls GET /runs/:id until the run reaches one of the statuses (or fails the test). */
+export async function waitForRun(s: TestServer, token: string, runId: number, statuses: string[], timeoutMs = 15_000): Promise<any> {
+  const started = Date.now();
+  for (;;) {
+    const res = await s.request('GET', `/runs/${runId}`, { token });
+    assert.equal(res.status, 200, res.text);
+    if (statuses.includes(res.body.status)) return res.body;
+    if (Date.now() - started > timeoutMs) assert.fail(`run ${runId} is ${res.body.status} after ${timeoutMs} ms: ${res.text}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: Record<string, unknown> = {}) {
+  const s = await build(t, { engine: { pollMs: 50 } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const template = await s.request('POST', '/templates', {
+    token,
+    body: { name: 'welcome', channel: 'EMAIL', content: { subject: 'Hi {{ contact.firstName }}', text: 'Order {{ trigger.order.id }} for {{ trigger.fields[0].value }}' } },
+  });
+  assert.equal(template.status, 201, template.text);
+  const resolved = JSON.parse(JSON.stringify(steps).replaceAll('"TEMPLATE_ID"', String(template.body.id)));
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'flow', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: resolved, webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true, ...webhook } },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  const path = new URL(wf.body.webhook.url).pathname;
+  const post = async (body: unknown) => {
+    const res = await s.request('POST', path, { body });
+    assert.equal(res.status, 202, res.text);
+    return res.body as { runId: number; contactId: number };
+  };
+  return { s, token, post, templateId: template.body.id as number, workflowId: wf.body.id as number };
+}
+
+const BODY = { customer: { email: 'jane@example.com', name: 'Jane' }, order: { id: 'A-17' }, fields: [{ value: 'the blue one' }] };
+
+test('a webhook leads to a COMPLETED run: contact updated, tagged, email recorded by the outbox', async (t) => {
+  const { s, token, post, templateId } = await setUp(t, [
+    { type: 'update_contact', set: { firstName: '{{ trigger.customer.name }}', 'attributes.lastOrder': '{{ trigger.order.id }}' } },
+    { type: 'send_email', templateId: 'TEMPLATE_ID' },
+    { type: 'add_tags', tags: ['customer', 'VIP'] },
+  ]);
+  const { runId, contactId } = await post(BODY);
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  assert.deepEqual(run.steps.map((st: { status: string }) => st.status), ['COMPLETED', 'COMPLETED', 'COMPLETED']);
+  for (const st of run.steps) assert.ok(st.startedAt && st.finishedAt && st.finishedAt >= st.startedAt);
+  assert.ok(run.finishedAt);
+
+  const contact = await s.request('GET', `/contacts/${contactId}`, { token });
+  assert.equal(contact.body.firstName, 'Jane');
+  assert.equal(contact.body.attributes.lastOrder, 'A-17');
+  assert.deepEqual(contact.body.tags, ['customer', 'VIP']);
+
+  const attempts = await s.request('GET', `/messages/delivery-attempts?runId=${runId}`, { token });
+  assert.equal(attempts.status, 200, attempts.text);
+  assert.equal(attempts.body.data.length, 1);
+  const [attempt] = attempts.body.data;
+  assert.equal(attempt.status, 'SENT');
+  assert.equal(attempt.provider, 'outbox');
+  assert.equal(attempt.to, 'jane@example.com');
+  assert.equal(attempt.stepIndex, 1);
+  assert.equal(attempt.templateId, templateId);
+  assert.equal(attempt.rendered.subject, 'Hi Jane');
+  assert.equal(attempt.rendered.text, 'Order A-17 for the blue one');
+});
+
+test('filter false ends the run early; later steps are SKIPPED', async (t) => {
+  const { s, token, post } = await setUp(t, [
+    { type: 'filter', condition: 'trigger.total > 100' },
+    { type: 'add_tags', tags: ['big-spender'] },
+  ]);
+  const small = await post({ ...BODY, total: 20 });
+  const big = await post({ ...BODY, customer: { email: 'rich@example.com' }, total: 500 });
+  const smallRun = await waitForRun(s, token, small.runId, ['COMPLETED', 'FAILED']);
+  const bigRun = await waitForRun(s, token, big.runId, ['COMPLETED', 'FAILED']);
+  assert.deepEqual(smallRun.steps.map((st: { status: string }) => st.status), ['COMPLETED', 'SKIPPED']);
+  assert.deepEqual(bigRun.steps.map((st: { status: string }) => st.status), ['COMPLETED', 'COMPLETED']);
+  assert.deepEqual((await s.request('GET', `/contacts/${small.contactId}`, { token })).body.tags, []);
+  assert.deepEqual((await s.request('GET', `/contacts/${big.contactId}`, { token })).body.tags, ['big-spender']);
+});
+
+test('wait parks the run (WAITING) and resumes it on time', async (t) => {
+  const { s, token, post } = await setUp(t, [{ type: 'wait', seconds: 1 }, { type: 'add_tags', tags: ['after-wait'] }]);
+  const started = Date.now();
+  const { runId } = await post(BODY);
+  const waiting = await waitForRun(s, token, runId, ['WAITING']);
+  assert.equal(waiting.steps[0].status, 'WAITING');
+  const done = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+  assert.equal(done.status, 'COMPLETED');
+  assert.ok(Date.now() - started >= 1000, 'not before the wait is over');
+});
+
+test('a failing step fails the run with its error and leaves later steps PENDING', async (t) => {
+  const { s, token, post } = await setUp(t, [
+    { type: 'send_sms', templateId: 999999 },
+    { type: 'add_tags', tags: ['never'] },
+  ]);
+  const { runId } = await post(BODY);
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'FAILED');
+  assert.equal(run.steps[0].status, 'FAILED');
+  assert.match(run.steps[0].error, /template 999999/);
+  assert.equal(run.steps[1].status, 'PENDING');
+});
+
+test('http_request to a loopback address is refused and fails the step', async (t) => {
+  const { s, token, post } = await setUp(t, [{ type: 'http_request', method: 'POST', url: 'http://127.0.0.1:9/hook', body: { id: '{{ trigger.order.id }}' } }]);
+  const { runId } = await post(BODY);
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'FAILED');
+  assert.match(run.steps[0].error, /block|private|loopback|refused/i);
+});
+
+test('many webhooks: every run completes exactly once', async (t) => {
+  const { s, token, post } = await setUp(t, [{ type: 'add_tags', tags: ['seen'] }, { type: 'send_email', templateId: 'TEMPLATE_ID' }]);
+  const accepted = await Promise.all(Array.from({ length: 120 }, (_, i) => post({ ...BODY, customer: { email: `c${i}@example.com` } })));
+  for (const { runId } of accepted) {
+    const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+    assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  }
+  const rows = s.db.$client.prepare('SELECT run_id, COUNT(*) AS n FROM delivery_attempts GROUP BY run_id').all() as { run_id: number; n: number }[];
+  assert.equal(rows.length, 120);
+  assert.ok(rows.every((r) => r.n === 1), 'one delivery per run');
+});

@@ -1,0 +1,311 @@
+/**
+ * Delivery providers and deliverOnce against local stand-ins on 127.0.0.1: an HTTP server
+ * speaking the Twilio Messages API and one speaking the WhatsApp Cloud API. Covers the
+ * request each provider makes, transient and permanent failures, retries as separate
+ * attempt rows, the SENDING row written before the network call, and the retry delay.
+ */
+import assert from 'node:assert/strict';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { test, type TestContext } from 'node:test';
+import { deliveryAttempts } from '../../src/core/db/schema.js';
+import { findAttemptsForStep } from '../../src/core/services/deliveries.js';
+import { deliverOnce, deliverWithRetries, retryDelayMs } from '../../src/engine/deliver.js';
+import { providerFor } from '../../src/engine/providers/index.js';
+import { classifySmtpError } from '../../src/engine/providers/smtp.js';
+import { build, type TestServer } from '../helpers.js';
+
+const TWILIO_TOKEN = 'twilio-token-Rt5sX8qZ';
+const WA_TOKEN = 'wa-token-Mn4bV7cX';
+const FAST = { SVC_DELIVERY_RETRY_BASE_MS: '10', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_TIMEOUT_MS: '300' };
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+
+type Reply = { status: number; body?: unknown } | 'hang';
+
+/** A local HTTP server answering with `reply(n)` for the n-th request (1-based). */
+async function apiServer(t: TestContext, reply: (n: number, req: Seen) => Reply | Promise<Reply>) {
+  const seen: Seen[] = [];
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', async () => {
+      const entry = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
+      seen.push(entry);
+      const r = await reply(seen.length, entry);
+      if (r === 'hang') return;
+      res.writeHead(r.status, { 'content-type': 'application/json' });
+      res.end(r.body === undefined ? '' : JSON.stringify(r.body));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+}
+
+async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
+  const s = await build(t, { env: FAST });
+  const token = await s.login(s.owner.email, s.owner.password);
+  return { s, token };
+}
+
+async function useTwilio(s: TestServer, token: string, baseUrl: string, from = '+15005550006'): Promise<void> {
+  const res = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { SMS: { provider: 'twilio', settings: { baseUrl, accountSid: 'AC0123', from }, credentials: { authToken: TWILIO_TOKEN } } },
+  });
+  assert.equal(res.status, 200, res.text);
+}
+
+async function useWhatsApp(s: TestServer, token: string, baseUrl: string): Promise<void> {
+  const res = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { WHATSAPP: { provider: 'whatsapp', settings: { baseUrl: `${baseUrl}/v20.0`, phoneNumberId: '1098765' }, credentials: { accessToken: WA_TOKEN } } },
+  });
+  assert.equal(res.status, 200, res.text);
+}
+
+const sms = (s: TestServer, extra: Record<string, unknown> = {}) => ({ workspaceId: s.workspaceId, channel: 'SMS' as const, to: '+15551234567', rendered: { text: 'Your code is 42' }, ...extra });
+
+function rows(s: TestServer) {
+  return s.db.select().from(deliveryAttempts).all();
+}
+
+test('twilio: form-encoded POST with Basic auth; 503 twice is transient and the third try succeeds', async (t) => {
+  const { s, token } = await setup(t);
+  const api = await apiServer(t, (n) => (n <= 2 ? { status: 503, body: { message: 'Service Unavailable' } } : { status: 201, body: { sid: 'SM0001', status: 'queued' } }));
+  await useTwilio(s, token, api.url);
+
+  const first = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), runId: 7, stepIndex: 2, templateId: 3, attempt: 1 });
+  assert.equal(first.status, 'FAILED');
+  assert.equal(first.transient, true);
+  assert.match(first.error ?? '', /twilio: HTTP 503/);
+
+  const done = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 8, stepIndex: 0 });
+  assert.equal(done.status, 'SENT');
+  const attempts = findAttemptsForStep(s.db, 8, 0);
+  assert.deepEqual(attempts.map((a) => [a.attempt, a.status, a.providerMessageId ?? null]), [[1, 'FAILED', null], [2, 'SENT', 'SM0001']]);
+  assert.equal(attempts[1]!.id, done.attemptId);
+
+  assert.equal(api.seen.length, 3);
+  const req = api.seen[2]!;
+  assert.equal(req.method, 'POST');
+  assert.equal(req.url, '/2010-04-01/Accounts/AC0123/Messages.json');
+  assert.equal(req.headers.authorization, `Basic ${Buffer.from(`AC0123:${TWILIO_TOKEN}`).toString('base64')}`);
+  assert.equal(req.headers['content-type'], 'application/x-www-form-urlencoded');
+  assert.deepEqual(Object.fromEntries(new URLSearchParams(req.body)), { To: '+15551234567', From: '+15005550006', Body: 'Your code is 42' });
+
+  // The attempt rows carry no credential.
+  assert.ok(!JSON.stringify(rows(s)).includes(TWILIO_TOKEN));
+});
+
+test('retries through deliverWithRetries: separate rows numbered 1..n, a 503 then 503 then 201', async (t) => {
+  const { s, token } = await setup(t);
+  const api = await apiServer(t, (n) => (n <= 2 ? { status: 503 } : { status: 201, body: { sid: 'SM0002' } }));
+  await useTwilio(s, token, api.url);
+  const recorded: [number, string][] = [];
+  const outcome = await deliverWithRetries({ db: s.db, config: s.config, onRecorded: (id, status) => recorded.push([id, status]) }, { ...sms(s), runId: 1, stepIndex: 4 });
+  assert.equal(outcome.status, 'SENT');
+  const attempts = findAttemptsForStep(s.db, 1, 4);
+  assert.deepEqual(attempts.map((a) => [a.attempt, a.status]), [[1, 'FAILED'], [2, 'FAILED'], [3, 'SENT']]);
+  for (const a of attempts.slice(0, 2)) assert.match(a.error ?? '', /HTTP 503/);
+  assert.deepEqual(recorded, attempts.map((a) => [a.id, 'SENDING']), 'each try recorded as SENDING first');
+
+  // The API view through the server shows the same history.
+  const list = await s.request('GET', '/messages/delivery-attempts?runId=1', { token });
+  assert.deepEqual(list.body.data.map((a: { attempt: number; stepIndex: number }) => [a.attempt, a.stepIndex]), [[3, 4], [2, 4], [1, 4]]);
+});
+
+test('twilio: a 400 is permanent and carries the provider message; 429 and timeouts are transient', async (t) => {
+  const { s, token } = await setup(t);
+  const bad = await apiServer(t, () => ({ status: 400, body: { code: 21211, message: "The 'To' number +1555 is not a valid phone number.", more_info: 'https://www.twilio.com/docs/errors/21211', status: 400 } }));
+  await useTwilio(s, token, bad.url);
+  const outcome = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 2, stepIndex: 0 });
+  assert.equal(outcome.status, 'FAILED');
+  assert.equal(outcome.transient, false);
+  assert.equal(outcome.error, "twilio: HTTP 400: The 'To' number +1555 is not a valid phone number. (code 21211)");
+  assert.equal(bad.seen.length, 1, 'not retried');
+  const [row] = findAttemptsForStep(s.db, 2, 0);
+  assert.equal(row!.status, 'FAILED');
+  assert.equal(row!.error, outcome.error);
+
+  const limited = await apiServer(t, () => ({ status: 429, body: { code: 20429, message: 'Too Many Requests' } }));
+  await useTwilio(s, token, limited.url);
+  const r429 = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  assert.deepEqual([r429.status, r429.transient], ['FAILED', true]);
+  assert.match(r429.error ?? '', /429: Too Many Requests/);
+
+  const auth = await apiServer(t, () => ({ status: 401, body: { code: 20003, message: 'Authenticate' } }));
+  await useTwilio(s, token, auth.url);
+  assert.equal((await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 })).transient, false, '401 is permanent');
+
+  const slow = await apiServer(t, () => 'hang');
+  await useTwilio(s, token, slow.url);
+  const started = Date.now();
+  const timedOut = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  assert.deepEqual([timedOut.status, timedOut.transient], ['FAILED', true]);
+  assert.match(timedOut.error ?? '', /timed out/);
+  assert.ok(Date.now() - started < 5_000, 'bounded by httpTimeoutMs');
+});
+
+test('twilio: an unreachable API is transient; a Messaging Service id is sent as MessagingServiceSid', async (t) => {
+  const { s, token } = await setup(t);
+  const api = await apiServer(t, () => ({ status: 201, body: { sid: 'SM0003' } }));
+  // Nothing listens on port 1.
+  await useTwilio(s, token, 'http://127.0.0.1:1');
+  const refused = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  assert.deepEqual([refused.status, refused.transient], ['FAILED', true]);
+  assert.match(refused.error ?? '', /could not be reached/);
+
+  const service = `MG${'a'.repeat(32)}`;
+  await useTwilio(s, token, api.url, service);
+  const ok = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  assert.equal(ok.status, 'SENT');
+  assert.deepEqual(Object.fromEntries(new URLSearchParams(api.seen[0]!.body)), { To: '+15551234567', MessagingServiceSid: service, Body: 'Your code is 42' });
+});
+
+test('the SENDING row is committed before the provider is called', async (t) => {
+  const { s, token } = await setup(t);
+  let during: { status: string; attempt: number }[] = [];
+  const api = await apiServer(t, () => {
+    during = s.db.select({ status: deliveryAttempts.status, attempt: deliveryAttempts.attempt }).from(deliveryAttempts).all();
+    return { status: 201, body: { sid: 'SM0004' } };
+  });
+  await useTwilio(s, token, api.url);
+  const order: string[] = [];
+  const outcome = await deliverOnce(
+    { db: s.db, config: s.config, beforeNetwork: () => order.push(`beforeNetwork:${rows(s).length}`), onRecorded: (_id, status) => order.push(`recorded:${status}`) },
+    { ...sms(s), attempt: 1 },
+  );
+  assert.equal(outcome.status, 'SENT');
+  assert.deepEqual(during, [{ status: 'SENDING', attempt: 1 }]);
+  assert.deepEqual(order, ['beforeNetwork:1', 'recorded:SENDING']);
+  assert.equal(rows(s)[0]!.status, 'SENT');
+  assert.equal(rows(s)[0]!.providerMessageId, 'SM0004');
+});
+
+test('whatsapp: text and template messages with a Bearer token; messages[0].id is the provider id', async (t) => {
+  const { s, token } = await setup(t);
+  const api = await apiServer(t, (n) => ({ status: 200, body: { messaging_product: 'whatsapp', contacts: [{ wa_id: '15551234567' }], messages: [{ id: `wamid.${n}` }] } }));
+  await useWhatsApp(s, token, api.url);
+  const base = { workspaceId: s.workspaceId, channel: 'WHATSAPP' as const, to: '+15551234567', attempt: 1 };
+
+  const text = await deliverOnce({ db: s.db, config: s.config }, { ...base, rendered: { text: 'Hello Ada' } });
+  assert.deepEqual(text, { attemptId: text.attemptId, status: 'SENT', transient: false });
+  const tpl = await deliverOnce({ db: s.db, config: s.config }, { ...base, rendered: { templateName: 'order_update', language: 'en_US', parameters: ['Ada', 'A-17'] } });
+  assert.equal(tpl.status, 'SENT');
+
+  const [first, second] = api.seen;
+  assert.equal(first!.url, '/v20.0/1098765/messages');
+  assert.equal(first!.headers.authorization, `Bearer ${WA_TOKEN}`);
+  assert.equal(first!.headers['content-type'], 'application/json');
+  assert.deepEqual(JSON.parse(first!.body), { messaging_product: 'whatsapp', recipient_type: 'individual', to: '15551234567', type: 'text', text: { body: 'Hello Ada' } });
+  assert.deepEqual(JSON.parse(second!.body), {
+    messaging_product: 'whatsapp',
+    recipient_type: 'individual',
+    to: '15551234567',
+    type: 'template',
+    template: {
+      name: 'order_update',
+      language: { code: 'en_US' },
+      components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ada' }, { type: 'text', text: 'A-17' }] }],
+    },
+  });
+  assert.deepEqual(rows(s).map((r) => r.providerMessageId), ['wamid.1', 'wamid.2']);
+  assert.ok(!JSON.stringify(rows(s)).includes(WA_TOKEN));
+});
+
+test('whatsapp: 503 twice then success; a 400 is permanent with the Graph error; rate-limit codes are transient', async (t) => {
+  const { s, token } = await setup(t);
+  const flaky = await apiServer(t, (n) => (n <= 2 ? { status: 503, body: { error: { message: 'Service temporarily unavailable', code: 2 } } } : { status: 200, body: { messages: [{ id: 'wamid.ok' }] } }));
+  await useWhatsApp(s, token, flaky.url);
+  const input = { workspaceId: s.workspaceId, channel: 'WHATSAPP' as const, to: '+15551234567', rendered: { text: 'hi' }, runId: 5, stepIndex: 1 };
+  const outcome = await deliverWithRetries({ db: s.db, config: s.config }, input);
+  assert.equal(outcome.status, 'SENT');
+  assert.deepEqual(findAttemptsForStep(s.db, 5, 1).map((a) => [a.attempt, a.status, a.providerMessageId ?? a.error]), [
+    [1, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
+    [2, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
+    [3, 'SENT', 'wamid.ok'],
+  ]);
+
+  const bad = await apiServer(t, () => ({ status: 400, body: { error: { message: '(#100) Invalid parameter', type: 'OAuthException', code: 100, fbtrace_id: 'X' } } }));
+  await useWhatsApp(s, token, bad.url);
+  const refused = await deliverWithRetries({ db: s.db, config: s.config }, { ...input, runId: 6 });
+  assert.deepEqual([refused.status, refused.transient, refused.error], ['FAILED', false, 'whatsapp: HTTP 400: (#100) Invalid parameter (code 100)']);
+  assert.equal(bad.seen.length, 1);
+
+  const throttled = await apiServer(t, () => ({ status: 400, body: { error: { message: 'Rate limit hit', code: 131056 } } }));
+  await useWhatsApp(s, token, throttled.url);
+  assert.equal((await deliverOnce({ db: s.db, config: s.config }, { ...input, attempt: 1 })).transient, true);
+});
+
+test('outbox: SENT at once with the rendered content, no network', async (t) => {
+  const { s } = await setup(t);
+  const recorded: string[] = [];
+  const outcome = await deliverOnce(
+    { db: s.db, config: s.config, beforeNetwork: () => recorded.push('network'), onRecorded: (_id, status) => recorded.push(status) },
+    { ...sms(s), attempt: 1, runId: 3, stepIndex: 0 },
+  );
+  assert.deepEqual(outcome, { attemptId: outcome.attemptId, status: 'SENT', transient: false });
+  assert.deepEqual(recorded, ['SENT']);
+  const [row] = findAttemptsForStep(s.db, 3, 0);
+  assert.equal(row!.provider, 'outbox');
+  assert.deepEqual(row!.rendered, { text: 'Your code is 42' });
+  assert.match(row!.providerMessageId ?? '', /^outbox-/);
+  assert.equal(providerFor('outbox').name, 'outbox');
+});
+
+test('unreadable stored credentials fail the message permanently, with a row that says why', async (t) => {
+  const { s, token } = await setup(t);
+  await useTwilio(s, token, 'http://127.0.0.1:1');
+  const rotated = { ...s.config, secrets: { ...s.config.secrets, encryptionKey: 'another-key-entirely-0123456789abcdef' } };
+  const outcome = await deliverOnce({ db: s.db, config: rotated }, { ...sms(s), attempt: 1 });
+  assert.deepEqual([outcome.status, outcome.transient], ['FAILED', false]);
+  assert.match(outcome.error ?? '', /cannot be decrypted/);
+  assert.equal(rows(s)[0]!.provider, 'twilio');
+});
+
+test('retryDelayMs doubles from the base with ±20% jitter and stays under an hour', () => {
+  const config = { deliveryRetryBaseMs: 1000 };
+  for (let i = 0; i < 200; i++) {
+    const d1 = retryDelayMs(config, 1);
+    const d3 = retryDelayMs(config, 3);
+    assert.ok(d1 >= 800 && d1 <= 1200, `attempt 1: ${d1}`);
+    assert.ok(d3 >= 3200 && d3 <= 4800, `attempt 3: ${d3}`);
+    const capped = retryDelayMs(config, 40);
+    assert.ok(capped <= 3_600_000 && capped >= 0.8 * 3_600_000, `capped: ${capped}`);
+  }
+  const spread = new Set(Array.from({ length: 50 }, () => retryDelayMs(config, 2)));
+  assert.ok(spread.size > 10, 'jittered');
+});
+
+test('SMTP errors: 4xx replies and network trouble are transient, 5xx and refused logins are not', () => {
+  const cases: [unknown, boolean][] = [
+    [{ responseCode: 421, response: '421 Service not available' }, true],
+    [{ responseCode: 450, response: '450 Mailbox busy' }, true],
+    [{ responseCode: 451, response: '451 Try later' }, true],
+    [{ responseCode: 452, response: '452 Insufficient storage' }, true],
+    [{ responseCode: 550, response: '550 No such user' }, false],
+    [{ responseCode: 554, response: '554 Rejected' }, false],
+    [{ code: 'EAUTH', responseCode: 535, response: '535 Authentication failed' }, false],
+    [{ code: 'ETIMEDOUT', message: 'Greeting never received' }, true],
+    [{ code: 'ECONNECTION', message: 'Connection closed' }, true],
+    [{ code: 'ESOCKET', message: 'connect ECONNREFUSED 127.0.0.1:25' }, true],
+    [{ code: 'EDNS', message: 'getaddrinfo ENOTFOUND' }, true],
+    [{ code: 'ETLS', message: 'self-signed certificate' }, false],
+    [{ code: 'EENVELOPE', message: 'No recipients defined' }, false],
+  ];
+  for (const [err, transient] of cases) {
+    const r = classifySmtpError(err);
+    assert.equal(r.transient, transient, JSON.stringify(err));
+    assert.match(r.error, /^smtp: /);
+  }
+});

@@ -1,0 +1,215 @@
+/**
+ * Channel settings (providers) through the real server: the outbox default, per-provider
+ * validation, write-only credentials (kept across updates, encrypted at rest, never in a
+ * response, the table or the audit trail), the role matrix and workspace isolation.
+ * Contract: API.md sections 1, 2 (role matrix) and 5 (providers).
+ */
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { resolveChannel } from '../../src/core/services/channels.js';
+import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
+
+const SMTP_PASS = 'smtp-pass-Zq8vN3rT';
+const TWILIO_TOKEN = 'twilio-token-Hk29xLmQ';
+const WA_TOKEN = 'wa-token-P0oR7sUv';
+const SECRETS = [SMTP_PASS, TWILIO_TOKEN, WA_TOKEN];
+
+const SMTP = { provider: 'smtp', settings: { host: 'mail.example.com', port: 587, from: 'news@example.com' }, credentials: { user: 'mailer', pass: SMTP_PASS } };
+const TWILIO = { provider: 'twilio', settings: { accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } };
+const WHATSAPP = { provider: 'whatsapp', settings: { phoneNumberId: '1098765' }, credentials: { accessToken: WA_TOKEN } };
+
+async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  return { s, token };
+}
+
+function assertNoSecrets(text: string, where: string): void {
+  for (const secret of SECRETS) assert.ok(!text.includes(secret), `${where} must not contain a credential`);
+}
+
+function assertValidation(res: HttpResult, path: string): void {
+  assertProblem(res, 422, 'validation_failed');
+  assert.ok(Array.isArray(res.body.errors), `errors[] present: ${res.text}`);
+  assert.ok(
+    res.body.errors.some((e: { path: string }) => e.path === path),
+    `errors[] names ${path}: ${JSON.stringify(res.body.errors)}`,
+  );
+}
+
+test('a fresh workspace uses the outbox on every channel', async (t) => {
+  const { s, token } = await setup(t);
+  const res = await s.request('GET', '/settings/channels', { token });
+  assert.equal(res.status, 200, res.text);
+  const outbox = { provider: 'outbox', settings: {}, hasCredentials: false };
+  assert.deepEqual(res.body, { EMAIL: outbox, SMS: outbox, WHATSAPP: outbox });
+});
+
+test('PUT replaces the given channels, fills defaults, and never shows credentials', async (t) => {
+  const { s, token } = await setup(t);
+  const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP, SMS: TWILIO, WHATSAPP: WHATSAPP } });
+  assert.equal(put.status, 200, put.text);
+  assert.deepEqual(put.body.EMAIL, {
+    provider: 'smtp',
+    settings: { host: 'mail.example.com', port: 587, secure: false, from: 'news@example.com', requireTLS: false },
+    hasCredentials: true,
+  });
+  assert.deepEqual(put.body.SMS, { provider: 'twilio', settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' }, hasCredentials: true });
+  assert.deepEqual(put.body.WHATSAPP, { provider: 'whatsapp', settings: { baseUrl: 'https://graph.facebook.com/v20.0', phoneNumberId: '1098765' }, hasCredentials: true });
+  assertNoSecrets(put.text, 'the PUT response');
+  assert.ok(!put.text.includes('mailer'), 'the SMTP user is a credential too');
+
+  const get = await s.request('GET', '/settings/channels', { token });
+  assert.deepEqual(get.body, put.body);
+  assertNoSecrets(get.text, 'the GET response');
+
+  // Changing one channel leaves the others alone.
+  const email = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'outbox' } } });
+  assert.equal(email.status, 200, email.text);
+  assert.deepEqual(email.body.EMAIL, { provider: 'outbox', settings: {}, hasCredentials: false });
+  assert.equal(email.body.SMS.provider, 'twilio');
+  assert.equal(email.body.WHATSAPP.provider, 'whatsapp');
+});
+
+test('credentials are encrypted at rest and absent from the audit trail', async (t) => {
+  const { s, token } = await setup(t);
+  const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP, SMS: TWILIO, WHATSAPP: WHATSAPP } });
+  assert.equal(put.status, 200, put.text);
+
+  const rows = s.db.$client.prepare('SELECT * FROM channel_settings WHERE workspace_id = ?').all(s.workspaceId) as { credentials: string | null }[];
+  assert.equal(rows.length, 3);
+  assertNoSecrets(JSON.stringify(rows), 'the channel_settings table');
+  for (const row of rows) assert.match(row.credentials ?? '', /^v1\./, 'stored as AES-GCM ciphertext');
+
+  const audit = s.db.$client.prepare("SELECT * FROM audit_logs WHERE action = 'settings.channels_updated'").all() as { metadata: string; actor_type: string }[];
+  assert.equal(audit.length, 1);
+  assert.deepEqual(JSON.parse(audit[0]!.metadata), { channels: { EMAIL: 'smtp', SMS: 'twilio', WHATSAPP: 'whatsapp' } });
+  assert.equal(audit[0]!.actor_type, 'USER');
+  assertNoSecrets(JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all()), 'the audit log');
+
+  // The engine reads them back decrypted.
+  const sms = resolveChannel(s.db, s.config, s.workspaceId, 'SMS');
+  assert.deepEqual(sms, { provider: 'twilio', settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } });
+  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').credentials, { user: 'mailer', pass: SMTP_PASS });
+});
+
+test('omitted credentials are kept while the provider stays; a new provider needs its own', async (t) => {
+  const { s, token } = await setup(t);
+  assert.equal((await s.request('PUT', '/settings/channels', { token, body: { SMS: TWILIO } })).status, 200);
+
+  const moved = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'http://sms.internal:8080/' } } } });
+  assert.equal(moved.status, 200, moved.text);
+  assert.equal(moved.body.SMS.hasCredentials, true);
+  assert.equal(moved.body.SMS.settings.baseUrl, 'http://sms.internal:8080', 'stored without the trailing slash');
+  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
+
+  const rotated = await s.request('PUT', '/settings/channels', { token, body: { SMS: { ...TWILIO, credentials: { authToken: 'rotated-token' } } } });
+  assert.equal(rotated.status, 200, rotated.text);
+  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: 'rotated-token' });
+
+  // SMTP without an account is fine; switching EMAIL to SMTP keeps nothing from before.
+  const noAuth = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: SMTP.settings } } });
+  assert.equal(noAuth.status, 200, noAuth.text);
+  assert.equal(noAuth.body.EMAIL.hasCredentials, false);
+  // Empty credentials clear an SMTP account.
+  await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP } });
+  const cleared = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, credentials: {} } } });
+  assert.equal(cleared.body.EMAIL.hasCredentials, false);
+
+  // Back to the outbox and then to twilio again: the old token is gone.
+  await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'outbox' } } });
+  const again = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: TWILIO.settings } } });
+  assertValidation(again, '/SMS/credentials');
+  assert.equal((await s.request('GET', '/settings/channels', { token })).body.SMS.provider, 'outbox', 'a refused PUT changes nothing');
+});
+
+test('PUT refuses invalid settings with 422 naming the field', async (t) => {
+  const { s, token } = await setup(t);
+  const cases: { name: string; body: unknown; path: string }[] = [
+    { name: 'smtp on SMS', body: { SMS: SMTP }, path: '/SMS/provider' },
+    { name: 'twilio on EMAIL', body: { EMAIL: TWILIO }, path: '/EMAIL/provider' },
+    { name: 'whatsapp on SMS', body: { SMS: WHATSAPP }, path: '/SMS/provider' },
+    { name: 'unknown provider', body: { EMAIL: { provider: 'sendgrid' } }, path: '/EMAIL/provider' },
+    { name: 'missing host', body: { EMAIL: { ...SMTP, settings: { port: 25, from: 'a@example.com' } } }, path: '/EMAIL/settings/host' },
+    { name: 'bad host', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'mail example com' } } }, path: '/EMAIL/settings/host' },
+    { name: 'bracketed IPv6 host', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '[::1]' } } }, path: '/EMAIL/settings/host' },
+    { name: 'port out of range', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, port: 70000 } } }, path: '/EMAIL/settings/port' },
+    { name: 'port as text', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, port: '25' } } }, path: '/EMAIL/settings/port' },
+    { name: 'from not an address', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, from: 'news' } } }, path: '/EMAIL/settings/from' },
+    { name: 'secure not boolean', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, secure: 'yes' } } }, path: '/EMAIL/settings/secure' },
+    { name: 'typo in settings', body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, hots: 'x' } } }, path: '/EMAIL/settings/hots' },
+    { name: 'unknown credential', body: { EMAIL: { ...SMTP, credentials: { user: 'u', password: 'p' } } }, path: '/EMAIL/credentials/password' },
+    { name: 'bad base URL', body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'not a url' } } }, path: '/SMS/settings/baseUrl' },
+    { name: 'ftp base URL', body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'ftp://api.twilio.com' } } }, path: '/SMS/settings/baseUrl' },
+    { name: 'base URL with credentials', body: { WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://u:p@graph.example.com' } } }, path: '/WHATSAPP/settings/baseUrl' },
+    { name: 'base URL with a query', body: { WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://graph.example.com/?x=1' } } }, path: '/WHATSAPP/settings/baseUrl' },
+    { name: 'accountSid with a slash', body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, accountSid: 'AC1/../x' } } }, path: '/SMS/settings/accountSid' },
+    { name: 'twilio without from', body: { SMS: { ...TWILIO, settings: { accountSid: 'AC1' } } }, path: '/SMS/settings/from' },
+    { name: 'twilio without a token', body: { SMS: { ...TWILIO, credentials: {} } }, path: '/SMS/credentials/authToken' },
+    { name: 'twilio without credentials', body: { SMS: { provider: 'twilio', settings: TWILIO.settings } }, path: '/SMS/credentials' },
+    { name: 'whatsapp without phoneNumberId', body: { WHATSAPP: { ...WHATSAPP, settings: {} } }, path: '/WHATSAPP/settings/phoneNumberId' },
+    { name: 'whatsapp token not a string', body: { WHATSAPP: { ...WHATSAPP, credentials: { accessToken: 42 } } }, path: '/WHATSAPP/credentials/accessToken' },
+    { name: 'outbox with settings', body: { SMS: { provider: 'outbox', settings: { from: 'x' } } }, path: '/SMS/settings/from' },
+    { name: 'unknown channel', body: { FAX: { provider: 'outbox' } }, path: '/FAX' },
+    { name: 'unknown field in a channel', body: { EMAIL: { ...SMTP, enabled: true } }, path: '/EMAIL/enabled' },
+    { name: 'provider missing', body: { EMAIL: { settings: {} } }, path: '/EMAIL/provider' },
+    { name: 'settings not an object', body: { EMAIL: { provider: 'smtp', settings: 'host=x' } }, path: '/EMAIL/settings' },
+  ];
+  for (const c of cases) {
+    const res = await s.request('PUT', '/settings/channels', { token, body: c.body });
+    try {
+      assertValidation(res, c.path);
+    } catch (err) {
+      throw new Error(`${c.name}: ${(err as Error).message}`);
+    }
+    assertNoSecrets(res.text, `${c.name}: the problem`);
+  }
+  const res = await s.request('GET', '/settings/channels', { token });
+  assert.ok(['EMAIL', 'SMS', 'WHATSAPP'].every((c) => res.body[c].provider === 'outbox'), 'nothing was stored');
+  assert.equal((s.db.$client.prepare("SELECT COUNT(*) AS n FROM audit_logs WHERE action = 'settings.channels_updated'").get() as { n: number }).n, 0);
+
+  const ipv6 = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '::1' } } } });
+  assert.equal(ipv6.status, 200, ipv6.text);
+  await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'outbox' } } });
+
+  // Errors of several channels are reported together; one bad channel stores none.
+  const both = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: {} }, SMS: TWILIO, WHATSAPP: { provider: 'smtp' } } });
+  assertValidation(both, '/EMAIL/settings/host');
+  assertValidation(both, '/WHATSAPP/provider');
+  assert.equal((await s.request('GET', '/settings/channels', { token })).body.SMS.provider, 'outbox');
+});
+
+test('channel settings need ADMIN or above', async (t) => {
+  const { s, token } = await setup(t);
+  const viewer = await s.userWithRole('VIEWER');
+  const member = await s.userWithRole('MEMBER');
+  const admin = await s.userWithRole('ADMIN');
+  const body = { EMAIL: SMTP };
+
+  for (const [who, tok] of [
+    ['VIEWER', viewer.token],
+    ['MEMBER', member.token],
+    ['MEMBER key', s.mintKey('MEMBER')],
+  ] as const) {
+    assertProblem(await s.request('GET', '/settings/channels', { token: tok }), 403, 'forbidden');
+    const res = await s.request('PUT', '/settings/channels', { token: tok, body });
+    assertProblem(res, 403, 'forbidden');
+    assert.ok(res.status === 403, who);
+  }
+  assertProblem(await s.request('GET', '/settings/channels'), 401);
+  assertProblem(await s.request('PUT', '/settings/channels', { body }), 401);
+
+  assert.equal((await s.request('PUT', '/settings/channels', { token: admin.token, body })).status, 200);
+  assert.equal((await s.request('GET', '/settings/channels', { token: s.mintKey('ADMIN') })).body.EMAIL.provider, 'smtp');
+  assert.equal((await s.request('GET', '/settings/channels', { token })).status, 200, 'OWNER');
+});
+
+test("one workspace's channels are not another's", async (t) => {
+  const { s, token } = await setup(t);
+  const other = await s.otherWorkspace();
+  assert.equal((await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP } })).status, 200);
+  const theirs = await s.request('GET', '/settings/channels', { token: other.token });
+  assert.equal(theirs.body.EMAIL.provider, 'outbox');
+  assertNoSecrets(theirs.text, 'the other workspace');
+  assert.equal(resolveChannel(s.db, s.config, other.workspaceId, 'EMAIL').provider, 'outbox');
+});
