@@ -1,6 +1,6 @@
 // Bundles the program with esbuild into dist/: svc.js (CLI and server) and worker.js (the
 // run engine's worker threads).
-// better-sqlite3 stays external (a native addon); migrations are copied beside the bundle.
+// Migrations are copied beside the bundle.
 import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { build } from 'esbuild';
 
@@ -15,10 +15,21 @@ await build({
   format: 'esm',
   target: 'node20',
   sourcemap: 'linked',
-  external: ['better-sqlite3'],
+  // Native addons and packages that locate their own files at run time stay in node_modules
+  // (piscina starts its worker wrapper from beside its own module).
+  external: ['better-sqlite3', 'piscina'],
   define: { SVC_VERSION: JSON.stringify(pkg.version) },
   // Bundled CommonJS dependencies call require(); give the ESM bundle one.
-  banner: { js: "import { createRequire as __svcCreateRequire } from 'node:module'; const require = __svcCreateRequire(import.meta.url);" },
+  banner: {
+    js: [
+      "import { createRequire as __svcCreateRequire } from 'node:module';",
+      "import { fileURLToPath as __svcFileURLToPath } from 'node:url';",
+      "import { dirname as __svcDirname } from 'node:path';",
+      'const require = __svcCreateRequire(import.meta.url);',
+      'const __filename = __svcFileURLToPath(import.meta.url);',
+      'const __dirname = __svcDirname(__filename);',
+    ].join(' '),
+  },
   logLevel: 'warning',
 });
 cpSync('migrations', 'dist/migrations', { recursive: true });
