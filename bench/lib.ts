@@ -81,3 +81,53 @@ export async function json(url: string, method: string, body?: unknown, token?: 
   if (!res.ok) throw new Error(`${method} ${url}: ${res.status} ${text}`);
   return text ? JSON.parse(text) : undefined;
 }
+
+/**
+ * An open-loop load generator at a fixed rate: requests are sent on schedule whether or
+ * not earlier ones have been answered, and each latency is measured from its own send.
+ */
+export async function fixedRate(opts: {
+  url: string;
+  rate: number;
+  seconds: number;
+  requests: { headers: Record<string, string>; body: string }[];
+  connections?: number;
+}): Promise<{ sent: number; ok: number; failed: number; p50: number; p99: number; rps: number }> {
+  const { Pool } = await import('undici');
+  const target = new URL(opts.url);
+  const pool = new Pool(target.origin, { connections: opts.connections ?? 100, pipelining: 1 });
+  const latencies: number[] = [];
+  let sent = 0;
+  let ok = 0;
+  let failed = 0;
+  const pending: Promise<void>[] = [];
+  const started = performance.now();
+  const total = Math.round(opts.rate * opts.seconds);
+  while (sent < total) {
+    const due = Math.floor(((performance.now() - started) / 1000) * opts.rate);
+    for (; sent < Math.min(due, total); sent++) {
+      const r = opts.requests[sent % opts.requests.length]!;
+      const t0 = performance.now();
+      pending.push(
+        pool
+          .request({ method: 'POST', path: target.pathname, headers: r.headers, body: r.body })
+          .then(async (res) => {
+            await res.body.dump();
+            latencies.push(performance.now() - t0);
+            if (res.statusCode < 300) ok++;
+            else failed++;
+          })
+          .catch(() => {
+            failed++;
+          }),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  await Promise.all(pending);
+  const elapsed = (performance.now() - started) / 1000;
+  await pool.close();
+  latencies.sort((a, b) => a - b);
+  const at = (q: number) => Math.round((latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0) * 10) / 10;
+  return { sent, ok, failed, p50: at(0.5), p99: at(0.99), rps: Math.round(ok / elapsed) };
+}

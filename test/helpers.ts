@@ -150,3 +150,15 @@ export function assertProblem(res: HttpResult, status: number, code?: string): v
   if (code !== undefined) assert.equal(b.code, code, `code: ${text}`);
   assert.doesNotMatch(res.text, /\bat .*\.(ts|js):\d+|SQLITE|sqlite_|stack/i, 'no stack traces or SQL');
 }
+
+/** Polls GET /runs/:id until the run reaches one of the statuses (or fails the test). */
+export async function waitForRun(s: TestServer, token: string, runId: number, statuses: string[], timeoutMs = 15_000): Promise<any> {
+  const started = Date.now();
+  for (;;) {
+    const res = await s.request('GET', `/runs/${runId}`, { token });
+    assert.equal(res.status, 200, res.text);
+    if (statuses.includes(res.body.status)) return res.body;
+    if (Date.now() - started > timeoutMs) assert.fail(`run ${runId} is ${res.body.status} after ${timeoutMs} ms: ${res.text}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

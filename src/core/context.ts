@@ -3,6 +3,7 @@ import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { decodeCursor, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
+import { processWriteLock } from './db/writeLock.js';
 import type { ActorType } from './db/schema.js';
 
 /** Who did something: recorded in the audit trail with every state change. */
@@ -43,7 +44,13 @@ export function nowIso(): string {
  * become savepoints. The callback gets the same context bound to the transaction.
  */
 export function withTransaction<C extends { db: Db }, T>(ctx: C, fn: (tx: C) => T): T {
-  return ctx.db.transaction((tx) => fn({ ...ctx, db: tx as unknown as Db }), { behavior: 'immediate' });
+  const lock = ctx.db.$client.inTransaction ? undefined : processWriteLock();
+  lock?.acquire();
+  try {
+    return ctx.db.transaction((tx) => fn({ ...ctx, db: tx as unknown as Db }), { behavior: 'immediate' });
+  } finally {
+    lock?.release();
+  }
 }
 
 export interface PageRequest {

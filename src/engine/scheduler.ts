@@ -5,6 +5,7 @@ import { Piscina } from 'piscina';
 import type { Config } from '../core/config.js';
 import type { WriteBatcher } from '../core/db/batcher.js';
 import type { Db } from '../core/db/connection.js';
+import { processWriteLock, setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import type { BatchResult } from './executor.js';
 import type { RunTask } from './worker.js';
 
@@ -58,12 +59,14 @@ export class Engine {
     this.leaseSeconds = opts.leaseSeconds ?? config.runLeaseSeconds;
     this.pollMs = opts.pollMs ?? 250;
     this.batchSize = opts.batchSize ?? 32;
+    // The main thread and the workers share one in-process write lock.
+    if (!processWriteLock()) setProcessWriteLock(new WriteLock());
     this.pool = new Piscina({
       filename: workerFile(),
       minThreads: config.workers,
       maxThreads: config.workers,
       idleTimeout: 60_000,
-      workerData: { config },
+      workerData: { config, writeLock: processWriteLock()?.buffer },
     });
     this.claimStmt = db.$client.prepare<{ owner: string; now: string; until: string; limit: number }, { id: number }>(
       `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = @owner, lease_until = @until, updated_at = @now

@@ -3,6 +3,7 @@
 import { workerData } from 'node:worker_threads';
 import type { Config } from '../core/config.js';
 import { openDatabase } from '../core/db/connection.js';
+import { setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import { RunExecutor, type BatchResult } from './executor.js';
 
 export interface RunTask {
@@ -12,11 +13,19 @@ export interface RunTask {
 
 let executor: RunExecutor | undefined;
 
-function executorFor(config: Config): RunExecutor {
-  if (!executor) executor = new RunExecutor(openDatabase(config.dbFile, { synchronous: config.dbSynchronous }), config);
+interface EngineWorkerData {
+  config: Config;
+  writeLock: SharedArrayBuffer;
+}
+
+function executorFor(data: EngineWorkerData): RunExecutor {
+  if (!executor) {
+    setProcessWriteLock(new WriteLock(data.writeLock));
+    executor = new RunExecutor(openDatabase(data.config.dbFile, { synchronous: data.config.dbSynchronous }), data.config);
+  }
   return executor;
 }
 
 export default async function executeRuns(task: RunTask): Promise<BatchResult> {
-  return executorFor((workerData as { config: Config }).config).executeBatch(task.runIds, task.owner);
+  return executorFor(workerData as EngineWorkerData).executeBatch(task.runIds, task.owner);
 }

@@ -1,18 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { build, type TestServer } from '../helpers.js';
-
-/** Polls GET /runs/:id until the run reaches one of the statuses (or fails the test). */
-export async function waitForRun(s: TestServer, token: string, runId: number, statuses: string[], timeoutMs = 15_000): Promise<any> {
-  const started = Date.now();
-  for (;;) {
-    const res = await s.request('GET', `/runs/${runId}`, { token });
-    assert.equal(res.status, 200, res.text);
-    if (statuses.includes(res.body.status)) return res.body;
-    if (Date.now() - started > timeoutMs) assert.fail(`run ${runId} is ${res.body.status} after ${timeoutMs} ms: ${res.text}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+import { build, waitForRun } from '../helpers.js';
 
 async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: Record<string, unknown> = {}) {
   const s = await build(t, { engine: { pollMs: 50 } });

@@ -1,4 +1,5 @@
 import type { Db } from './connection.js';
+import { processWriteLock } from './writeLock.js';
 
 interface Job<T> {
   work: () => T;
@@ -54,9 +55,19 @@ export class WriteBatcher {
 
   /** Runs the jobs in one transaction; false when a job threw and the batch was rolled back. */
   private commitAll(batch: Job<unknown>[]): boolean {
-    const client = this.db.$client;
     this.generation++;
+    const lock = processWriteLock();
+    lock?.acquire();
+    try {
+      return this.runLocked(batch);
+    } finally {
+      lock?.release();
+    }
+  }
+
+  private runLocked(batch: Job<unknown>[]): boolean {
     const values: unknown[] = [];
+    const client = this.db.$client;
     try {
       client.exec('BEGIN IMMEDIATE');
     } catch (err) {
