@@ -12,6 +12,10 @@ export const REDACT_PATHS = [
   '*.refreshToken',
   '*.key',
   '*.signingSecret',
+  '*.credentials',
+  '*.pass',
+  '*.authToken',
+  '*.accessToken',
 ];
 
 /** Webhook tokens are credentials: they never reach the log, not even inside a URL. */
