@@ -36,6 +36,18 @@ export interface Config {
   readonly httpMaxResponseBytes: number;
   /** How long a claimed run belongs to one process before another may take it up. */
   readonly runLeaseSeconds: number;
+  /** Billing: `manual` (an operator completes checkouts with the CLI) or `stripe`. */
+  readonly billingProvider: 'manual' | 'stripe';
+  readonly stripe: {
+    readonly baseUrl: string;
+    readonly secretKey: string | null;
+    readonly webhookSecret: string | null;
+    readonly prices: { readonly GROWTH: string | null; readonly PRO: string | null };
+    /** Seconds a Stripe-Signature timestamp may be off. */
+    readonly toleranceSeconds: number;
+  };
+  /** Days an invitation can be accepted. */
+  readonly invitationDays: number;
   /** Tries per message before a transient failure fails the step. */
   readonly deliveryMaxAttempts: number;
   /** The first retry waits about this long; each further one twice as long, with jitter. */
@@ -70,6 +82,7 @@ export const CONFIG_FILE = 'config.json';
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 type FileConfig = Partial<Record<Exclude<keyof Config, 'secrets' | 'dataDir' | 'dbFile'>, unknown>> & {
+  stripe?: unknown;
   secrets?: { jwtSecret?: unknown; encryptionKey?: unknown };
 };
 
@@ -196,6 +209,18 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     httpTimeoutMs: toInt('httpTimeoutMs', pick(env.SVC_HTTP_TIMEOUT_MS, file.httpTimeoutMs), 10_000, 100, 300_000),
     httpMaxResponseBytes: toInt('httpMaxResponseBytes', pick(env.SVC_HTTP_MAX_RESPONSE_BYTES, file.httpMaxResponseBytes), 1024 * 1024, 1024, 64 * 1024 * 1024),
     runLeaseSeconds: toInt('runLeaseSeconds', pick(env.SVC_RUN_LEASE_SECONDS, file.runLeaseSeconds), 30, 1, 3600),
+    billingProvider: toEnum('billingProvider', pick(env.SVC_BILLING_PROVIDER, file.billingProvider), ['manual', 'stripe'] as const, 'manual'),
+    stripe: {
+      baseUrl: String(pick(env.SVC_STRIPE_BASE_URL, (file.stripe as Record<string, unknown> | undefined)?.baseUrl) ?? 'https://api.stripe.com').replace(/\/+$/, ''),
+      secretKey: (pick(env.SVC_STRIPE_SECRET_KEY, (file.stripe as Record<string, unknown> | undefined)?.secretKey) as string | undefined) ?? null,
+      webhookSecret: (pick(env.SVC_STRIPE_WEBHOOK_SECRET, (file.stripe as Record<string, unknown> | undefined)?.webhookSecret) as string | undefined) ?? null,
+      prices: {
+        GROWTH: (pick(env.SVC_STRIPE_PRICE_GROWTH, ((file.stripe as Record<string, unknown> | undefined)?.prices as Record<string, unknown> | undefined)?.GROWTH) as string | undefined) ?? null,
+        PRO: (pick(env.SVC_STRIPE_PRICE_PRO, ((file.stripe as Record<string, unknown> | undefined)?.prices as Record<string, unknown> | undefined)?.PRO) as string | undefined) ?? null,
+      },
+      toleranceSeconds: toInt('stripe.toleranceSeconds', pick(env.SVC_STRIPE_TOLERANCE_SECONDS, (file.stripe as Record<string, unknown> | undefined)?.toleranceSeconds), 300, 1, 86_400),
+    },
+    invitationDays: toInt('invitationDays', pick(env.SVC_INVITATION_DAYS, file.invitationDays), 7, 1, 365),
     deliveryMaxAttempts: toInt('deliveryMaxAttempts', pick(env.SVC_DELIVERY_MAX_ATTEMPTS, file.deliveryMaxAttempts), 5, 1, 50),
     deliveryRetryBaseMs: toInt('deliveryRetryBaseMs', pick(env.SVC_DELIVERY_RETRY_BASE_MS, file.deliveryRetryBaseMs), 1000, 1, 3_600_000),
     loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),

@@ -333,3 +333,46 @@ export const deliveryAttempts = sqliteTable(
     index('delivery_attempts_status_idx').on(t.workspaceId, t.status),
   ],
 );
+
+export const invitations = sqliteTable(
+  'invitations',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    email: text('email').notNull(),
+    role: text('role', { enum: ROLES }).notNull(),
+    /** SHA-256 of the accept token; the token itself is shown once. */
+    tokenHash: text('token_hash').notNull(),
+    invitedBy: integer('invited_by').references(() => users.id, { onDelete: 'set null' }),
+    expiresAt: text('expires_at').notNull(),
+    acceptedAt: text('accepted_at'),
+    revokedAt: text('revoked_at'),
+    createdAt: createdAt(),
+  },
+  (t) => [uniqueIndex('invitations_token_hash_unique').on(t.tokenHash), index('invitations_workspace_idx').on(t.workspaceId, t.id)],
+);
+
+export const CHECKOUT_STATUSES = ['PENDING', 'COMPLETED', 'EXPIRED'] as const;
+export type CheckoutStatus = (typeof CHECKOUT_STATUSES)[number];
+
+export const checkouts = sqliteTable(
+  'checkouts',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    plan: text('plan', { enum: PLANS }).notNull(),
+    provider: text('provider', { enum: ['manual', 'stripe'] }).notNull(),
+    status: text('status', { enum: CHECKOUT_STATUSES }).notNull().default('PENDING'),
+    /** The payment provider's id for it (a Stripe Checkout Session id). */
+    providerRef: text('provider_ref'),
+    url: text('url'),
+    createdBy: integer('created_by').references(() => users.id, { onDelete: 'set null' }),
+    createdAt: createdAt(),
+    completedAt: text('completed_at'),
+  },
+  (t) => [index('checkouts_workspace_idx').on(t.workspaceId, t.id), uniqueIndex('checkouts_provider_ref_unique').on(t.providerRef)],
+);
