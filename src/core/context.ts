@@ -44,7 +44,10 @@ export function nowIso(): string {
  * become savepoints. The callback gets the same context bound to the transaction.
  */
 export function withTransaction<C extends { db: Db }, T>(ctx: C, fn: (tx: C) => T): T {
-  const lock = ctx.db.$client.inTransaction ? undefined : processWriteLock();
+  // Inside a transaction already (a drizzle transaction object has no $client, or the
+  // connection is mid-transaction): this one becomes a savepoint and the lock is held.
+  const client = (ctx.db as Partial<Db>).$client;
+  const lock = client && !client.inTransaction ? processWriteLock() : undefined;
   lock?.acquire();
   try {
     return ctx.db.transaction((tx) => fn({ ...ctx, db: tx as unknown as Db }), { behavior: 'immediate' });
