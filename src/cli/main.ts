@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { AppError } from '../core/errors.js';
+import { registerCheckout } from './checkout.js';
 import { registerInit } from './init.js';
 import { registerKeys } from './keys.js';
 import { registerMigrate } from './migrate.js';
@@ -27,6 +28,7 @@ export function buildProgram(): Command {
   registerWorkflow(program);
   registerWebhook(program);
   registerRuns(program);
+  registerCheckout(program);
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
 }

@@ -174,3 +174,114 @@ export const DeliveryAttempt = Type.Object({
 });
 
 export const TestEmailAccepted = Type.Object({ deliveryAttemptId: Type.Integer(), status: DeliveryStatus });
+
+export const PlanName = Type.Union(['STARTER', 'GROWTH', 'PRO'].map((p) => Type.Literal(p)));
+
+export const BillingPlan = Type.Object({
+  plan: PlanName,
+  features: Type.Object({ auditLog: Type.Boolean(), apiKeyRoles: Type.Array(Role), memberRoles: Type.Array(Role) }),
+  usage: Type.Object({
+    contacts: Type.Integer(),
+    workflows: Type.Integer(),
+    templates: Type.Integer(),
+    apiKeys: Type.Integer(),
+    members: Type.Integer(),
+    runsThisMonth: Type.Integer(),
+  }),
+});
+
+export const CheckoutInput = Type.Object({ plan: Type.Union([Type.Literal('GROWTH'), Type.Literal('PRO')]) }, { additionalProperties: false });
+
+export const Checkout = Type.Object({
+  checkoutId: Type.Integer(),
+  plan: PlanName,
+  status: Type.Union(['PENDING', 'COMPLETED', 'EXPIRED'].map((s) => Type.Literal(s))),
+  url: Type.Union([Type.String(), Type.Null()]),
+});
+
+export const Membership = Type.Object({
+  id: Type.Integer(),
+  userId: Type.Integer(),
+  email: Type.String(),
+  name: Nullable(Type.String()),
+  role: Role,
+  createdAt: Type.String(),
+});
+
+export const MembershipInput = Type.Object({ email: Type.String({ minLength: 1, maxLength: 320 }), role: Role }, { additionalProperties: false });
+
+export const InvitationCreated = Type.Object({ id: Type.Integer(), email: Type.String(), role: Role, expiresAt: Type.String(), token: Type.String() });
+
+export const InvitationAcceptInput = Type.Object(
+  {
+    token: Type.String({ minLength: 1, maxLength: 200 }),
+    name: Type.Optional(Type.String({ maxLength: 200 })),
+    password: Type.Optional(Type.String({ maxLength: 1024 })),
+  },
+  { additionalProperties: false },
+);
+
+export const InvitationAccepted = Type.Object({
+  user: User,
+  workspace: Type.Object({ id: Type.Integer(), name: Type.String(), plan: Plan, role: Role }),
+});
+
+export const ActorType = Type.Union([Type.Literal('USER'), Type.Literal('API_KEY'), Type.Literal('SYSTEM'), Type.Literal('CLI')]);
+
+export const AuditLogQuery = Type.Object(
+  {
+    ...PageQuery,
+    action: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    actorType: Type.Optional(ActorType),
+    since: Type.Optional(Type.String({ maxLength: 64 })),
+    until: Type.Optional(Type.String({ maxLength: 64 })),
+  },
+  { additionalProperties: false },
+);
+
+export const AuditLogEntry = Type.Object({
+  id: Type.Integer(),
+  at: Type.String(),
+  actor: Type.Object({ type: ActorType, id: Nullable(Type.Integer()), label: Nullable(Type.String()) }),
+  action: Type.String(),
+  target: Nullable(Type.Object({ type: Type.String(), id: Type.Union([Type.Integer(), Type.String(), Type.Null()]) })),
+  ip: Nullable(Type.String()),
+  metadata: FreeObject,
+});
+
+export const AdminWorkspace = Type.Object({
+  id: Type.Integer(),
+  name: Type.String(),
+  plan: Plan,
+  memberCount: Type.Integer(),
+  contactCount: Type.Integer(),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+
+export const AdminWorkspaceDetail = Type.Composite([
+  AdminWorkspace,
+  Type.Object({
+    workflowCount: Type.Integer(),
+    members: Type.Array(Type.Object({ userId: Type.Integer(), email: Type.String(), role: Role })),
+  }),
+]);
+
+export const AdminUser = Type.Object({
+  id: Type.Integer(),
+  email: Type.String(),
+  name: Nullable(Type.String()),
+  isSuperAdmin: Type.Boolean(),
+  createdAt: Type.String(),
+  workspaces: Type.Array(Type.Object({ id: Type.Integer(), role: Role })),
+});
+
+export const AdminStats = Type.Object({
+  workspaces: Type.Integer(),
+  users: Type.Integer(),
+  contacts: Type.Integer(),
+  workflows: Type.Integer(),
+  runs: Type.Object({ QUEUED: Type.Integer(), RUNNING: Type.Integer(), WAITING: Type.Integer(), COMPLETED: Type.Integer(), FAILED: Type.Integer() }),
+  queueDepth: Type.Integer(),
+  deliveries: Type.Object({ QUEUED: Type.Integer(), SENDING: Type.Integer(), SENT: Type.Integer(), FAILED: Type.Integer() }),
+});

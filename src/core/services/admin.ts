@@ -1,0 +1,160 @@
+import { and, count, desc, eq, inArray, lt, lte, sql } from 'drizzle-orm';
+import type { SystemContext } from '../context.js';
+import {
+  contacts,
+  DELIVERY_STATUSES,
+  deliveryAttempts,
+  memberships,
+  RUN_STATUSES,
+  users,
+  workflowRuns,
+  workflows,
+  workspaces,
+  type DeliveryStatus,
+  type Plan,
+  type Role,
+  type RunStatus,
+} from '../db/schema.js';
+import { NotFoundError } from '../errors.js';
+import { decodeCursor, toPage, type Page } from '../pagination.js';
+
+/**
+ * Operator views across every workspace, for super-admins only (the route enforces it).
+ * Read-only: nothing here changes state, so nothing is audited.
+ */
+type Ctx = Pick<SystemContext, 'db'>;
+
+export interface AdminWorkspaceView {
+  id: number;
+  name: string;
+  plan: Plan;
+  memberCount: number;
+  contactCount: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface AdminWorkspaceDetail extends AdminWorkspaceView {
+  workflowCount: number;
+  members: { userId: number; email: string; role: Role }[];
+}
+
+export interface AdminUserView {
+  id: number;
+  email: string;
+  name: string | null;
+  isSuperAdmin: boolean;
+  createdAt: string;
+  workspaces: { id: number; role: Role }[];
+}
+
+export interface AdminStats {
+  workspaces: number;
+  users: number;
+  contacts: number;
+  workflows: number;
+  runs: Record<RunStatus, number>;
+  queueDepth: number;
+  deliveries: Record<DeliveryStatus, number>;
+}
+
+// Correlated subqueries spelled out: drizzle renders a column in a select without its
+// table, so `${workspaces.id}` would bind to the inner table's own id.
+const memberCount = sql<number>`(select count(*) from "memberships" m where m."workspace_id" = "workspaces"."id")`.mapWith(Number);
+const contactCount = sql<number>`(select count(*) from "contacts" c where c."workspace_id" = "workspaces"."id")`.mapWith(Number);
+
+const workspaceColumns = {
+  id: workspaces.id,
+  name: workspaces.name,
+  plan: workspaces.plan,
+  memberCount,
+  contactCount,
+  createdAt: workspaces.createdAt,
+  updatedAt: workspaces.updatedAt,
+};
+
+export function adminListWorkspaces(ctx: Ctx, page: { limit: number; cursor?: string | undefined }): Page<AdminWorkspaceView> {
+  const before = decodeCursor(page.cursor);
+  const rows = ctx.db
+    .select(workspaceColumns)
+    .from(workspaces)
+    .where(before ? lt(workspaces.id, before) : undefined)
+    .orderBy(desc(workspaces.id))
+    .limit(page.limit + 1)
+    .all();
+  return toPage(rows, page.limit, (r) => ({ ...r }));
+}
+
+export function adminGetWorkspace(ctx: Ctx, id: number): AdminWorkspaceDetail {
+  const row = ctx.db.select(workspaceColumns).from(workspaces).where(eq(workspaces.id, id)).get();
+  if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
+  const workflowCount = ctx.db.select({ n: count() }).from(workflows).where(eq(workflows.workspaceId, id)).get()!.n;
+  const members = ctx.db
+    .select({ userId: users.id, email: users.email, role: memberships.role })
+    .from(memberships)
+    .innerJoin(users, eq(users.id, memberships.userId))
+    .where(eq(memberships.workspaceId, id))
+    .orderBy(memberships.id)
+    .all();
+  return { ...row, workflowCount, members };
+}
+
+export function adminListUsers(ctx: Ctx, page: { limit: number; cursor?: string | undefined }): Page<AdminUserView> {
+  const before = decodeCursor(page.cursor);
+  // Named columns only: the password hash is never read here.
+  const rows = ctx.db
+    .select({ id: users.id, email: users.email, name: users.name, isSuperAdmin: users.isSuperAdmin, createdAt: users.createdAt })
+    .from(users)
+    .where(before ? lt(users.id, before) : undefined)
+    .orderBy(desc(users.id))
+    .limit(page.limit + 1)
+    .all();
+  const ids = rows.map((r) => r.id);
+  const byUser = new Map<number, { id: number; role: Role }[]>();
+  if (ids.length) {
+    const ms = ctx.db
+      .select({ userId: memberships.userId, workspaceId: memberships.workspaceId, role: memberships.role })
+      .from(memberships)
+      .where(inArray(memberships.userId, ids))
+      .orderBy(memberships.workspaceId)
+      .all();
+    for (const m of ms) {
+      const list = byUser.get(m.userId) ?? [];
+      list.push({ id: m.workspaceId, role: m.role });
+      byUser.set(m.userId, list);
+    }
+  }
+  return toPage(rows, page.limit, (r) => ({ ...r, workspaces: byUser.get(r.id) ?? [] }));
+}
+
+function countsBy<S extends string>(statuses: readonly S[], rows: { status: S; n: number }[]): Record<S, number> {
+  const out = Object.fromEntries(statuses.map((s) => [s, 0])) as Record<S, number>;
+  for (const r of rows) out[r.status] = r.n;
+  return out;
+}
+
+export function adminStats(ctx: Ctx, now = new Date()): AdminStats {
+  const total = (table: typeof workspaces | typeof users | typeof contacts | typeof workflows) => ctx.db.select({ n: count() }).from(table).get()!.n;
+  const runs = countsBy(
+    RUN_STATUSES,
+    ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status).all(),
+  );
+  const dueWaiting = ctx.db
+    .select({ n: count() })
+    .from(workflowRuns)
+    .where(and(eq(workflowRuns.status, 'WAITING'), lte(workflowRuns.runAt, now.toISOString())))
+    .get()!.n;
+  const deliveries = countsBy(
+    DELIVERY_STATUSES,
+    ctx.db.select({ status: deliveryAttempts.status, n: count() }).from(deliveryAttempts).groupBy(deliveryAttempts.status).all(),
+  );
+  return {
+    workspaces: total(workspaces),
+    users: total(users),
+    contacts: total(contacts),
+    workflows: total(workflows),
+    runs,
+    queueDepth: runs.QUEUED + dueWaiting,
+    deliveries,
+  };
+}

@@ -1,0 +1,163 @@
+import { and, count, eq, gte, isNull } from 'drizzle-orm';
+import { createCheckoutSession, StripeError } from '../../engine/stripe.js';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import { apiKeys, checkouts, contacts, memberships, templates, workflowRuns, workflows, type Plan, type Role } from '../db/schema.js';
+import { AppError, ConflictError, NotFoundError, ValidationError } from '../errors.js';
+import { minimumPlanForKeyRole, planAtLeast } from '../roles.js';
+import { getWorkspace, setWorkspacePlan } from './workspaces.js';
+
+export type PaidPlan = Exclude<Plan, 'STARTER'>;
+
+export interface PlanFeatures {
+  auditLog: boolean;
+  apiKeyRoles: Role[];
+  memberRoles: Role[];
+}
+
+export interface PlanView {
+  plan: Plan;
+  features: PlanFeatures;
+  usage: { contacts: number; workflows: number; templates: number; apiKeys: number; members: number; runsThisMonth: number };
+}
+
+export interface CheckoutView {
+  checkoutId: number;
+  plan: Plan;
+  status: 'PENDING' | 'COMPLETED' | 'EXPIRED';
+  url: string | null;
+}
+
+export interface CompletedCheckout {
+  workspaceId: number;
+  plan: Plan;
+}
+
+const KEY_ROLES: Role[] = ['VIEWER', 'MEMBER', 'ADMIN'];
+
+export function featuresOf(plan: Plan): PlanFeatures {
+  return {
+    auditLog: planAtLeast(plan, 'GROWTH'),
+    apiKeyRoles: KEY_ROLES.filter((r) => planAtLeast(plan, minimumPlanForKeyRole(r))),
+    memberRoles: (['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'] as Role[]).filter((r) => r === 'OWNER' || planAtLeast(plan, minimumPlanForKeyRole(r))),
+  };
+}
+
+function startOfMonthIso(now = new Date()): string {
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString();
+}
+
+export function getPlan(ctx: WorkspaceContext): PlanView {
+  const { plan } = getWorkspace(ctx, ctx.workspaceId);
+  const n = (q: { get(): { n: number } | undefined }) => q.get()?.n ?? 0;
+  return {
+    plan,
+    features: featuresOf(plan),
+    usage: {
+      contacts: n(ctx.db.select({ n: count() }).from(contacts).where(inWorkspace(ctx, contacts.workspaceId))),
+      workflows: n(ctx.db.select({ n: count() }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId))),
+      templates: n(ctx.db.select({ n: count() }).from(templates).where(inWorkspace(ctx, templates.workspaceId))),
+      apiKeys: n(ctx.db.select({ n: count() }).from(apiKeys).where(inWorkspace(ctx, apiKeys.workspaceId, isNull(apiKeys.revokedAt)))),
+      members: n(ctx.db.select({ n: count() }).from(memberships).where(inWorkspace(ctx, memberships.workspaceId))),
+      runsThisMonth: n(ctx.db.select({ n: count() }).from(workflowRuns).where(inWorkspace(ctx, workflowRuns.workspaceId, gte(workflowRuns.createdAt, startOfMonthIso())))),
+    },
+  };
+}
+
+function checkoutView(row: typeof checkouts.$inferSelect): CheckoutView {
+  return { checkoutId: row.id, plan: row.plan, status: row.status, url: row.url };
+}
+
+/**
+ * Starts an upgrade or change to a paid plan. With the manual provider the checkout waits
+ * for an operator (`svc checkout complete ID`); with Stripe a Checkout Session is created
+ * first and its URL returned. A Stripe failure leaves nothing behind and answers 502.
+ */
+export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidPlan }): Promise<CheckoutView> {
+  const { config } = ctx;
+  const current = getWorkspace(ctx, ctx.workspaceId).plan;
+  if (input.plan === current) {
+    throw new ValidationError('plan_unchanged', `This workspace is already on ${current}`, [{ path: '/plan', message: `must differ from the current plan ${current}` }]);
+  }
+  const provider = config.billingProvider;
+  const price = provider === 'stripe' ? config.stripe.prices[input.plan] : null;
+  if (provider === 'stripe' && (!config.stripe.secretKey || !price)) {
+    throw new AppError(503, 'billing_not_configured', `Stripe billing is not fully configured on this server (secret key and a price for ${input.plan} are needed)`);
+  }
+  const createdBy = ctx.actor.type === 'USER' ? ctx.actor.id : null;
+  const row = ctx.db.insert(checkouts).values({ workspaceId: ctx.workspaceId, plan: input.plan, provider, createdBy }).returning().get();
+
+  let providerRef: string | null = null;
+  let url: string | null = null;
+  if (provider === 'stripe') {
+    try {
+      const session = await createCheckoutSession(config, {
+        checkoutId: row.id,
+        price: price!,
+        successUrl: `${config.publicUrl}/billing/success?checkout=${row.id}`,
+        cancelUrl: `${config.publicUrl}/billing/cancel?checkout=${row.id}`,
+      });
+      providerRef = session.id;
+      url = session.url;
+    } catch (err) {
+      ctx.db.delete(checkouts).where(eq(checkouts.id, row.id)).run();
+      if (err instanceof StripeError) throw new AppError(502, 'payment_provider_error', 'The payment provider could not create a checkout; try again later');
+      throw err;
+    }
+  }
+
+  return withTransaction(ctx, (tx) => {
+    const updated = tx.db.update(checkouts).set({ providerRef, url }).where(eq(checkouts.id, row.id)).returning().get()!;
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'billing.checkout_created',
+      target: { type: 'checkout', id: row.id },
+      metadata: { plan: input.plan, from: current, provider, ...(providerRef ? { providerRef } : {}) },
+    });
+    return checkoutView(updated);
+  });
+}
+
+/**
+ * Inside the caller's transaction: marks the checkout COMPLETED and changes the plan through
+ * setWorkspacePlan (audited). That opens its own transaction, so it gets the root context: on
+ * the same connection it becomes a savepoint of the caller's transaction.
+ */
+function complete(root: SystemContext, tx: SystemContext, row: typeof checkouts.$inferSelect): CompletedCheckout {
+  tx.db.update(checkouts).set({ status: 'COMPLETED', completedAt: nowIso() }).where(eq(checkouts.id, row.id)).run();
+  const w = setWorkspacePlan(root, row.workspaceId, row.plan);
+  recordAudit(tx, {
+    workspaceId: row.workspaceId,
+    action: 'billing.checkout_completed',
+    target: { type: 'checkout', id: row.id },
+    metadata: { plan: row.plan, provider: row.provider, ...(row.providerRef ? { providerRef: row.providerRef } : {}) },
+  });
+  return { workspaceId: w.id, plan: w.plan };
+}
+
+/** The operator completes a manual checkout (`svc checkout complete`); a second time is refused. */
+export function completeManualCheckout(ctx: SystemContext, checkoutId: number): CompletedCheckout {
+  return withTransaction(ctx, (tx) => {
+    const row = tx.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get();
+    if (!row) throw new NotFoundError('checkout_not_found', `No checkout with id ${checkoutId}`);
+    if (row.provider !== 'manual') throw new ValidationError('checkout_not_manual', `Checkout ${checkoutId} is paid through ${row.provider}; it completes on the provider's webhook`);
+    if (row.status !== 'PENDING') throw new ConflictError('checkout_not_pending', `Checkout ${checkoutId} is already ${row.status}`);
+    return complete(ctx, tx, row);
+  });
+}
+
+/**
+ * A paid Stripe Checkout Session: completes the matching checkout, found by session id or
+ * else by metadata.checkoutId. Idempotent: a replayed or unknown event changes nothing.
+ * Returns what it did, for the log.
+ */
+export function completeStripeCheckout(ctx: SystemContext, ref: { sessionId?: string | undefined; checkoutId?: number | undefined }): 'completed' | 'already_completed' | 'not_found' {
+  return withTransaction(ctx, (tx) => {
+    let row = ref.sessionId ? tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.providerRef, ref.sessionId))).get() : undefined;
+    if (!row && ref.checkoutId) row = tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId))).get();
+    if (!row) return 'not_found';
+    if (row.status !== 'PENDING') return 'already_completed';
+    complete(ctx, tx, row);
+    return 'completed';
+  });
+}

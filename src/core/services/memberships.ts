@@ -1,0 +1,253 @@
+import { and, desc, eq, isNull, lt, ne, type SQL } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
+import { hashPassword, randomToken, sha256Hex } from '../crypto.js';
+import { invitations, memberships, users, type Plan, type Role } from '../db/schema.js';
+import { AppError, ConflictError, ForbiddenError, NotFoundError, ValidationError } from '../errors.js';
+import { decodeCursor, toPage, type Page } from '../pagination.js';
+import { roleAtLeast } from '../roles.js';
+import { passwordProblem } from '../validation.js';
+import { findUserByEmail, requireEmail, userView, type UserView } from './users.js';
+import { getWorkspace } from './workspaces.js';
+
+/**
+ * Workspace members and invitations (API.md sections 2 and 5).
+ *
+ * Rules, checked in this order: a caller may not grant a role above their own; only an
+ * OWNER grants OWNER, changes an OWNER's role or removes an OWNER (403 forbidden); the
+ * last OWNER of a workspace is never demoted or removed (409 last_owner).
+ */
+
+export interface MembershipView {
+  id: number;
+  userId: number;
+  email: string;
+  name: string | null;
+  role: Role;
+  createdAt: string;
+}
+
+export interface InvitationCreated {
+  id: number;
+  email: string;
+  role: Role;
+  expiresAt: string;
+  /** The accept token: shown once, only its SHA-256 is stored. */
+  token: string;
+}
+
+export interface InvitationEmail {
+  to: string;
+  rendered: { subject: string; text: string };
+}
+
+export interface InvitationAccepted {
+  user: UserView;
+  workspace: { id: number; name: string; plan: Plan; role: Role };
+}
+
+const DAY_MS = 86_400_000;
+
+function membershipRows(ctx: WorkspaceContext, ...conditions: (SQL | undefined)[]) {
+  return ctx.db
+    .select({ id: memberships.id, userId: memberships.userId, email: users.email, name: users.name, role: memberships.role, createdAt: memberships.createdAt })
+    .from(memberships)
+    .innerJoin(users, eq(users.id, memberships.userId))
+    .where(inWorkspace(ctx, memberships.workspaceId, ...conditions));
+}
+
+export function listMemberships(ctx: WorkspaceContext, page: PageRequest): Page<MembershipView> {
+  const before = decodeCursor(page.cursor);
+  const rows = membershipRows(ctx, before ? lt(memberships.id, before) : undefined)
+    .orderBy(desc(memberships.id))
+    .limit(page.limit + 1)
+    .all();
+  return toPage(rows, page.limit, (row) => row);
+}
+
+function requireMembership(ctx: WorkspaceContext, id: number): MembershipView {
+  const row = membershipRows(ctx, eq(memberships.id, id)).get();
+  if (!row) throw new NotFoundError('membership_not_found', `No membership with id ${id}`);
+  return row;
+}
+
+/** A caller may hand out only roles up to their own; OWNER is handed out by an OWNER alone. */
+function assertMayGrant(callerRole: Role, role: Role): void {
+  if (role === 'OWNER' && callerRole !== 'OWNER') throw new ForbiddenError('Only an OWNER can grant the OWNER role');
+  if (!roleAtLeast(callerRole, role)) throw new ForbiddenError(`A ${callerRole} cannot grant the ${role} role`);
+}
+
+function assertMayManage(callerRole: Role, target: MembershipView): void {
+  if (target.role === 'OWNER' && callerRole !== 'OWNER') throw new ForbiddenError("Only an OWNER can change or remove an OWNER's membership");
+}
+
+function assertNotLastOwner(ctx: WorkspaceContext, target: MembershipView): void {
+  if (target.role !== 'OWNER') return;
+  const other = ctx.db
+    .select({ id: memberships.id })
+    .from(memberships)
+    .where(inWorkspace(ctx, memberships.workspaceId, eq(memberships.role, 'OWNER'), ne(memberships.id, target.id)))
+    .get();
+  if (!other) throw new ConflictError('last_owner', 'A workspace always keeps at least one OWNER; make someone else OWNER first');
+}
+
+/** Adds an existing user (by email) to this workspace. */
+export function addMembership(ctx: WorkspaceContext, input: { email: string; role: Role }, callerRole: Role): MembershipView {
+  const email = requireEmail(input.email);
+  assertMayGrant(callerRole, input.role);
+  return withTransaction(ctx, (tx) => {
+    const user = findUserByEmail(tx, email);
+    if (!user) throw new NotFoundError('user_not_found', `No user with email ${email}; invite them instead`);
+    const existing = tx.db.select({ id: memberships.id }).from(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id))).get();
+    if (existing) throw new ConflictError('membership_exists', `${email} is already a member of this workspace`);
+    const row = tx.db.insert(memberships).values({ workspaceId: tx.workspaceId, userId: user.id, role: input.role }).returning().get();
+    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'membership.created', target: { type: 'membership', id: row.id }, metadata: { userId: user.id, email, role: input.role } });
+    return { id: row.id, userId: user.id, email: user.email, name: user.name, role: row.role, createdAt: row.createdAt };
+  });
+}
+
+export function changeMembershipRole(ctx: WorkspaceContext, id: number, role: Role, callerRole: Role): MembershipView {
+  return withTransaction(ctx, (tx) => {
+    const target = requireMembership(tx, id);
+    assertMayManage(callerRole, target);
+    assertMayGrant(callerRole, role);
+    if (target.role === role) return target;
+    if (role !== 'OWNER') assertNotLastOwner(tx, target);
+    tx.db.update(memberships).set({ role, updatedAt: nowIso() }).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id))).run();
+    recordAudit(tx, {
+      workspaceId: tx.workspaceId,
+      action: 'membership.role_changed',
+      target: { type: 'membership', id },
+      metadata: { userId: target.userId, email: target.email, from: target.role, to: role },
+    });
+    return { ...target, role };
+  });
+}
+
+export function removeMembership(ctx: WorkspaceContext, id: number, callerRole: Role): void {
+  withTransaction(ctx, (tx) => {
+    const target = requireMembership(tx, id);
+    assertMayManage(callerRole, target);
+    assertNotLastOwner(tx, target);
+    tx.db.delete(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id))).run();
+    recordAudit(tx, {
+      workspaceId: tx.workspaceId,
+      action: 'membership.removed',
+      target: { type: 'membership', id },
+      metadata: { userId: target.userId, email: target.email, role: target.role },
+    });
+  });
+}
+
+/**
+ * Creates an invitation and the email that carries it. The token is 32 random bytes
+ * (base64url), returned once; only its SHA-256 is stored, and it is never audited.
+ */
+export function createInvitation(
+  ctx: WorkspaceContext,
+  input: { email: string; role: Role },
+  caller: { role: Role; userId: number | null },
+): { invitation: InvitationCreated; email: InvitationEmail } {
+  const email = requireEmail(input.email);
+  assertMayGrant(caller.role, input.role);
+  const token = randomToken(32);
+  const expiresAt = new Date(Date.now() + ctx.config.invitationDays * DAY_MS).toISOString();
+  return withTransaction(ctx, (tx) => {
+    const workspace = getWorkspace(tx, tx.workspaceId);
+    const user = findUserByEmail(tx, email);
+    if (user && tx.db.select({ id: memberships.id }).from(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id))).get()) {
+      throw new ConflictError('membership_exists', `${email} is already a member of this workspace`);
+    }
+    const row = tx.db
+      .insert(invitations)
+      .values({ workspaceId: tx.workspaceId, email, role: input.role, tokenHash: sha256Hex(token), invitedBy: caller.userId, expiresAt })
+      .returning()
+      .get();
+    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.created', target: { type: 'invitation', id: row.id }, metadata: { email, role: input.role, expiresAt } });
+    const acceptUrl = `${tx.config.publicUrl.replace(/\/+$/, '')}/invitations/accept`;
+    const text = [
+      `You have been invited to join the workspace "${workspace.name}" as ${input.role}.`,
+      '',
+      `Your invitation token: ${token}`,
+      '',
+      `To accept, POST {"token": "<the token>", "name": "...", "password": "..."} to ${acceptUrl}`,
+      `(name and password are needed only if you do not have an account yet).`,
+      `The invitation expires at ${expiresAt} and can be used once.`,
+    ].join('\n');
+    return {
+      invitation: { id: row.id, email, role: row.role, expiresAt, token },
+      email: { to: email, rendered: { subject: `You're invited to ${workspace.name}`, text } },
+    };
+  });
+}
+
+/**
+ * Accepts an invitation by its token: creates the user when the invited email has no
+ * account yet (a password is then required), or adds the membership to the existing user
+ * (any password given is ignored). Unknown tokens are 404 invitation_not_found; a token
+ * used once already is 410 invitation_used (single use: the acceptedAt update is guarded,
+ * so two concurrent accepts cannot both succeed); past expiresAt is 410 invitation_expired.
+ */
+export async function acceptInvitation(ctx: SystemContext, input: { token: string; name?: string | undefined; password?: string | undefined }): Promise<InvitationAccepted> {
+  const tokenHash = sha256Hex(input.token);
+  const lookup = () => ctx.db.select().from(invitations).where(eq(invitations.tokenHash, tokenHash)).get();
+  const check = (row: typeof invitations.$inferSelect | undefined): typeof invitations.$inferSelect => {
+    if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', 'No invitation has this token');
+    if (row.acceptedAt) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
+    if (row.expiresAt <= nowIso()) throw new AppError(410, 'invitation_expired', 'This invitation has expired; ask for a new one');
+    return row;
+  };
+  const first = check(lookup());
+  // Hash outside the transaction (it is slow); only needed when the account is new.
+  let passwordHash: string | null = null;
+  if (!findUserByEmail(ctx, first.email)) {
+    if (input.password === undefined) {
+      throw new ValidationError('password_required', 'A password is needed to create your account', [{ path: '/password', message: 'is required for a new account' }]);
+    }
+    const problem = passwordProblem(input.password);
+    if (problem) throw new ValidationError('invalid_password', `The password ${problem}`, [{ path: '/password', message: problem }]);
+    passwordHash = await hashPassword(input.password);
+  }
+  return withTransaction(ctx, (tx) => {
+    const invitation = check(lookup());
+    const wctx: WorkspaceContext = { ...tx, workspaceId: invitation.workspaceId };
+    const workspace = getWorkspace(tx, invitation.workspaceId);
+    let user = findUserByEmail(tx, invitation.email);
+    const created = !user;
+    if (!user) {
+      if (passwordHash === null) throw new ValidationError('password_required', 'A password is needed to create your account', [{ path: '/password', message: 'is required for a new account' }]);
+      user = tx.db
+        .insert(users)
+        .values({ email: invitation.email, name: input.name?.trim() || null, passwordHash })
+        .returning()
+        .get();
+    }
+    const actor = { type: 'USER' as const, id: user.id, label: user.email };
+    const audited = { ...wctx, actor };
+    if (created) {
+      recordAudit(audited, { workspaceId: workspace.id, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email: user.email } });
+    }
+    const existing = tx.db.select({ id: memberships.id }).from(memberships).where(inWorkspace(wctx, memberships.workspaceId, eq(memberships.userId, user.id))).get();
+    if (existing) throw new ConflictError('membership_exists', `${user.email} is already a member of this workspace`);
+    const used = tx.db
+      .update(invitations)
+      .set({ acceptedAt: nowIso() })
+      .where(and(eq(invitations.id, invitation.id), isNull(invitations.acceptedAt)))
+      .run();
+    if (used.changes !== 1) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
+    const membership = tx.db.insert(memberships).values({ workspaceId: workspace.id, userId: user.id, role: invitation.role }).returning().get();
+    recordAudit(audited, {
+      workspaceId: workspace.id,
+      action: 'invitation.accepted',
+      target: { type: 'invitation', id: invitation.id },
+      metadata: { userId: user.id, email: user.email, role: invitation.role, membershipId: membership.id },
+    });
+    recordAudit(audited, {
+      workspaceId: workspace.id,
+      action: 'membership.created',
+      target: { type: 'membership', id: membership.id },
+      metadata: { userId: user.id, email: user.email, role: invitation.role, invitationId: invitation.id },
+    });
+    return { user: userView(user), workspace: { id: workspace.id, name: workspace.name, plan: workspace.plan, role: membership.role } };
+  });
+}

@@ -1,0 +1,60 @@
+import type { Config } from '../../core/config.js';
+import { BadRequestError, NotFoundError } from '../../core/errors.js';
+import { completeStripeCheckout, createCheckout, getPlan } from '../../core/services/billing.js';
+import { STRIPE_SIGNATURE_HEADER, verifyStripeSignature } from '../../engine/stripe.js';
+import type { App } from '../app.js';
+import { BillingPlan, Checkout, CheckoutInput } from '../schemas.js';
+
+interface StripeEvent {
+  type?: unknown;
+  data?: { object?: { id?: unknown; client_reference_id?: unknown; metadata?: { checkoutId?: unknown } } };
+}
+
+function toCheckoutId(value: unknown): number | undefined {
+  const s = typeof value === 'number' ? String(value) : typeof value === 'string' ? value : '';
+  return /^[1-9][0-9]{0,15}$/.test(s) ? Number(s) : undefined;
+}
+
+/**
+ * GET /billing/plan (VIEWER), POST /billing/checkout (OWNER) and the public Stripe webhook,
+ * which reads its body as raw bytes so the signature covers exactly what Stripe sent.
+ */
+export async function billingRoutes(app: App, opts: { config: Config }): Promise<void> {
+  const { config } = opts;
+
+  app.get('/billing/plan', { config: { access: { role: 'VIEWER' } }, schema: { response: { 200: BillingPlan } } }, async (req) => getPlan(req.workspaceCtx()));
+
+  app.post(
+    '/billing/checkout',
+    { config: { access: { role: 'OWNER' } }, schema: { body: CheckoutInput, response: { 201: Checkout } } },
+    async (req, reply) => reply.code(201).send(await createCheckout(req.workspaceCtx(), req.body)),
+  );
+
+  await app.register(async (hook: App) => {
+    hook.removeAllContentTypeParsers();
+    hook.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: config.webhookBodyLimit }, (_req, body, done) => done(null, body));
+
+    hook.post('/billing/stripe/webhook', { bodyLimit: config.webhookBodyLimit, config: { access: 'public' } }, async (req) => {
+      const secret = config.stripe.webhookSecret;
+      if (config.billingProvider !== 'stripe' || !secret) throw new NotFoundError('not_found', 'Stripe billing is not enabled on this server');
+      const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+      const header = req.headers[STRIPE_SIGNATURE_HEADER];
+      if (!verifyStripeSignature(typeof header === 'string' ? header : undefined, raw, secret, config.stripe.toleranceSeconds)) {
+        throw new BadRequestError('signature_invalid', 'The Stripe-Signature header is missing, stale or does not match the body');
+      }
+      let event: StripeEvent;
+      try {
+        event = JSON.parse(raw.toString('utf8')) as StripeEvent;
+      } catch {
+        throw new BadRequestError('invalid_json', 'The body is not valid JSON');
+      }
+      if (!event || typeof event !== 'object' || event.type !== 'checkout.session.completed') return { received: true, ignored: true };
+      const session = event.data?.object;
+      const sessionId = typeof session?.id === 'string' ? session.id : undefined;
+      const checkoutId = toCheckoutId(session?.metadata?.checkoutId) ?? toCheckoutId(session?.client_reference_id);
+      const outcome = completeStripeCheckout(req.systemCtx({ type: 'SYSTEM', id: null, label: 'stripe' }), { sessionId, checkoutId });
+      req.log.info({ sessionId, checkoutId, outcome }, 'stripe checkout.session.completed');
+      return { received: true };
+    });
+  });
+}

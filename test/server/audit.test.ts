@@ -1,0 +1,205 @@
+/**
+ * The audit feed through the real HTTP server: GET /audit-logs shows what earlier actions
+ * recorded, with the right actor, filters, pagination, workspace scoping, and the role and
+ * plan gates. Contract: API.md sections 1, 2 and 5.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setWorkspacePlan } from '../../src/core/services/workspaces.js';
+import { assertProblem, build, type TestServer } from '../helpers.js';
+
+function systemCtx(s: TestServer) {
+  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+}
+
+async function feed(s: TestServer, token: string, query = ''): Promise<any[]> {
+  const res = await s.request('GET', `/audit-logs${query}`, { token });
+  assert.equal(res.status, 200, res.text);
+  return res.body.data;
+}
+
+test('the feed shows earlier actions, newest first, with the right actors', async (t) => {
+  const s = await build(t, { plan: 'GROWTH' });
+  const token = await s.login(s.owner.email, s.owner.password);
+
+  const contact = await s.request('POST', '/contacts', { token, body: { email: 'ann@example.test' } });
+  assert.equal(contact.status, 201, contact.text);
+  const minted = await s.request('POST', '/api-keys', { token, body: { name: 'ci', role: 'MEMBER' } });
+  assert.equal(minted.status, 201, minted.text);
+  const revoked = await s.request('DELETE', `/api-keys/${minted.body.id}`, { token });
+  assert.equal(revoked.status, 204);
+  const memberKey = s.mintKey('MEMBER');
+  const byKey = await s.request('POST', '/contacts', { token: memberKey, body: { email: 'bob@example.test' } });
+  assert.equal(byKey.status, 201, byKey.text);
+
+  const res = await s.request('GET', '/audit-logs', { token });
+  assert.equal(res.status, 200, res.text);
+  const data: any[] = res.body.data;
+  assert.equal(res.body.nextCursor, null);
+  const ids = data.map((e) => e.id);
+  assert.deepEqual(ids, [...ids].sort((a, b) => b - a), 'newest first');
+
+  const login = data.find((e) => e.action === 'auth.login');
+  assert.ok(login, 'auth.login is logged');
+  assert.deepEqual(login.actor, { type: 'USER', id: s.owner.id, label: s.owner.email });
+  assert.deepEqual(login.target, { type: 'user', id: s.owner.id });
+  assert.match(login.at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+
+  const created = data.filter((e) => e.action === 'contact.created');
+  assert.equal(created.length, 2);
+  const [newest, oldest] = created;
+  assert.deepEqual(oldest.target, { type: 'contact', id: contact.body.id });
+  assert.equal(oldest.actor.type, 'USER');
+  assert.equal(oldest.actor.id, s.owner.id);
+  assert.deepEqual(newest.target, { type: 'contact', id: byKey.body.id });
+  assert.equal(newest.actor.type, 'API_KEY');
+  assert.equal(newest.actor.label, 'member key');
+  assert.equal(typeof newest.actor.id, 'number');
+
+  const keyCreated = data.find((e) => e.action === 'api_key.created' && e.actor.type === 'USER');
+  assert.ok(keyCreated, 'api_key.created by the owner');
+  assert.deepEqual(keyCreated.target, { type: 'api_key', id: minted.body.id });
+  assert.equal(keyCreated.metadata.role, 'MEMBER');
+  assert.equal(keyCreated.metadata.name, 'ci');
+  const keyRevoked = data.find((e) => e.action === 'api_key.revoked');
+  assert.ok(keyRevoked);
+  assert.deepEqual(keyRevoked.target, { type: 'api_key', id: minted.body.id });
+  assert.equal(keyRevoked.actor.type, 'USER');
+  assert.ok(typeof keyRevoked.ip === 'string' && keyRevoked.ip.length > 0, 'the caller ip is recorded');
+
+  // No key material in the feed.
+  assert.doesNotMatch(res.text, /svc_live_[0-9A-Za-z]{20,}/);
+  assert.ok(!res.text.includes(minted.body.key));
+  assert.ok(!res.text.includes(memberKey));
+});
+
+test('filters: action (exact and prefix), actorType, since/until', async (t) => {
+  const s = await build(t, { plan: 'PRO' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const c = await s.request('POST', '/contacts', { token, body: { email: 'a@example.test' } });
+  assert.equal(c.status, 201);
+  assert.equal((await s.request('PATCH', `/contacts/${c.body.id}`, { token, body: { firstName: 'Ann' } })).status, 200);
+  const key = s.mintKey('MEMBER');
+  assert.equal((await s.request('POST', '/contacts', { token: key, body: { email: 'b@example.test' } })).status, 201);
+
+  const exact = await feed(s, token, '?action=contact.created');
+  assert.equal(exact.length, 2);
+  assert.ok(exact.every((e) => e.action === 'contact.created'));
+
+  const prefix = await feed(s, token, '?action=contact.*');
+  assert.deepEqual(prefix.map((e) => e.action).sort(), ['contact.created', 'contact.created', 'contact.updated']);
+
+  const none = await feed(s, token, '?action=contact');
+  assert.equal(none.length, 0, 'no implicit prefix match');
+
+  const byKey = await feed(s, token, '?actorType=API_KEY');
+  assert.ok(byKey.length >= 1);
+  assert.ok(byKey.every((e) => e.actor.type === 'API_KEY'));
+  const byUser = await feed(s, token, '?actorType=USER&action=contact.created');
+  assert.equal(byUser.length, 1);
+  assert.equal(byUser[0].actor.id, s.owner.id);
+  const bySystem = await feed(s, token, '?actorType=SYSTEM');
+  assert.ok(bySystem.some((e) => e.action === 'workspace.created'), 'set-up entries are SYSTEM');
+
+  const all = await feed(s, token);
+  const pivot = all.find((e) => e.action === 'contact.updated');
+  const since = await feed(s, token, `?since=${encodeURIComponent(pivot.at)}`);
+  assert.ok(since.every((e) => e.at >= pivot.at));
+  assert.ok(since.some((e) => e.id === pivot.id), 'since is inclusive');
+  const until = await feed(s, token, `?until=${encodeURIComponent(pivot.at)}`);
+  assert.ok(until.every((e) => e.at < pivot.at), 'until is exclusive');
+  assert.equal(since.length + until.length, all.length);
+
+  assert.equal((await feed(s, token, '?since=2000-01-01T00:00:00Z&until=2000-01-02')).length, 0);
+  assert.equal((await feed(s, token, '?since=2000-01-01T00:00:00%2B02:00')).length, all.length);
+  assert.equal((await feed(s, token, '?until=2999-01-01T00:00:00.000Z')).length, all.length);
+
+  for (const q of ['?since=yesterday', '?until=2026-13-45T00:00:00Z', '?since=2026-01-01T10:00:00', '?since=1700000000']) {
+    assertProblem(await s.request('GET', `/audit-logs${q}`, { token }), 400);
+  }
+  assertProblem(await s.request('GET', '/audit-logs?actorType=ROBOT', { token }), 400, 'invalid_query');
+  assertProblem(await s.request('GET', '/audit-logs?nope=1', { token }), 400, 'invalid_query');
+  assertProblem(await s.request('GET', '/audit-logs?limit=0', { token }), 400, 'invalid_query');
+  assertProblem(await s.request('GET', '/audit-logs?cursor=garbage!', { token }), 400);
+});
+
+test('pagination walks the whole feed without repeats', async (t) => {
+  const s = await build(t, { plan: 'PRO' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  for (let i = 0; i < 7; i++) {
+    assert.equal((await s.request('POST', '/contacts', { token, body: { email: `p${i}@example.test` } })).status, 201);
+  }
+  const all = await feed(s, token, '?limit=200');
+  const seen: number[] = [];
+  let cursor: string | null = null;
+  let pages = 0;
+  do {
+    const res = await s.request('GET', `/audit-logs?limit=3${cursor ? `&cursor=${cursor}` : ''}`, { token });
+    assert.equal(res.status, 200, res.text);
+    assert.ok(res.body.data.length <= 3);
+    seen.push(...res.body.data.map((e: any) => e.id));
+    cursor = res.body.nextCursor;
+    pages++;
+  } while (cursor && pages < 50);
+  assert.deepEqual(seen, all.map((e) => e.id));
+  assert.ok(pages >= 3);
+
+  // A cursor combines with a filter.
+  const first = await s.request('GET', '/audit-logs?action=contact.created&limit=4', { token });
+  assert.equal(first.body.data.length, 4);
+  const second = await s.request('GET', `/audit-logs?action=contact.created&limit=4&cursor=${first.body.nextCursor}`, { token });
+  assert.equal(second.body.data.length, 3);
+  assert.equal(second.body.nextCursor, null);
+});
+
+test("another workspace's entries are never visible", async (t) => {
+  const s = await build(t, { plan: 'PRO' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const other = await s.otherWorkspace('PRO');
+  const theirs = await s.request('POST', '/contacts', { token: other.token, body: { email: 'secret@other.test' } });
+  assert.equal(theirs.status, 201);
+  const mine = await s.request('POST', '/contacts', { token, body: { email: 'mine@acme.test' } });
+
+  const data = await feed(s, token, '?limit=200');
+  const created = data.filter((e) => e.action === 'contact.created');
+  assert.deepEqual(created.map((e) => e.target.id), [mine.body.id]);
+  assert.ok(!data.some((e) => e.action === 'workspace.created' && e.target.id === other.workspaceId));
+
+  const theirFeed = await feed(s, other.token, '?action=contact.created');
+  assert.deepEqual(theirFeed.map((e) => e.target.id), [theirs.body.id]);
+});
+
+test('access: ADMIN and OWNER (users or keys) read; VIEWER and MEMBER get 403; no credential 401', async (t) => {
+  const s = await build(t, { plan: 'GROWTH' });
+  assertProblem(await s.request('GET', '/audit-logs'), 401);
+  assertProblem(await s.request('GET', '/audit-logs', { token: 'not-a-token' }), 401);
+  for (const role of ['VIEWER', 'MEMBER'] as const) {
+    const u = await s.userWithRole(role);
+    assertProblem(await s.request('GET', '/audit-logs', { token: u.token }), 403, 'forbidden');
+    assertProblem(await s.request('GET', '/audit-logs', { token: s.mintKey(role) }), 403, 'forbidden');
+  }
+  const admin = await s.userWithRole('ADMIN');
+  assert.equal((await s.request('GET', '/audit-logs', { token: admin.token })).status, 200);
+  assert.equal((await s.request('GET', '/audit-logs', { token: s.mintKey('ADMIN') })).status, 200);
+});
+
+test('STARTER answers 403 plan_upgrade_required; after an upgrade to GROWTH the feed opens at once', async (t) => {
+  const s = await build(t, { plan: 'STARTER' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  assertProblem(await s.request('GET', '/audit-logs', { token }), 403, 'plan_upgrade_required');
+  const admin = await s.userWithRole('ADMIN');
+  assertProblem(await s.request('GET', '/audit-logs', { token: admin.token }), 403, 'plan_upgrade_required');
+  // The role check comes first: a VIEWER hears about its role, not the plan.
+  const viewer = await s.userWithRole('VIEWER');
+  assertProblem(await s.request('GET', '/audit-logs', { token: viewer.token }), 403, 'forbidden');
+
+  setWorkspacePlan(systemCtx(s), s.workspaceId, 'GROWTH');
+  const res = await s.request('GET', '/audit-logs?action=workspace.plan_changed', { token });
+  assert.equal(res.status, 200, res.text);
+  assert.equal(res.body.data.length, 1);
+  assert.deepEqual(res.body.data[0].metadata, { from: 'STARTER', to: 'GROWTH' });
+  assert.equal(res.body.data[0].actor.type, 'SYSTEM');
+
+  setWorkspacePlan(systemCtx(s), s.workspaceId, 'STARTER');
+  assertProblem(await s.request('GET', '/audit-logs', { token }), 403, 'plan_upgrade_required');
+});
