@@ -179,7 +179,7 @@ export const PlanName = Type.Union(['STARTER', 'GROWTH', 'PRO'].map((p) => Type.
 
 export const BillingPlan = Type.Object({
   plan: PlanName,
-  features: Type.Object({ auditLog: Type.Boolean(), apiKeyRoles: Type.Array(Role), memberRoles: Type.Array(Role) }),
+  features: Type.Object({ auditLog: Type.Boolean(), apiKeyRoles: Type.Array(Role) }),
   usage: Type.Object({
     contacts: Type.Integer(),
     workflows: Type.Integer(),

@@ -12,7 +12,6 @@ export type PaidPlan = Exclude<Plan, 'STARTER'>;
 export interface PlanFeatures {
   auditLog: boolean;
   apiKeyRoles: Role[];
-  memberRoles: Role[];
 }
 
 export interface PlanView {
@@ -39,7 +38,6 @@ export function featuresOf(plan: Plan): PlanFeatures {
   return {
     auditLog: planAtLeast(plan, 'GROWTH'),
     apiKeyRoles: KEY_ROLES.filter((r) => planAtLeast(plan, minimumPlanForKeyRole(r))),
-    memberRoles: (['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'] as Role[]).filter((r) => r === 'OWNER' || planAtLeast(plan, minimumPlanForKeyRole(r))),
   };
 }
 
