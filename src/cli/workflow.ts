@@ -49,7 +49,8 @@ const eventRow = (e: WebhookEventView) => ({ id: e.id, receivedAt: e.receivedAt,
 const runRow = (r: RunView) => ({ runId: r.runId, status: r.status, contactId: r.contactId, steps: r.steps.length, createdAt: r.createdAt, finishedAt: r.finishedAt });
 
 function describeRun(r: RunView): string {
-  const lines = [`run ${r.runId} of workflow ${r.workflowId}: ${r.status} for contact ${r.contactId ?? '-'} (created ${r.createdAt})`];
+  const owner = r.workflowId !== null ? `workflow ${r.workflowId}` : `automation ${r.automationId}`;
+  const lines = [`run ${r.runId} of ${owner}: ${r.status} for contact ${r.contactId ?? "-"} (created ${r.createdAt})`];
   lines.push(table(r.steps as unknown as Record<string, unknown>[], ['index', 'type', 'status', 'startedAt', 'finishedAt', 'error']));
   return lines.join('\n');
 }

@@ -3,6 +3,7 @@ import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
 import { normalizeEmail, normalizePhone } from '../core/validation.js';
+import { nextStep, type ProgramStep } from '../core/program.js';
 import { processWriteLock } from '../core/db/writeLock.js';
 import { deliverOnce, retryDelayMs } from './deliver.js';
 import { httpPolicyFrom, safeRequest } from './http.js';
@@ -45,6 +46,7 @@ interface ContactRow {
 
 type Outcome =
   | { kind: 'completed' }
+  | { kind: 'branch'; value: boolean }
   | { kind: 'failed'; error: string }
   | { kind: 'end' }
   | { kind: 'wait'; until: number; error?: string };
@@ -186,7 +188,7 @@ export class RunExecutor {
   private async executeRun(id: number, owner: string): Promise<string | undefined> {
     const run = this.sql.run.get(id);
     if (!run || run.status !== 'RUNNING' || run.lease_owner !== owner) return undefined;
-    const steps = JSON.parse(run.definition) as StepDefinition[];
+    const steps = JSON.parse(run.definition) as ProgramStep[];
     const states = JSON.parse(run.step_states) as StepState[];
     const trigger = JSON.parse(run.trigger) as Record<string, unknown>;
     const workspace = this.sql.workspace.get(run.workspace_id) ?? { id: run.workspace_id, name: '', plan: 'STARTER' };
@@ -203,9 +205,18 @@ export class RunExecutor {
     let runAt = new Date().toISOString();
     let lastIndex = -1;
 
-    for (let index = 0; index < steps.length; index++) {
+    // Walk the program from its entry, past the steps already done, following each step's
+    // next (a condition's branch); stop at a wait, a failure or the end.
+    let index: number | null = steps.length ? 0 : null;
+    const visited = new Set<number>();
+    while (index !== null && !visited.has(index)) {
+      visited.add(index);
       const state: StepState = states[index] ?? { status: 'PENDING', startedAt: null, finishedAt: null };
-      if (state.status === 'COMPLETED' || state.status === 'SKIPPED' || state.status === 'FAILED') continue;
+      if (state.status === 'COMPLETED') {
+        index = nextStep(steps, index, state.branch);
+        continue;
+      }
+      if (state.status === 'SKIPPED' || state.status === 'FAILED') break;
       const step = steps[index]!;
       state.startedAt ??= new Date().toISOString();
       lastIndex = index;
@@ -230,11 +241,13 @@ export class RunExecutor {
       }
       const { error: _drop, ...clean } = state;
       void _drop;
-      states[index] = { ...clean, status: 'COMPLETED', finishedAt };
-      if (outcome.kind === 'end') {
-        for (let rest = index + 1; rest < steps.length; rest++) states[rest] = { status: 'SKIPPED', startedAt: null, finishedAt: null };
-        break;
-      }
+      states[index] = { ...clean, status: 'COMPLETED', finishedAt, ...(outcome.kind === 'branch' ? { branch: outcome.value } : {}) };
+      if (outcome.kind === 'end') break;
+      index = nextStep(steps, index, outcome.kind === 'branch' ? outcome.value : undefined);
+    }
+    if (status === 'COMPLETED') {
+      // Steps the run never reached (a filter ended it, or the other branch) are SKIPPED.
+      for (let i = 0; i < steps.length; i++) if (!states[i] || states[i]!.status === 'PENDING') states[i] = { status: 'SKIPPED', startedAt: null, finishedAt: null };
     }
     this.current = undefined;
     for (let i = 0; i < steps.length; i++) states[i] ??= { status: 'PENDING', startedAt: null, finishedAt: null };
@@ -272,6 +285,8 @@ export class RunExecutor {
       }
       case 'filter':
         return (await evaluateCondition(String(step.condition), ctx)) ? { kind: 'completed' } : { kind: 'end' };
+      case 'condition':
+        return { kind: 'branch', value: await evaluateCondition(String(step.condition), ctx) };
       case 'add_tags':
       case 'remove_tags': {
         if (!contact) return { kind: 'failed', error: 'the run has no contact (it was deleted)' };

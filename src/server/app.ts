@@ -16,6 +16,7 @@ import { healthRoutes } from './routes/health.js';
 import { webhookRoutes } from './routes/webhooks.js';
 import { templateRoutes } from './routes/templates.js';
 import { workflowRoutes } from './routes/workflows.js';
+import { automationRoutes } from './routes/automations.js';
 import { auditRoutes } from './routes/audit.js';
 import { adminRoutes } from './routes/admin.js';
 import { billingRoutes } from './routes/billing.js';
@@ -123,6 +124,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(apiKeyRoutes);
   await app.register(contactRoutes);
   await app.register(workflowRoutes);
+  await app.register(automationRoutes);
   await app.register(auditRoutes);
   await app.register(adminRoutes);
   await app.register(billingRoutes, { config });

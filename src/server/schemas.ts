@@ -88,7 +88,8 @@ export const RunStatus = Type.Union(['QUEUED', 'RUNNING', 'WAITING', 'COMPLETED'
 
 export const Run = Type.Object({
   runId: Type.Integer(),
-  workflowId: Type.Integer(),
+  workflowId: Nullable(Type.Integer()),
+  automationId: Nullable(Type.Integer()),
   contactId: Nullable(Type.Integer()),
   status: RunStatus,
   steps: Type.Array(

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core';
+import { blob, index, integer, primaryKey, sqliteTable, text, uniqueIndex, type AnySQLiteColumn } from 'drizzle-orm/sqlite-core';
 
 /** ISO 8601 UTC timestamps are stored as text: they sort correctly and read well in the sqlite shell. */
 const now = sql`(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))`;
@@ -163,7 +163,11 @@ export interface ContactDefaults {
   tags?: string[];
 }
 
-/** A step as stored: `{type, ...fields}` (see core/steps.ts for the catalog). */
+/**
+ * A step as stored: `{type, ...fields}` (see core/steps.ts for the catalog). In a run's
+ * program (core/program.ts) a step may also say where to go next: `next`, or for a
+ * condition `onTrue`/`onFalse`; without them the next step is the one after it.
+ */
 export type StepDefinition = { type: string } & Record<string, unknown>;
 
 export const workflows = sqliteTable(
@@ -200,6 +204,8 @@ export interface StepState {
   error?: string;
   /** Tries made so far (message steps retried after transient failures). */
   attempts?: number;
+  /** The branch a condition node took. */
+  branch?: boolean;
 }
 
 export const workflowRuns = sqliteTable(
@@ -209,9 +215,9 @@ export const workflowRuns = sqliteTable(
     workspaceId: integer('workspace_id')
       .notNull()
       .references(() => workspaces.id, { onDelete: 'cascade' }),
-    workflowId: integer('workflow_id')
-      .notNull()
-      .references(() => workflows.id, { onDelete: 'cascade' }),
+    /** The workflow that started the run; null for an automation's run. */
+    workflowId: integer('workflow_id').references(() => workflows.id, { onDelete: 'cascade' }),
+    automationId: integer('automation_id').references((): AnySQLiteColumn => automations.id, { onDelete: 'cascade' }),
     contactId: integer('contact_id').references(() => contacts.id, { onDelete: 'set null' }),
     status: text('status', { enum: RUN_STATUSES }).notNull().default('QUEUED'),
     /** The steps as they were when the run started, so later edits do not change it. */
@@ -226,7 +232,11 @@ export const workflowRuns = sqliteTable(
     updatedAt: updatedAt(),
     finishedAt: text('finished_at'),
   },
-  (t) => [index('workflow_runs_workflow_idx').on(t.workflowId, t.id), index('workflow_runs_due_idx').on(t.status, t.runAt)],
+  (t) => [
+    index('workflow_runs_workflow_idx').on(t.workflowId, t.id),
+    index('workflow_runs_automation_idx').on(t.automationId, t.id),
+    index('workflow_runs_due_idx').on(t.status, t.runAt),
+  ],
 );
 
 export const webhookEvents = sqliteTable(
@@ -375,4 +385,26 @@ export const checkouts = sqliteTable(
     completedAt: text('completed_at'),
   },
   (t) => [index('checkouts_workspace_idx').on(t.workspaceId, t.id), uniqueIndex('checkouts_provider_ref_unique').on(t.providerRef)],
+);
+
+/** A visual graph: `{nodes: [{id, type, data}], edges: [{from, to, branch?}]}`. */
+export interface AutomationGraph {
+  nodes: { id: string; type: string; data: Record<string, unknown> }[];
+  edges: { from: string; to: string; branch?: boolean }[];
+}
+
+export const automations = sqliteTable(
+  'automations',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    status: text('status', { enum: WORKFLOW_STATUSES }).notNull().default('DRAFT'),
+    graph: text('graph', { mode: 'json' }).$type<AutomationGraph>().notNull(),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [index('automations_workspace_idx').on(t.workspaceId, t.id)],
 );

@@ -15,7 +15,10 @@ export interface RunStepView {
 
 export interface RunView {
   runId: number;
-  workflowId: number;
+  /** Set for a workflow's run; null for an automation's. */
+  workflowId: number | null;
+  /** Set for an automation's run; null for a workflow's. */
+  automationId: number | null;
   contactId: number | null;
   status: RunStatus;
   steps: RunStepView[];
@@ -31,6 +34,7 @@ export function runView(row: RunRow): RunView {
   return {
     runId: row.id,
     workflowId: row.workflowId,
+    automationId: row.automationId,
     contactId: row.contactId,
     status: row.status,
     steps: row.definition.map((step, index) => {

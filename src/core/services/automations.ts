@@ -1,0 +1,186 @@
+import { eq } from 'drizzle-orm';
+import { recordAudit } from '../audit.js';
+import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type WorkspaceContext } from '../context.js';
+import { automations, contacts, workflowRuns, type AutomationGraph, type WorkflowStatus } from '../db/schema.js';
+import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import type { Page } from '../pagination.js';
+import { compileGraph } from '../program.js';
+import { checkStepFields, isStepType, newStepChecker } from '../steps.js';
+import { liquidSyntaxProblem } from '../liquid.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
+
+export const MAX_NODES = 200;
+
+export interface AutomationView {
+  id: number;
+  name: string;
+  status: WorkflowStatus;
+  graph: AutomationGraph;
+  createdAt: string;
+  updatedAt: string;
+}
+
+type AutomationRow = typeof automations.$inferSelect;
+
+function view(row: AutomationRow): AutomationView {
+  return { id: row.id, name: row.name, status: row.status, graph: row.graph, createdAt: row.createdAt, updatedAt: row.updatedAt };
+}
+
+/**
+ * Checks a graph: node ids unique, edges between existing nodes, exactly one trigger
+ * (`{type: "trigger", data: {source: "MANUAL"}}`) with no way in, no cycles, every other
+ * node a step of the workflow catalog (or a condition) with valid data, branch edges only
+ * from conditions (one `true`, one `false`), and one way out of any other node.
+ * Every problem is reported with its JSON Pointer.
+ */
+export function validateGraph(graph: AutomationGraph): AutomationGraph {
+  const errors: FieldError[] = [];
+  const fail = (path: string, message: string) => errors.push({ path, message });
+  if (graph.nodes.length > MAX_NODES) fail('/graph/nodes', `must have at most ${MAX_NODES} nodes`);
+  const ids = new Map<string, number>();
+  graph.nodes.forEach((node, i) => {
+    const base = `/graph/nodes/${i}`;
+    if (ids.has(node.id)) fail(`${base}/id`, `duplicates the id of node ${ids.get(node.id)}`);
+    else ids.set(node.id, i);
+    if (jsonDepthExceeds(node.data, MAX_JSON_DEPTH)) return fail(`${base}/data`, 'is nested too deeply');
+    if (node.type === 'trigger') {
+      const keys = Object.keys(node.data);
+      if (node.data.source !== 'MANUAL' || keys.some((k) => k !== 'source')) fail(`${base}/data`, 'a trigger node is {source: "MANUAL"}');
+    } else if (node.type === 'condition') {
+      const condition = node.data.condition;
+      const extra = Object.keys(node.data).filter((k) => k !== 'condition');
+      for (const k of extra) fail(`${base}/data/${k}`, 'is not a known field');
+      if (typeof condition !== 'string' || !condition.trim() || condition.includes('%}') || liquidSyntaxProblem(`{% if ${condition} %}{% endif %}`)) {
+        fail(`${base}/data/condition`, 'must be a Liquid condition such as trigger.total > 100');
+      }
+    } else if (isStepType(node.type)) {
+      const check = newStepChecker(`${base}/data`);
+      checkStepFields(node.type, node.data, check);
+      errors.push(...check.errors);
+    } else fail(`${base}/type`, 'must be trigger, condition or a step type of the workflow catalog');
+  });
+  const triggers = graph.nodes.filter((n) => n.type === 'trigger');
+  if (triggers.length !== 1) fail('/graph/nodes', `must have exactly one trigger node (found ${triggers.length})`);
+
+  const out = new Map<string, typeof graph.edges>();
+  graph.edges.forEach((edge, i) => {
+    const base = `/graph/edges/${i}`;
+    if (!ids.has(edge.from)) fail(`${base}/from`, `no node has id ${JSON.stringify(edge.from)}`);
+    if (!ids.has(edge.to)) fail(`${base}/to`, `no node has id ${JSON.stringify(edge.to)}`);
+    const from = graph.nodes[ids.get(edge.from) ?? -1];
+    const to = graph.nodes[ids.get(edge.to) ?? -1];
+    if (to?.type === 'trigger') fail(`${base}/to`, 'no edge may lead into the trigger');
+    if (from && from.type !== 'condition' && edge.branch !== undefined) fail(`${base}/branch`, 'only edges from a condition node have a branch');
+    if (from?.type === 'condition' && edge.branch === undefined) fail(`${base}/branch`, 'edges from a condition node need branch: true or false');
+    const siblings = out.get(edge.from) ?? [];
+    if (from && from.type !== 'condition' && siblings.length) fail(base, `node ${JSON.stringify(edge.from)} already has a way out; branch with a condition node`);
+    if (from?.type === 'condition' && siblings.some((s) => s.branch === edge.branch)) fail(`${base}/branch`, `node ${JSON.stringify(edge.from)} already has a ${edge.branch} branch`);
+    out.set(edge.from, [...siblings, edge]);
+  });
+
+  // Cycles: depth-first search with colours.
+  const state = new Map<string, 1 | 2>();
+  const visit = (id: string): boolean => {
+    state.set(id, 1);
+    for (const e of out.get(id) ?? []) {
+      const s = state.get(e.to);
+      if (s === 1) return true;
+      if (s === undefined && ids.has(e.to) && visit(e.to)) return true;
+    }
+    state.set(id, 2);
+    return false;
+  };
+  for (const id of ids.keys()) {
+    if (!state.has(id) && visit(id)) {
+      fail('/graph/edges', 'the graph has a cycle');
+      break;
+    }
+  }
+  if (errors.length) throw new ValidationError('invalid_graph', 'The automation graph is invalid', errors);
+  return graph;
+}
+
+function findRow(ctx: WorkspaceContext, id: number): AutomationRow {
+  const row = ctx.db.select().from(automations).where(inWorkspace(ctx, automations.workspaceId, eq(automations.id, id))).get();
+  if (!row) throw new NotFoundError('automation_not_found', `No automation with id ${id}`);
+  return row;
+}
+
+function checkName(name: string): string {
+  const trimmed = name.trim();
+  if (!trimmed || trimmed.length > 200) throw new ValidationError('validation_failed', 'The automation is invalid', [{ path: '/name', message: 'must be 1 to 200 characters' }]);
+  return trimmed;
+}
+
+export function getAutomation(ctx: WorkspaceContext, id: number): AutomationView {
+  return view(findRow(ctx, id));
+}
+
+export function listAutomations(ctx: WorkspaceContext, page: PageRequest): Page<AutomationView> {
+  return selectPage(ctx, automations, page, view);
+}
+
+export function createAutomation(ctx: WorkspaceContext, input: { name: string; status?: WorkflowStatus | undefined; graph: AutomationGraph }): AutomationView {
+  const name = checkName(input.name);
+  const graph = validateGraph(input.graph);
+  return withTransaction(ctx, (tx) => {
+    const row = tx.db.insert(automations).values({ workspaceId: ctx.workspaceId, name, status: input.status ?? 'DRAFT', graph }).returning().get();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.created', target: { type: 'automation', id: row.id }, metadata: { name, status: row.status } });
+    return view(row);
+  });
+}
+
+export function updateAutomation(
+  ctx: WorkspaceContext,
+  id: number,
+  input: { name?: string | undefined; status?: WorkflowStatus | undefined; graph?: AutomationGraph | undefined },
+): AutomationView {
+  const set: Partial<AutomationRow> = {};
+  if (input.name !== undefined) set.name = checkName(input.name);
+  if (input.graph !== undefined) set.graph = validateGraph(input.graph);
+  if (input.status !== undefined) set.status = input.status;
+  return withTransaction(ctx, (tx) => {
+    const before = findRow(tx, id);
+    const row = tx.db
+      .update(automations)
+      .set({ ...set, updatedAt: nowIso() })
+      .where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)))
+      .returning()
+      .get()!;
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.updated', target: { type: 'automation', id }, metadata: { fields: Object.keys(input) } });
+    if (input.status !== undefined && input.status !== before.status) {
+      recordAudit(tx, {
+        workspaceId: ctx.workspaceId,
+        action: input.status === 'ACTIVE' ? 'automation.activated' : input.status === 'PAUSED' ? 'automation.paused' : 'automation.drafted',
+        target: { type: 'automation', id },
+        metadata: { from: before.status, to: input.status },
+      });
+    }
+    return view(row);
+  });
+}
+
+export function deleteAutomation(ctx: WorkspaceContext, id: number): void {
+  withTransaction(ctx, (tx) => {
+    findRow(tx, id);
+    tx.db.delete(automations).where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id))).run();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.deleted', target: { type: 'automation', id } });
+  });
+}
+
+/** Starts a run of an ACTIVE automation for one contact: its graph compiled into the run's program. */
+export function startAutomationRun(ctx: WorkspaceContext, id: number, input: { contactId: number; trigger?: Record<string, unknown> | undefined }): { runId: number; contactId: number } {
+  return withTransaction(ctx, (tx) => {
+    const row = findRow(tx, id);
+    if (row.status !== 'ACTIVE') throw new ValidationError('automation_not_active', `Automation ${id} is ${row.status}; activate it first`);
+    const contact = tx.db.select({ id: contacts.id }).from(contacts).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, input.contactId))).get();
+    if (!contact) throw new NotFoundError('contact_not_found', `No contact with id ${input.contactId}`);
+    const run = tx.db
+      .insert(workflowRuns)
+      .values({ workspaceId: ctx.workspaceId, automationId: id, contactId: contact.id, definition: compileGraph(row.graph), trigger: input.trigger ?? {} })
+      .returning({ id: workflowRuns.id })
+      .get();
+    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.run_started', target: { type: 'automation', id }, metadata: { runId: run.id, contactId: contact.id } });
+    return { runId: run.id, contactId: contact.id };
+  });
+}

@@ -1,0 +1,128 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { assertProblem, build, waitForRun } from '../helpers.js';
+
+const trigger = { id: 't', type: 'trigger', data: { source: 'MANUAL' } };
+
+function branching(tagTrue = 'big', tagFalse = 'small') {
+  return {
+    nodes: [
+      trigger,
+      { id: 'c', type: 'condition', data: { condition: 'trigger.total > 100' } },
+      { id: 'yes', type: 'add_tags', data: { tags: [tagTrue] } },
+      { id: 'no', type: 'add_tags', data: { tags: [tagFalse] } },
+      { id: 'after', type: 'update_contact', data: { set: { 'attributes.lastTotal': '{{ trigger.total }}' } } },
+    ],
+    edges: [
+      { from: 't', to: 'c' },
+      { from: 'c', to: 'yes', branch: true },
+      { from: 'c', to: 'no', branch: false },
+      { from: 'yes', to: 'after' },
+    ],
+  };
+}
+
+test('automations: create, read, list, update, delete', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const created = await s.request('POST', '/automations', { token, body: { name: 'Branchy', graph: branching() } });
+  assert.equal(created.status, 201, created.text);
+  assert.equal(created.body.status, 'DRAFT');
+  assert.deepEqual(Object.keys(created.body).sort(), ['createdAt', 'graph', 'id', 'name', 'status', 'updatedAt']);
+  assert.deepEqual(created.body.graph, branching());
+  const got = await s.request('GET', `/automations/${created.body.id}`, { token });
+  assert.deepEqual(got.body, created.body);
+  const list = await s.request('GET', '/automations', { token });
+  assert.deepEqual(list.body.data.map((a: { id: number }) => a.id), [created.body.id]);
+  const patched = await s.request('PATCH', `/automations/${created.body.id}`, { token, body: { name: 'Renamed', status: 'ACTIVE' } });
+  assert.equal(patched.status, 200, patched.text);
+  assert.equal(patched.body.name, 'Renamed');
+  assert.equal(patched.body.status, 'ACTIVE');
+  assert.equal((await s.request('DELETE', `/automations/${created.body.id}`, { token })).status, 204);
+  assertProblem(await s.request('GET', `/automations/${created.body.id}`, { token }), 404, 'automation_not_found');
+  const audit = s.db.$client.prepare("SELECT action FROM audit_logs WHERE action LIKE 'automation.%' ORDER BY id").all() as { action: string }[];
+  assert.deepEqual(audit.map((a) => a.action), ['automation.created', 'automation.updated', 'automation.activated', 'automation.deleted']);
+});
+
+test('graph validation failures, one by one, name the offending node or edge', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const base = branching();
+  const cases: [string, unknown, string][] = [
+    ['duplicate node id', { ...base, nodes: [...base.nodes, { id: 'c', type: 'add_tags', data: { tags: ['x'] } }] }, '/graph/nodes/5/id'],
+    ['edge to a missing node', { ...base, edges: [...base.edges, { from: 'no', to: 'ghost' }] }, '/graph/edges/4/to'],
+    ['edge from a missing node', { ...base, edges: [...base.edges, { from: 'ghost', to: 'after' }] }, '/graph/edges/4/from'],
+    ['no trigger', { nodes: base.nodes.slice(1), edges: base.edges.slice(1) }, '/graph/nodes'],
+    ['two triggers', { ...base, nodes: [...base.nodes, { id: 't2', type: 'trigger', data: { source: 'MANUAL' } }] }, '/graph/nodes'],
+    ['trigger with another source', { ...base, nodes: [{ id: 't', type: 'trigger', data: { source: 'WEBHOOK' } }, ...base.nodes.slice(1)] }, '/graph/nodes/0/data'],
+    ['a cycle', { ...base, edges: [...base.edges, { from: 'after', to: 'c' }] }, '/graph/edges'],
+    ['unknown node type', { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'teleport', data: {} }] }, '/graph/nodes/4/type'],
+    ['step data from the catalog', { ...base, nodes: [...base.nodes.slice(0, 2), { id: 'yes', type: 'add_tags', data: { tags: 'x' } }, ...base.nodes.slice(3)] }, '/graph/nodes/2/data/tags'],
+    ['send_email without templateId', { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'send_email', data: {} }] }, '/graph/nodes/4/data/templateId'],
+    ['branch from a non-condition', { ...base, edges: [...base.edges.slice(0, 3), { from: 'yes', to: 'after', branch: true }] }, '/graph/edges/3/branch'],
+    ['condition edge without a branch', { ...base, edges: [base.edges[0], { from: 'c', to: 'yes' }, base.edges[2], base.edges[3]] }, '/graph/edges/1/branch'],
+    ['two true branches', { ...base, edges: [...base.edges, { from: 'c', to: 'after', branch: true }] }, '/graph/edges/4/branch'],
+    ['two ways out of a step', { ...base, edges: [...base.edges, { from: 'yes', to: 'no' }] }, '/graph/edges/4'],
+    ['edge into the trigger', { ...base, edges: [...base.edges, { from: 'no', to: 't' }] }, '/graph/edges/4/to'],
+    ['condition with a syntax error', { ...base, nodes: [base.nodes[0], { id: 'c', type: 'condition', data: { condition: '' } }, ...base.nodes.slice(2)] }, '/graph/nodes/1/data/condition'],
+  ];
+  for (const [name, graph, path] of cases) {
+    const res = await s.request('POST', '/automations', { token, body: { name, graph } });
+    assertProblem(res, 422);
+    assert.ok(
+      res.body.errors?.some((e: { path: string }) => e.path === path),
+      `${name}: expected an error at ${path}, got ${JSON.stringify(res.body.errors)}`,
+    );
+  }
+  for (const body of [{ name: 'x' }, { name: 'x', graph: { nodes: [] } }, { name: 'x', graph: base, extra: 1 }, { name: 'x', graph: { ...base, nodes: [{ id: 't', type: 'trigger' }] } }]) {
+    assertProblem(await s.request('POST', '/automations', { token, body }), 422);
+  }
+  assert.equal((s.db.$client.prepare('SELECT COUNT(*) AS n FROM automations').get() as { n: number }).n, 0);
+});
+
+test('a manual run follows the condition branch it evaluates', async (t) => {
+  const s = await build(t, { engine: { pollMs: 50 } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const a = await s.request('POST', '/automations', { token, body: { name: 'Branchy', status: 'ACTIVE', graph: branching() } });
+  const big = await s.request('POST', '/contacts', { token, body: { email: 'big@example.com' } });
+  const small = await s.request('POST', '/contacts', { token, body: { email: 'small@example.com' } });
+
+  const r1 = await s.request('POST', `/automations/${a.body.id}/runs`, { token, body: { contactId: big.body.id, trigger: { total: 500 } } });
+  assert.equal(r1.status, 202, r1.text);
+  assert.deepEqual(Object.keys(r1.body).sort(), ['contactId', 'runId']);
+  const r2 = await s.request('POST', `/automations/${a.body.id}/runs`, { token, body: { contactId: small.body.id, trigger: { total: 20 } } });
+  const run1 = await waitForRun(s, token, r1.body.runId, ['COMPLETED', 'FAILED']);
+  const run2 = await waitForRun(s, token, r2.body.runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run1.status, 'COMPLETED', JSON.stringify(run1));
+  assert.equal(run1.automationId, a.body.id);
+  assert.equal(run1.workflowId, null);
+  const byType = (run: { steps: { type: string; status: string }[] }) => run.steps.map((st) => `${st.type}:${st.status}`);
+  assert.deepEqual(byType(run1), ['condition:COMPLETED', 'add_tags:COMPLETED', 'add_tags:SKIPPED', 'update_contact:COMPLETED']);
+  assert.deepEqual(byType(run2), ['condition:COMPLETED', 'add_tags:SKIPPED', 'add_tags:COMPLETED', 'update_contact:SKIPPED']);
+  const bigContact = await s.request('GET', `/contacts/${big.body.id}`, { token });
+  assert.deepEqual(bigContact.body.tags, ['big']);
+  assert.equal(bigContact.body.attributes.lastTotal, '500');
+  const smallContact = await s.request('GET', `/contacts/${small.body.id}`, { token });
+  assert.deepEqual(smallContact.body.tags, ['small']);
+  assert.equal(smallContact.body.attributes.lastTotal, undefined);
+});
+
+test('manual runs: only ACTIVE automations, only this workspace, MEMBER and above', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const a = await s.request('POST', '/automations', { token, body: { name: 'Draft', graph: branching() } });
+  const contact = await s.request('POST', '/contacts', { token, body: { email: 'c@example.com' } });
+  assertProblem(await s.request('POST', `/automations/${a.body.id}/runs`, { token, body: { contactId: contact.body.id } }), 422, 'automation_not_active');
+  await s.request('PATCH', `/automations/${a.body.id}`, { token, body: { status: 'ACTIVE' } });
+  assertProblem(await s.request('POST', `/automations/${a.body.id}/runs`, { token, body: { contactId: 999999 } }), 404, 'contact_not_found');
+  assertProblem(await s.request('POST', `/automations/${a.body.id}/runs`, { token, body: {} }), 422);
+  const viewer = await s.userWithRole('VIEWER');
+  assertProblem(await s.request('POST', `/automations/${a.body.id}/runs`, { token: viewer.token, body: { contactId: contact.body.id } }), 403, 'forbidden');
+  assertProblem(await s.request('POST', '/automations', { token: viewer.token, body: { name: 'x', graph: branching() } }), 403, 'forbidden');
+  assert.equal((await s.request('GET', `/automations/${a.body.id}`, { token: viewer.token })).status, 200);
+  const other = await s.otherWorkspace();
+  assertProblem(await s.request('GET', `/automations/${a.body.id}`, { token: other.token }), 404, 'automation_not_found');
+  assertProblem(await s.request('POST', `/automations/${a.body.id}/runs`, { token: other.token, body: { contactId: contact.body.id } }), 404);
+  assertProblem(await s.request('DELETE', `/automations/${a.body.id}`, { token: other.token }), 404);
+  assertProblem(await s.request('GET', '/automations'), 401);
+});
