@@ -141,7 +141,16 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     return { email, membershipId: m.id };
   };
 
+  const graph = {
+    nodes: [
+      { id: 't', type: 'trigger', data: { source: 'MANUAL' } },
+      { id: 'a', type: 'add_tags', data: { tags: ['auto'] } },
+    ],
+    edges: [{ from: 't', to: 'a' }],
+  };
+  const newAutomation = async (status = 'DRAFT'): Promise<number> => (await ok('POST', '/automations', { name: `a-${uniq()}`, status, graph })).id as number;
   const contactId = await newContact(['vip']);
+  const automationId = await newAutomation('ACTIVE');
   const templateId = await newTemplate();
   const workflowId = await newWorkflow();
   const hook = await ok('POST', '/workflows', { name: 'hooked', triggerSource: 'WEBHOOK', webhook: { lookup: 'email', createIfNotFound: true }, steps: [] });
@@ -165,6 +174,13 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     { name: 'remove tag', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/contacts/${await newContact(['gone'])}/tags/gone`, idAddressed: true }) },
     { name: 'delete contact', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/contacts/${await newContact()}`, idAddressed: true }) },
     { name: 'list tags', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/tags') },
+    // automations
+    { name: 'list automations', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/automations') },
+    { name: 'get automation', method: 'GET', min: 'VIEWER', write: false, prepare: fixed(`/automations/${automationId}`, true) },
+    { name: 'create automation', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: '/automations', idAddressed: false, body: { name: `a-${uniq()}`, graph } }) },
+    { name: 'update automation', method: 'PATCH', min: 'MEMBER', write: true, prepare: () => ({ path: `/automations/${automationId}`, idAddressed: true, body: { name: `a-${uniq()}` } }) },
+    { name: 'delete automation', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/automations/${await newAutomation()}`, idAddressed: true }) },
+    { name: 'run automation', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: `/automations/${automationId}/runs`, idAddressed: true, body: { contactId } }) },
     // templates
     { name: 'list templates', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/templates') },
     { name: 'get template', method: 'GET', min: 'VIEWER', write: false, prepare: fixed(`/templates/${templateId}`, true) },
