@@ -162,3 +162,21 @@ export async function waitForRun(s: TestServer, token: string, runId: number, st
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/** A fresh server (see build) and its OWNER's access token. */
+export async function buildAsOwner(t: TestContext, opts: Parameters<typeof build>[1] = {}): Promise<{ s: TestServer; token: string }> {
+  const s = await build(t, opts);
+  return { s, token: await s.login(s.owner.email, s.owner.password) };
+}
+
+/** Deterministic PRNG (mulberry32) so that a failing fuzz case can be reproduced. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { resolveChannel } from '../../src/core/services/channels.js';
-import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
+import { type HttpResult, assertProblem, buildAsOwner } from '../helpers.js';
 
 const SMTP_PASS = 'smtp-pass-Zq8vN3rT';
 const TWILIO_TOKEN = 'twilio-token-Hk29xLmQ';
@@ -18,11 +18,7 @@ const SMTP = { provider: 'smtp', settings: { host: 'mail.example.com', port: 587
 const TWILIO = { provider: 'twilio', settings: { accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } };
 const WHATSAPP = { provider: 'whatsapp', settings: { phoneNumberId: '1098765' }, credentials: { accessToken: WA_TOKEN } };
 
-async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
-  const s = await build(t);
-  const token = await s.login(s.owner.email, s.owner.password);
-  return { s, token };
-}
+const setup = (t: TestContext) => buildAsOwner(t);
 
 function assertNoSecrets(text: string, where: string): void {
   for (const secret of SECRETS) assert.ok(!text.includes(secret), `${where} must not contain a credential`);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
+import { type HttpResult, type TestServer, assertProblem, buildAsOwner, seededRandom } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to this file
@@ -9,11 +9,7 @@ import { build, type HttpResult, type TestServer, assertProblem } from '../helpe
 const CONTACT_KEYS = ['attributes', 'createdAt', 'email', 'firstName', 'id', 'lastName', 'phone', 'tags', 'updatedAt'];
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 
-async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
-  const s = await build(t);
-  const token = await s.login(s.owner.email, s.owner.password);
-  return { s, token };
-}
+const setup = (t: TestContext) => buildAsOwner(t);
 
 
 /** Asserts a 422 validation problem naming `path` in errors[]. */
@@ -79,17 +75,7 @@ function auditRows(s: TestServer, action: string): AuditRow[] {
   return s.db.$client.prepare('SELECT * FROM audit_logs WHERE action = ? ORDER BY id').all(action) as AuditRow[];
 }
 
-/** Deterministic PRNG (mulberry32) so that a failing fuzz case can be reproduced. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = seededRandom;
 
 // ---------------------------------------------------------------------------------------
 // Create

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { assertProblem, build, type HttpResult, type TestServer } from '../helpers.js';
+import { assertProblem, type HttpResult, type TestServer, buildAsOwner, seededRandom } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to this file
@@ -17,11 +17,7 @@ const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 
 const EMAIL = { subject: 'Hi {{ contact.firstName | default: "friend" }}', html: '<p>{{ workspace.name }}</p>', text: 'Total {{ trigger.total }}' };
 
-async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
-  const s = await build(t);
-  const token = await s.login(s.owner.email, s.owner.password);
-  return { s, token };
-}
+const setup = (t: TestContext) => buildAsOwner(t);
 
 function assertTemplateShape(tpl: any): void {
   assert.deepEqual(Object.keys(tpl).sort(), TEMPLATE_KEYS);
@@ -79,17 +75,7 @@ function templateRows(s: TestServer): unknown[] {
   return s.db.$client.prepare('SELECT * FROM templates ORDER BY id').all();
 }
 
-/** Deterministic PRNG (mulberry32) so that a failing fuzz case can be reproduced. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = seededRandom;
 
 // ---------------------------------------------------------------------------------------
 // CRUD

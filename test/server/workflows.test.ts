@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
+import { build, type HttpResult, type TestServer, assertProblem, buildAsOwner } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to this file
@@ -18,11 +18,7 @@ const RUN_KEYS = ['contactId', 'createdAt', 'finishedAt', 'runId', 'status', 'st
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 const TOKEN_RE = /^[0-9A-Za-z]{30}$/;
 
-async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
-  const s = await build(t);
-  const token = await s.login(s.owner.email, s.owner.password);
-  return { s, token };
-}
+const setup = (t: TestContext) => buildAsOwner(t);
 
 
 /** Asserts a 422 problem whose errors[] names every one of `paths`. */
