@@ -159,6 +159,10 @@ function toList(value: unknown): string[] {
   return items.map((s) => s.trim().toLowerCase()).filter(Boolean);
 }
 
+function optionalText(value: unknown): string | null {
+  return value === undefined ? null : String(value);
+}
+
 function toSecret(name: string, value: unknown): string {
   if (typeof value !== 'string' || value.length < 32) {
     throw new ConfigError(`${name} is missing or too short in ${CONFIG_FILE}; run "svc init" on a fresh data folder or restore the file`);
@@ -170,6 +174,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
   const dataDir = resolveDataDir(flags.dataDir, env);
   if (!isInitialised(dataDir)) throw new NotInitialisedError(dataDir);
   const file = readFileConfig(dataDir);
+  const fileStripe = (file.stripe ?? {}) as Record<string, unknown> & { prices?: Record<string, unknown> };
 
   const host = String(pick(flags.host, env.SVC_HOST, file.host) ?? '127.0.0.1');
   const port = toInt('port', pick(flags.port, env.SVC_PORT, file.port), 3000, 0, 65535);
@@ -211,14 +216,14 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     runLeaseSeconds: toInt('runLeaseSeconds', pick(env.SVC_RUN_LEASE_SECONDS, file.runLeaseSeconds), 30, 1, 3600),
     billingProvider: toEnum('billingProvider', pick(env.SVC_BILLING_PROVIDER, file.billingProvider), ['manual', 'stripe'] as const, 'manual'),
     stripe: {
-      baseUrl: String(pick(env.SVC_STRIPE_BASE_URL, (file.stripe as Record<string, unknown> | undefined)?.baseUrl) ?? 'https://api.stripe.com').replace(/\/+$/, ''),
-      secretKey: (pick(env.SVC_STRIPE_SECRET_KEY, (file.stripe as Record<string, unknown> | undefined)?.secretKey) as string | undefined) ?? null,
-      webhookSecret: (pick(env.SVC_STRIPE_WEBHOOK_SECRET, (file.stripe as Record<string, unknown> | undefined)?.webhookSecret) as string | undefined) ?? null,
+      baseUrl: String(pick(env.SVC_STRIPE_BASE_URL, fileStripe.baseUrl) ?? 'https://api.stripe.com').replace(/\/+$/, ''),
+      secretKey: optionalText(pick(env.SVC_STRIPE_SECRET_KEY, fileStripe.secretKey)),
+      webhookSecret: optionalText(pick(env.SVC_STRIPE_WEBHOOK_SECRET, fileStripe.webhookSecret)),
       prices: {
-        GROWTH: (pick(env.SVC_STRIPE_PRICE_GROWTH, ((file.stripe as Record<string, unknown> | undefined)?.prices as Record<string, unknown> | undefined)?.GROWTH) as string | undefined) ?? null,
-        PRO: (pick(env.SVC_STRIPE_PRICE_PRO, ((file.stripe as Record<string, unknown> | undefined)?.prices as Record<string, unknown> | undefined)?.PRO) as string | undefined) ?? null,
+        GROWTH: optionalText(pick(env.SVC_STRIPE_PRICE_GROWTH, fileStripe.prices?.GROWTH)),
+        PRO: optionalText(pick(env.SVC_STRIPE_PRICE_PRO, fileStripe.prices?.PRO)),
       },
-      toleranceSeconds: toInt('stripe.toleranceSeconds', pick(env.SVC_STRIPE_TOLERANCE_SECONDS, (file.stripe as Record<string, unknown> | undefined)?.toleranceSeconds), 300, 1, 86_400),
+      toleranceSeconds: toInt('stripe.toleranceSeconds', pick(env.SVC_STRIPE_TOLERANCE_SECONDS, fileStripe.toleranceSeconds), 300, 1, 86_400),
     },
     invitationDays: toInt('invitationDays', pick(env.SVC_INVITATION_DAYS, file.invitationDays), 7, 1, 365),
     deliveryMaxAttempts: toInt('deliveryMaxAttempts', pick(env.SVC_DELIVERY_MAX_ATTEMPTS, file.deliveryMaxAttempts), 5, 1, 50),

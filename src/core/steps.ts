@@ -112,14 +112,21 @@ export function checkStepFields(type: StepType, fields: Fields, check: StepCheck
     case 'filter':
       check.liquid('condition', fields.condition, 1000, true);
       if (typeof fields.condition === 'string') {
-        const problem = liquidSyntaxProblem(`{% if ${fields.condition} %}{% endif %}`);
-        // "%}" would close the tag the condition is evaluated in and change its meaning.
-        if (problem || fields.condition.trim() === '' || fields.condition.includes('%}')) {
-          check.fail('condition', `is not a valid condition${problem ? `: ${problem.message}` : ''}`);
-        }
+        const problem = conditionProblem(fields.condition);
+        if (problem !== undefined) check.fail('condition', `is not a valid condition${problem ? `: ${problem}` : ''}`);
       }
       break;
   }
+}
+
+/**
+ * Why a Liquid condition (as in filter steps and condition nodes) is not valid: undefined
+ * when it is, '' when it is empty or would close the `{% if %}` it is evaluated in (`%}`),
+ * else the parser's message.
+ */
+export function conditionProblem(condition: string): string | undefined {
+  if (condition.trim() === '' || condition.includes('%}')) return '';
+  return liquidSyntaxProblem(`{% if ${condition} %}{% endif %}`)?.message;
 }
 
 export function isStepType(type: unknown): type is StepType {

@@ -6,7 +6,6 @@ import type { Config } from '../core/config.js';
 import type { WriteBatcher } from '../core/db/batcher.js';
 import type { Db } from '../core/db/connection.js';
 import { processWriteLock, setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
-import type { BatchResult } from './executor.js';
 import type { RunTask } from './worker.js';
 
 export interface EngineLog {
@@ -47,7 +46,6 @@ export class Engine {
   private claiming = false;
   private again = false;
   private stopped = false;
-  readonly totals: BatchResult = { completed: 0, failed: 0, waiting: 0, skipped: 0 };
 
   constructor(
     db: Db,
@@ -132,12 +130,6 @@ export class Engine {
     const task: RunTask = { runIds, owner: this.owner };
     this.pool
       .run(task)
-      .then((r: BatchResult) => {
-        this.totals.completed += r.completed;
-        this.totals.failed += r.failed;
-        this.totals.waiting += r.waiting;
-        this.totals.skipped += r.skipped;
-      })
       .catch((err: unknown) => this.log.error({ err, runIds }, 'a batch of runs failed; their leases will expire and they will be retried'))
       .finally(() => {
         this.inFlight--;

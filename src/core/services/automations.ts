@@ -5,8 +5,7 @@ import { automations, contacts, workflowRuns, type AutomationGraph, type Workflo
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import type { Page } from '../pagination.js';
 import { compileGraph } from '../program.js';
-import { checkStepFields, isStepType, newStepChecker } from '../steps.js';
-import { liquidSyntaxProblem } from '../liquid.js';
+import { checkStepFields, conditionProblem, isStepType, newStepChecker } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 
 export const MAX_NODES = 200;
@@ -50,7 +49,7 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
       const condition = node.data.condition;
       const extra = Object.keys(node.data).filter((k) => k !== 'condition');
       for (const k of extra) fail(`${base}/data/${k}`, 'is not a known field');
-      if (typeof condition !== 'string' || !condition.trim() || condition.includes('%}') || liquidSyntaxProblem(`{% if ${condition} %}{% endif %}`)) {
+      if (typeof condition !== 'string' || conditionProblem(condition) !== undefined) {
         fail(`${base}/data/condition`, 'must be a Liquid condition such as trigger.total > 100');
       }
     } else if (isStepType(node.type)) {

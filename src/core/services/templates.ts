@@ -37,11 +37,6 @@ function findRow(ctx: WorkspaceContext, id: number): TemplateRow | undefined {
 }
 
 /** The template, or undefined: for the run engine, which reports a missing template itself. */
-export function findTemplate(ctx: WorkspaceContext, id: number): TemplateView | undefined {
-  const row = findRow(ctx, id);
-  return row && view(row);
-}
-
 export function getTemplate(ctx: WorkspaceContext, id: number): TemplateView {
   const row = findRow(ctx, id);
   if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);

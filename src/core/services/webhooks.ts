@@ -59,10 +59,6 @@ export function verifySignature(secret: string, raw: Buffer, header: string | un
   return safeEqual(expected, header);
 }
 
-export function signBody(secret: string, raw: Buffer | string): string {
-  return `sha256=${createHmac('sha256', secret).update(raw).digest('hex')}`;
-}
-
 export type LookupValue = { kind: 'email' | 'phone'; value: string } | { kind: 'contactId'; value: number };
 
 /** Reads and checks the lookup value at the workflow's path (422 when missing or of the wrong shape). */
@@ -399,7 +395,7 @@ function sameRow(a: WorkflowRowRaw, b: WorkflowRowRaw): boolean {
   );
 }
 
-export function webhookActor(workflowId: number) {
+function webhookActor(workflowId: number) {
   return { type: 'SYSTEM' as const, id: null, label: `webhook:workflow:${workflowId}` };
 }
 
