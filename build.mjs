@@ -13,7 +13,7 @@ await build({
   bundle: true,
   platform: 'node',
   format: 'esm',
-  target: 'node20',
+  target: 'node22',
   sourcemap: 'linked',
   // Native addons and packages that locate their own files at run time stay in node_modules
   // (piscina starts its worker wrapper from beside its own module).
