@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { SynchronousLevel } from './db/connection.js';
@@ -18,12 +19,20 @@ export interface Config {
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly dbSynchronous: SynchronousLevel;
   readonly defaultPhoneRegion: string;
-  readonly trustProxy: boolean;
+  /**
+   * Which proxies in front of svc are trusted to say who the client is (X-Forwarded-For):
+   * false (none), a hop count, or addresses/CIDRs. Never "every hop".
+   */
+  readonly trustProxy: false | number | readonly string[];
   readonly bodyLimit: number;
   readonly webhookRateLimit: number;
   readonly webhookBodyLimit: number;
   readonly webhookEventRetentionDays: number;
   readonly loginRateLimit: number;
+  /** Template previews and test emails per caller (user or API key) per minute. */
+  readonly renderRateLimit: number;
+  /** Runs started by hand (automation runs, webhook-event replays) per caller per minute. */
+  readonly runStartRateLimit: number;
   /** Whether `svc serve` executes runs (off: an ingest-only node; another process runs them). */
   readonly engine: boolean;
   /** Worker threads executing runs (default: the number of cores). */
@@ -34,8 +43,16 @@ export interface Config {
   readonly httpAllowedHosts: readonly string[];
   readonly httpTimeoutMs: number;
   readonly httpMaxResponseBytes: number;
+  /** Outbound connections (HTTP requests, SMTP sends) in flight to one host:port per thread; more wait in line. */
+  readonly outboundPerHostConcurrency: number;
   /** How long a claimed run belongs to one process before another may take it up. */
   readonly runLeaseSeconds: number;
+  /** Runs this process executes at once (in flight across all worker threads). */
+  readonly runConcurrency: number;
+  /** Runs of one workspace this process executes at once. */
+  readonly workspaceConcurrency: number;
+  /** On SIGTERM, how long in-flight runs may finish before they are released to other processes. */
+  readonly shutdownGraceSeconds: number;
   /** Billing: `manual` (an operator completes checkouts with the CLI) or `stripe`. */
   readonly billingProvider: 'manual' | 'stripe';
   readonly stripe: {
@@ -48,6 +65,8 @@ export interface Config {
   };
   /** Days an invitation can be accepted. */
   readonly invitationDays: number;
+  /** Days a login session lasts at most, counted from the login; refreshing never extends it. */
+  readonly sessionMaxDays: number;
   /** Tries per message before a transient failure fails the step. */
   readonly deliveryMaxAttempts: number;
   /** The first retry waits about this long; each further one twice as long, with jitter. */
@@ -145,6 +164,46 @@ function toBool(name: string, value: unknown, fallback: boolean): boolean {
   throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(value)}`);
 }
 
+const TRUST_PROXY_FORMS = 'a hop count such as 1, or a comma-separated list of proxy addresses/CIDRs such as 10.0.0.0/8,127.0.0.1 (false or 0 for none)';
+
+/**
+ * Trusted proxies: a hop count or addresses/CIDRs, as Fastify's trustProxy takes them.
+ * "true" would trust every hop, so anyone could pick their address with X-Forwarded-For
+ * (defeating per-address limits and forging logged addresses): it is refused, as is
+ * a /0 range, which says the same thing.
+ */
+export function toTrustProxy(value: unknown): false | number | string[] {
+  if (value === undefined || value === false || value === 0) return false;
+  const refuse = (why: string) => new ConfigError(`trustProxy ${why}; use ${TRUST_PROXY_FORMS}`);
+  if (value === true) throw refuse('true would trust every hop, so any client could choose its address');
+  if (typeof value === 'number') {
+    if (Number.isInteger(value) && value >= 1 && value <= 32) return value;
+    throw refuse(`must be a hop count from 1 to 32, got ${JSON.stringify(value)}`);
+  }
+  const items = (Array.isArray(value) ? value.map(String) : String(value).split(',')).map((s) => s.trim()).filter(Boolean);
+  if (!items.length) return false;
+  if (items.length === 1) {
+    const only = items[0]!.toLowerCase();
+    if (only === 'false' || only === '0' || only === 'no' || only === 'off') return false;
+    if (only === 'true' || only === 'yes' || only === 'on') throw refuse(`${JSON.stringify(value)} would trust every hop, so any client could choose its address`);
+    if (/^[0-9]+$/.test(only)) {
+      const hops = Number(only);
+      if (hops >= 1 && hops <= 32) return hops;
+      throw refuse(`must be a hop count from 1 to 32, got ${JSON.stringify(value)}`);
+    }
+  }
+  for (const item of items) {
+    const [address, prefix, extra] = item.split('/');
+    const family = isIP(address ?? '');
+    const bits = family === 4 ? 32 : 128;
+    if (!family || extra !== undefined || (prefix !== undefined && !/^[0-9]{1,3}$/.test(prefix)) || Number(prefix ?? bits) > bits) {
+      throw refuse(`has ${JSON.stringify(item)}, which is neither an IP address nor a CIDR range`);
+    }
+    if (prefix !== undefined && Number(prefix) === 0) throw refuse(`has ${JSON.stringify(item)}, which trusts every address`);
+  }
+  return items;
+}
+
 function toEnum<T extends string>(name: string, value: unknown, allowed: readonly T[], fallback: T): T {
   if (value === undefined) return fallback;
   const s = String(value).trim();
@@ -202,7 +261,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     logLevel: toEnum('logLevel', pick(flags.logLevel, env.SVC_LOG_LEVEL, file.logLevel), LOG_LEVELS, 'info'),
     dbSynchronous: toEnum('dbSynchronous', pick(env.SVC_DB_SYNCHRONOUS, file.dbSynchronous), ['FULL', 'NORMAL'] as const, 'FULL'),
     defaultPhoneRegion: toRegion(pick(env.SVC_DEFAULT_PHONE_REGION, file.defaultPhoneRegion)),
-    trustProxy: toBool('trustProxy', pick(env.SVC_TRUST_PROXY, file.trustProxy), false),
+    trustProxy: toTrustProxy(pick(env.SVC_TRUST_PROXY, file.trustProxy)),
     bodyLimit: toInt('bodyLimit', pick(env.SVC_BODY_LIMIT, file.bodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
@@ -213,7 +272,11 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     httpAllowedHosts: toList(pick(env.SVC_HTTP_ALLOWED_HOSTS, file.httpAllowedHosts)),
     httpTimeoutMs: toInt('httpTimeoutMs', pick(env.SVC_HTTP_TIMEOUT_MS, file.httpTimeoutMs), 10_000, 100, 300_000),
     httpMaxResponseBytes: toInt('httpMaxResponseBytes', pick(env.SVC_HTTP_MAX_RESPONSE_BYTES, file.httpMaxResponseBytes), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    outboundPerHostConcurrency: toInt('outboundPerHostConcurrency', pick(env.SVC_OUTBOUND_PER_HOST_CONCURRENCY, file.outboundPerHostConcurrency), 256, 1, 10_000),
     runLeaseSeconds: toInt('runLeaseSeconds', pick(env.SVC_RUN_LEASE_SECONDS, file.runLeaseSeconds), 30, 1, 3600),
+    runConcurrency: toInt('runConcurrency', pick(env.SVC_RUN_CONCURRENCY, file.runConcurrency), 1000, 1, 100_000),
+    workspaceConcurrency: toInt('workspaceConcurrency', pick(env.SVC_WORKSPACE_CONCURRENCY, file.workspaceConcurrency), 500, 1, 100_000),
+    shutdownGraceSeconds: toInt('shutdownGraceSeconds', pick(env.SVC_SHUTDOWN_GRACE, file.shutdownGraceSeconds), 10, 0, 3600),
     billingProvider: toEnum('billingProvider', pick(env.SVC_BILLING_PROVIDER, file.billingProvider), ['manual', 'stripe'] as const, 'manual'),
     stripe: {
       baseUrl: String(pick(env.SVC_STRIPE_BASE_URL, fileStripe.baseUrl) ?? 'https://api.stripe.com').replace(/\/+$/, ''),
@@ -226,9 +289,12 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
       toleranceSeconds: toInt('stripe.toleranceSeconds', pick(env.SVC_STRIPE_TOLERANCE_SECONDS, fileStripe.toleranceSeconds), 300, 1, 86_400),
     },
     invitationDays: toInt('invitationDays', pick(env.SVC_INVITATION_DAYS, file.invitationDays), 7, 1, 365),
+    sessionMaxDays: toInt('sessionMaxDays', pick(env.SVC_SESSION_MAX_DAYS, file.sessionMaxDays), 30, 1, 365),
     deliveryMaxAttempts: toInt('deliveryMaxAttempts', pick(env.SVC_DELIVERY_MAX_ATTEMPTS, file.deliveryMaxAttempts), 5, 1, 50),
     deliveryRetryBaseMs: toInt('deliveryRetryBaseMs', pick(env.SVC_DELIVERY_RETRY_BASE_MS, file.deliveryRetryBaseMs), 1000, 1, 3_600_000),
     loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),
+    renderRateLimit: toInt('renderRateLimit', pick(env.SVC_RENDER_RATE_LIMIT, file.renderRateLimit), 60, 1, 1_000_000),
+    runStartRateLimit: toInt('runStartRateLimit', pick(env.SVC_RUN_START_RATE_LIMIT, file.runStartRateLimit), 600, 1, 1_000_000),
     secrets: {
       jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),
       encryptionKey: toSecret('secrets.encryptionKey', file.secrets?.encryptionKey),

@@ -2,26 +2,33 @@ import { randomUUID } from 'node:crypto';
 import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
+import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
 import { normalizeEmail, normalizePhone } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
-import { processWriteLock } from '../core/db/writeLock.js';
-import { deliverOnce, retryDelayMs } from './deliver.js';
-import { httpPolicyFrom, safeRequest } from './http.js';
+import { RunCommitter, type LeasedRun } from './committer.js';
+import { retryDelayMs } from './deliver.js';
+import { HttpRequestError, httpPolicyFrom, safeRequest, type HttpPolicy } from './http.js';
+import { outboundPolicyFrom, type OutboundPolicy } from './outbound.js';
+import { providerFor, type SendResult } from './providers/index.js';
 import { evaluateCondition, renderContent, renderString, type RenderContext } from './render.js';
 
 /**
- * Executes runs, one step at a time, inside a worker thread with its own connection.
+ * Executes runs inside a worker thread with its own connection, many at once: each run is
+ * its own async execution with its own state, so a run waiting on the network (an SMTP
+ * relay, an SMS API, an http_request) does not hold up the others.
  *
- * Steps read freely (WAL readers never wait) and queue their writes; a batch's queued
- * writes are applied together in one short transaction under the process write lock, so
- * the threads render and decide in parallel, hold the lock only to write, and a batch
- * costs one fsync. Before any step talks to the outside (http_request, a provider other
- * than the outbox) everything queued so far, including the run's progress, is committed:
- * no lock is held across the network and a message's SENDING row is durable before it is
- * sent. A crash loses only what was not committed; the run's lease then expires and it is
- * executed again from its last committed state: DB effects happen once, and a message
- * whose send may have happened is never sent again (at most once).
+ * Steps read freely (WAL readers never wait) and queue their writes; a run commits them at
+ * its resting point and before any step talks to the outside, through the thread's group
+ * commit (RunCommitter: one fsync for every run committing in the same turn), and only
+ * while its lease token holds. Before an outside call (http_request, a provider other than
+ * the outbox) the run's progress is durable, a message's SENDING row too, and no lock is
+ * held across the network. A crash loses only what was not committed; the run's lease then
+ * expires and it is executed again from its last committed state: DB effects happen once,
+ * and a message whose send may have happened is never sent again (at most once).
  */
+
+/** A run is deferred by rate-limit answers at most this often before they count as tries. */
+const MAX_DEFERRALS = 50;
 
 interface RunRow {
   id: number;
@@ -51,13 +58,6 @@ type Outcome =
   | { kind: 'end' }
   | { kind: 'wait'; until: number; error?: string };
 
-export interface BatchResult {
-  completed: number;
-  failed: number;
-  waiting: number;
-  skipped: number;
-}
-
 const CHANNEL_OF: Record<string, Channel> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
 
 function prepare(db: Db) {
@@ -80,23 +80,14 @@ function prepare(db: Db) {
          updated_at = @now, finished_at = @finishedAt WHERE id = @id AND lease_owner = @owner`,
     ),
     saveProgress: c.prepare('UPDATE workflow_runs SET step_states = ?, updated_at = ? WHERE id = ? AND lease_owner = ?'),
-    provider: c.prepare<[number, string], { provider: string }>('SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?'),
     attemptsForStep: c.prepare<[number, number], { status: string }>('SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id'),
-    insertOutboxAttempt: c.prepare(
-      `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, run_id, step_index, template_id, rendered)
-       VALUES (@workspaceId, @channel, 'outbox', @to, 'SENT', @attempt, @providerMessageId, @runId, @stepIndex, @templateId, @rendered)`,
+    insertAttempt: c.prepare(
+      `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
+       VALUES (@workspaceId, @channel, @provider, @to, @status, @attempt, @providerMessageId, @error, @runId, @stepIndex, @templateId, @rendered)`,
     ),
-    begin: c.prepare('BEGIN IMMEDIATE'),
-    commit: c.prepare('COMMIT'),
-    rollback: c.prepare('ROLLBACK'),
+    provider: c.prepare<[number, string], { provider: string }>('SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?'),
+    markAttempt: c.prepare('UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id'),
   };
-}
-
-/** Writes queued by one run, applied together (in a savepoint) when the batch commits. */
-interface PendingRun {
-  ops: (() => void)[];
-  /** Written instead when the run's writes fail to apply (a unique clash, say). */
-  onFailure: (err: unknown) => void;
 }
 
 /** The run's contact as the run sees it: read once, then kept up to date by its own steps. */
@@ -106,90 +97,71 @@ interface LiveContact {
   tags: Map<string, string>;
 }
 
+/** One run being executed: its claim, its step states and the writes it has queued. */
+interface Execution {
+  lease: LeasedRun;
+  row: RunRow;
+  states: StepState[];
+  /** Writes not yet committed; they go with the run's next commit. */
+  ops: (() => void)[];
+}
+
+/** The run's lease was lost, or the engine is shutting down: stop without writing or calling out. */
+class RunStopped extends Error {
+  constructor(readonly outcome: 'LOST' | 'RELEASED') {
+    super(outcome === 'LOST' ? 'the run\'s lease was lost' : 'the engine is stopping');
+  }
+}
+
+export type RunOutcome = 'COMPLETED' | 'FAILED' | 'WAITING' | 'SKIPPED' | 'LOST' | 'RELEASED' | 'ERROR';
+
 export class RunExecutor {
   private readonly sql: ReturnType<typeof prepare>;
-  private pending: PendingRun[] = [];
-  /** The run being executed, so its progress can be saved before a network call. */
-  private current: { id: number; owner: string; states: StepState[]; run: PendingRun } | undefined;
+  private readonly committer: RunCommitter;
+  private readonly outbound: OutboundPolicy;
+  private readonly httpPolicy: HttpPolicy;
+  private stopping = false;
 
   constructor(
     private readonly db: Db,
     private readonly config: Config,
   ) {
     this.sql = prepare(db);
-  }
-
-  /** Applies every queued write in one transaction under the process write lock. */
-  private flush(): void {
-    const runs = this.pending;
-    this.pending = [];
-    if (!runs.length) return;
-    const client = this.db.$client;
-    const lock = processWriteLock();
-    lock?.acquire();
-    try {
-      this.sql.begin.run();
-      try {
-        for (const run of runs) {
-          try {
-            client.transaction(() => run.ops.forEach((op) => op()))();
-          } catch (err) {
-            client.transaction(() => run.onFailure(err))();
-          }
-        }
-        this.sql.commit.run();
-      } catch (err) {
-        if (client.inTransaction) this.sql.rollback.run();
-        throw err;
-      }
-    } finally {
-      lock?.release();
-    }
+    this.committer = new RunCommitter(db);
+    this.outbound = outboundPolicyFrom(config);
+    this.httpPolicy = httpPolicyFrom(config);
   }
 
   /**
-   * Called before any network call: commits everything queued, with the steps of the
-   * current run done so far, so a crash during the call resumes after the done steps.
+   * Shutdown: from now on no run makes another outside call; each stops at its next one
+   * (its lease is then released by the scheduler and another process resumes it from its
+   * last commit). Writes already under way still commit.
    */
-  private beforeNetwork(): void {
-    const current = this.current;
-    if (current) {
-      const states = JSON.stringify(current.states);
-      const ops = current.run.ops;
-      this.pending.push({
-        ops: [...ops, () => this.sql.saveProgress.run(states, new Date().toISOString(), current.id, current.owner)],
-        onFailure: (err) => {
-          throw err;
-        },
-      });
-      current.run.ops = [];
-    }
-    this.flush();
+  stop(): void {
+    this.stopping = true;
   }
 
-  /** Executes a batch of leased runs; returns how they ended up. */
-  async executeBatch(runIds: number[], owner: string): Promise<BatchResult> {
-    const result: BatchResult = { completed: 0, failed: 0, waiting: 0, skipped: 0 };
-    try {
-      for (const id of runIds) {
-        const status = await this.executeRun(id, owner);
-        if (status === 'COMPLETED') result.completed++;
-        else if (status === 'FAILED') result.failed++;
-        else if (status === 'WAITING') result.waiting++;
-        else result.skipped++;
-      }
-    } finally {
-      this.current = undefined;
-      this.flush();
-    }
-    return result;
+  /**
+   * Commits what the run queued, with its steps done so far, before it talks to the outside
+   * world: a crash during the call resumes after the done steps, no lock is held across the
+   * network, and a run whose lease was lost (or that is being released) never calls out.
+   */
+  private async beforeNetwork(exec: Execution, extra: (() => void)[] = []): Promise<void> {
+    if (this.stopping) throw new RunStopped('RELEASED');
+    const states = JSON.stringify(exec.states);
+    const ops = [...exec.ops, ...extra, () => this.sql.saveProgress.run(states, new Date().toISOString(), exec.lease.id, exec.lease.token)];
+    exec.ops = [];
+    if (!(await this.committer.commit(exec.lease, ops))) throw new RunStopped('LOST');
+    if (this.stopping) throw new RunStopped('RELEASED');
   }
 
-  private async executeRun(id: number, owner: string): Promise<string | undefined> {
-    const run = this.sql.run.get(id);
-    if (!run || run.status !== 'RUNNING' || run.lease_owner !== owner) return undefined;
+  /** Executes one leased run to its next resting point (done, failed, waiting). */
+  async execute(lease: LeasedRun): Promise<RunOutcome> {
+    const run = this.sql.run.get(lease.id);
+    if (!run || run.status !== 'RUNNING' || run.lease_owner !== lease.token) return 'SKIPPED';
     const steps = JSON.parse(run.definition) as ProgramStep[];
-    const states = JSON.parse(run.step_states) as StepState[];
+    const exec: Execution = { lease, row: run, states: JSON.parse(run.step_states) as StepState[], ops: [] };
+    const states = exec.states;
     const trigger = JSON.parse(run.trigger) as Record<string, unknown>;
     const workspace = this.sql.workspace.get(run.workspace_id) ?? { id: run.workspace_id, name: '', plan: 'STARTER' };
     const runCtx = { id: run.id, workflowId: run.workflow_id };
@@ -199,8 +171,6 @@ export class RunExecutor {
       attributes: JSON.parse(row.attributes) as Record<string, unknown>,
       tags: new Map(this.sql.tags.all(row.id).map((t) => [t.name.toLowerCase(), t.name])),
     };
-    const pending: PendingRun = { ops: [], onFailure: () => {} };
-    this.current = { id, owner, states, run: pending };
     let status: 'COMPLETED' | 'FAILED' | 'WAITING' = 'COMPLETED';
     let runAt = new Date().toISOString();
     let lastIndex = -1;
@@ -223,8 +193,9 @@ export class RunExecutor {
       let outcome: Outcome;
       try {
         const ctx: RenderContext = { contact: contact ? contactView(contact) : {}, trigger, workspace, run: runCtx };
-        outcome = await this.executeStep(run, index, step, state, ctx, contact, pending);
+        outcome = await this.executeStep(exec, index, step, state, ctx, contact);
       } catch (err) {
+        if (err instanceof RunStopped) return err.outcome;
         outcome = { kind: 'failed', error: (err as Error).message || 'step failed' };
       }
       const finishedAt = new Date().toISOString();
@@ -249,34 +220,24 @@ export class RunExecutor {
       // Steps the run never reached (a filter ended it, or the other branch) are SKIPPED.
       for (let i = 0; i < steps.length; i++) if (!states[i] || states[i]!.status === 'PENDING') states[i] = { status: 'SKIPPED', startedAt: null, finishedAt: null };
     }
-    this.current = undefined;
     for (let i = 0; i < steps.length; i++) states[i] ??= { status: 'PENDING', startedAt: null, finishedAt: null };
     const save = (finalStatus: string, finalStates: StepState[]) => {
       const now = new Date().toISOString();
-      this.sql.saveRun.run({ id, owner, status: finalStatus, stepStates: JSON.stringify(finalStates), runAt, now, finishedAt: finalStatus === 'WAITING' ? null : now });
+      this.sql.saveRun.run({ id: lease.id, owner: lease.token, status: finalStatus, stepStates: JSON.stringify(finalStates), runAt, now, finishedAt: finalStatus === 'WAITING' ? null : now });
     };
-    pending.ops.push(() => save(status, states));
-    pending.onFailure = (err) => {
+    const held = await this.committer.commit(lease, [...exec.ops, () => save(status, states)], (err) => {
       // The run's writes could not be applied (e.g. another contact took the email meanwhile).
       const failed = states.map((st, i) =>
         i === lastIndex ? { ...st, status: 'FAILED' as const, finishedAt: new Date().toISOString(), error: `could not be saved: ${(err as Error).message}` } : st,
       );
       status = 'FAILED';
       save('FAILED', failed);
-    };
-    this.pending.push(pending);
-    return status;
+    });
+    return held ? status : 'LOST';
   }
 
-  private async executeStep(
-    run: RunRow,
-    index: number,
-    step: StepDefinition,
-    state: StepState,
-    ctx: RenderContext,
-    contact: LiveContact | undefined,
-    pending: PendingRun,
-  ): Promise<Outcome> {
+  private async executeStep(exec: Execution, index: number, step: StepDefinition, state: StepState, ctx: RenderContext, contact: LiveContact | undefined): Promise<Outcome> {
+    const run = exec.row;
     switch (step.type) {
       case 'wait': {
         // First visit parks the run; the visit after the wake-up time completes the step.
@@ -295,29 +256,30 @@ export class RunExecutor {
           const key = name.toLowerCase();
           if (step.type === 'add_tags') {
             if (!contact.tags.has(key)) contact.tags.set(key, name);
-            pending.ops.push(() => this.sql.addTag.run(contact.row.id, run.workspace_id, key, name));
+            exec.ops.push(() => this.sql.addTag.run(contact.row.id, run.workspace_id, key, name));
           } else {
             contact.tags.delete(key);
-            pending.ops.push(() => this.sql.removeTag.run(contact.row.id, run.workspace_id, key));
+            exec.ops.push(() => this.sql.removeTag.run(contact.row.id, run.workspace_id, key));
           }
         }
         return { kind: 'completed' };
       }
       case 'update_contact':
-        return this.updateContact(run, step, ctx, contact, pending);
+        return this.updateContact(exec, step, ctx, contact);
       case 'http_request':
-        return this.httpRequest(step, ctx);
+        return this.httpRequest(exec, step, state, ctx);
       case 'send_email':
       case 'send_sms':
       case 'send_whatsapp':
-        return this.send(run, index, step, state, ctx, contact, pending);
+        return this.send(exec, index, step, state, ctx, contact);
       default:
         return { kind: 'failed', error: `unknown step type ${step.type}` };
     }
   }
 
-  private async updateContact(run: RunRow, step: StepDefinition, ctx: RenderContext, contact: LiveContact | undefined, pending: PendingRun): Promise<Outcome> {
+  private async updateContact(exec: Execution, step: StepDefinition, ctx: RenderContext, contact: LiveContact | undefined): Promise<Outcome> {
     if (!contact) return { kind: 'failed', error: 'the run has no contact (it was deleted)' };
+    const workspaceId = exec.row.workspace_id;
     const c = contact.row;
     const next = { email: c.email, phone: c.phone, first_name: c.first_name, last_name: c.last_name };
     const attributes = { ...contact.attributes };
@@ -339,10 +301,10 @@ export class RunExecutor {
       else if (field === 'lastName') next.last_name = value === '' ? null : value.slice(0, 200);
     }
     if (!next.email && !next.phone) return { kind: 'failed', error: 'update_contact: a contact needs an email or a phone number' };
-    if (next.email && next.email !== c.email && this.sql.emailTaken.get(run.workspace_id, next.email, c.id)) {
+    if (next.email && next.email !== c.email && this.sql.emailTaken.get(workspaceId, next.email, c.id)) {
       return { kind: 'failed', error: 'update_contact: another contact already has this email' };
     }
-    if (next.phone && next.phone !== c.phone && this.sql.phoneTaken.get(run.workspace_id, next.phone, c.id)) {
+    if (next.phone && next.phone !== c.phone && this.sql.phoneTaken.get(workspaceId, next.phone, c.id)) {
       return { kind: 'failed', error: 'update_contact: another contact already has this phone' };
     }
     contact.row = { ...c, ...next };
@@ -355,13 +317,13 @@ export class RunExecutor {
       attributes: JSON.stringify(attributes),
       now: new Date().toISOString(),
       id: c.id,
-      workspaceId: run.workspace_id,
+      workspaceId,
     };
-    pending.ops.push(() => this.sql.updateContact.run(values));
+    exec.ops.push(() => this.sql.updateContact.run(values));
     return { kind: 'completed' };
   }
 
-  private async httpRequest(step: StepDefinition, ctx: RenderContext): Promise<Outcome> {
+  private async httpRequest(exec: Execution, step: StepDefinition, state: StepState, ctx: RenderContext): Promise<Outcome> {
     const url = await renderString(String(step.url), ctx);
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries((step.headers as Record<string, string> | undefined) ?? {})) headers[k] = await renderString(v, ctx);
@@ -370,21 +332,26 @@ export class RunExecutor {
       body = typeof step.body === 'string' ? await renderString(step.body, ctx) : JSON.stringify((await renderContent({ body: step.body }, ctx)).body);
       if (typeof step.body !== 'string' && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json';
     }
-    this.beforeNetwork();
-    const res = await safeRequest({ method: String(step.method), url, headers, body }, httpPolicyFrom(this.config));
+    await this.beforeNetwork(exec);
+    // "Slow down" (429, or 503 with Retry-After) parks the run until the time named.
+    const defer = (retryAfterMs: number, why: string): Outcome =>
+      (state.deferrals ?? 0) < MAX_DEFERRALS
+        ? ((state.deferrals = (state.deferrals ?? 0) + 1), { kind: 'wait', until: Date.now() + retryAfterMs, error: `http_request: ${why}; trying again later` })
+        : { kind: 'failed', error: `http_request: ${why}, ${MAX_DEFERRALS} times` };
+    let res;
+    try {
+      res = await safeRequest({ method: String(step.method), url, headers, body }, this.httpPolicy);
+    } catch (err) {
+      if (err instanceof HttpRequestError && err.code === 'rate_limited' && err.retryAfterMs !== undefined) return defer(err.retryAfterMs, err.message);
+      throw err;
+    }
+    if (res.retryAfterMs !== undefined) return defer(res.retryAfterMs, `${step.method} ${url} answered ${res.status}`);
     if (res.status >= 400) return { kind: 'failed', error: `http_request: ${step.method} ${url} answered ${res.status}` };
     return { kind: 'completed' };
   }
 
-  private async send(
-    run: RunRow,
-    index: number,
-    step: StepDefinition,
-    state: StepState,
-    ctx: RenderContext,
-    contact: LiveContact | undefined,
-    pending: PendingRun,
-  ): Promise<Outcome> {
+  private async send(exec: Execution, index: number, step: StepDefinition, state: StepState, ctx: RenderContext, contact: LiveContact | undefined): Promise<Outcome> {
+    const run = exec.row;
     const channel = CHANNEL_OF[step.type]!;
     // A message is sent at most once: a SENT attempt completes the step, and a send that
     // may have happened before a crash (still SENDING) is not repeated.
@@ -401,35 +368,59 @@ export class RunExecutor {
     const rendered = await renderContent(JSON.parse(template.content) as Record<string, unknown>, ctx);
     const attempt = previous.length + 1;
     state.attempts = attempt;
-    const provider = this.sql.provider.get(run.workspace_id, channel)?.provider ?? 'outbox';
-    if (provider === 'outbox') {
+    const row = { workspaceId: run.workspace_id, channel, to, attempt, runId: run.id, stepIndex: index, templateId: template.id, rendered: JSON.stringify(rendered) };
+
+    if ((this.sql.provider.get(run.workspace_id, channel)?.provider ?? 'outbox') === 'outbox') {
       // The outbox only records: the attempt is one more queued write of this run.
-      const values = {
-        workspaceId: run.workspace_id,
-        channel,
-        to,
-        attempt,
-        providerMessageId: `outbox-${randomUUID()}`,
-        runId: run.id,
-        stepIndex: index,
-        templateId: template.id,
-        rendered: JSON.stringify(rendered),
-      };
-      pending.ops.push(() => this.sql.insertOutboxAttempt.run(values));
+      exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: 'outbox', status: 'SENT', providerMessageId: `outbox-${randomUUID()}`, error: null }));
       return { kind: 'completed' };
     }
-    this.beforeNetwork();
-    const outcome = await deliverOnce(
-      { db: this.db, config: this.config },
-      { workspaceId: run.workspace_id, channel, to, rendered, runId: run.id, stepIndex: index, templateId: template.id, attempt },
-    );
-    if (outcome.status === 'SENT') return { kind: 'completed' };
-    const error = outcome.error ?? 'delivery failed';
-    if (outcome.transient && attempt < this.config.deliveryMaxAttempts) {
-      return { kind: 'wait', until: Date.now() + retryDelayMs(this.config, attempt), error: `attempt ${attempt} failed: ${error}` };
+    let resolved: ResolvedChannel;
+    try {
+      resolved = resolveChannel(this.db, this.config, run.workspace_id, channel);
+    } catch (err) {
+      if (!(err instanceof ChannelUnusableError)) throw err;
+      exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: err.provider, status: 'FAILED', providerMessageId: null, error: err.message }));
+      return { kind: 'failed', error: err.message };
     }
-    return { kind: 'failed', error };
+
+    // The SENDING row is committed with the run's progress, under its lease, before the call.
+    let attemptId = 0;
+    await this.beforeNetwork(exec, [
+      () => (attemptId = Number(this.sql.insertAttempt.run({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }).lastInsertRowid)),
+    ]);
+    let result: SendResult;
+    try {
+      result = await providerFor(resolved.provider).send({ channel, to, rendered }, resolved.settings, resolved.credentials, { timeoutMs: this.config.httpTimeoutMs, outbound: this.outbound });
+    } catch (err) {
+      // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
+      result = { ok: false, transient: true, error: `${resolved.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
+    }
+    // What the provider answered is a fact whatever became of the lease: recorded regardless.
+    const now = new Date().toISOString();
+    void this.committer.always(() =>
+      result.ok
+        ? this.sql.markAttempt.run({ id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now })
+        : this.sql.markAttempt.run({ id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now }),
+    );
+    if (result.ok) return { kind: 'completed' };
+    // A rate-limit answer defers the send to the time the provider named; it is no failed try.
+    const retryAfterMs = (result as { retryAfterMs?: number }).retryAfterMs;
+    if (retryAfterMs !== undefined && (state.deferrals ?? 0) < MAX_DEFERRALS) {
+      state.deferrals = (state.deferrals ?? 0) + 1;
+      return { kind: 'wait', until: Date.now() + retryAfterMs, error: `attempt ${attempt} was rate limited: ${result.error}` };
+    }
+    const tries = attempt - (state.deferrals ?? 0);
+    if (result.transient && tries < this.config.deliveryMaxAttempts) {
+      return { kind: 'wait', until: Date.now() + retryDelayMs(this.config, tries), error: `attempt ${attempt} failed: ${result.error}` };
+    }
+    return { kind: 'failed', error: result.error };
   }
+}
+
+/** Provider and error texts are bounded so a chatty provider cannot bloat the table. */
+function clip(text: string): string {
+  return text.length > 1000 ? `${text.slice(0, 999)}…` : text;
 }
 
 function contactView(c: LiveContact): Record<string, unknown> {

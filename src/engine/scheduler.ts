@@ -1,25 +1,35 @@
 import { existsSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { BroadcastChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { Config } from '../core/config.js';
 import type { WriteBatcher } from '../core/db/batcher.js';
 import type { Db } from '../core/db/connection.js';
 import { processWriteLock, setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
-import type { RunTask } from './worker.js';
+import type { LeasedRun } from './committer.js';
+import type { RunOutcome } from './executor.js';
+import type { EngineMessage, EngineWorkerData, RunTask } from './worker.js';
 
 export interface EngineLog {
   info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
 }
 
 export interface EngineOptions {
-  /** How long a claimed run is ours; after it, any process may take it up again. */
+  /** How long a claim holds without renewal; renewed every third of it while the run executes. */
   leaseSeconds?: number;
   /** How often the database is polled for due runs when nothing pokes the engine. */
   pollMs?: number;
-  /** Runs handed to one worker task (their DB effects share one transaction). */
+  /** Most runs handed to a worker thread in one task (they execute at once there). */
   batchSize?: number;
+  /** Runs in flight in this process at most. */
+  runConcurrency?: number;
+  /** Runs of one workspace in flight in this process at most. */
+  workspaceConcurrency?: number;
+  /** On stop, how long in-flight runs may finish before they are released. */
+  shutdownGraceMs?: number;
 }
 
 /** The bundled worker sits beside dist/svc.js; from source it is worker.ts next to this file. */
@@ -29,20 +39,48 @@ function workerFile(): string {
   return fileURLToPath(new URL('./worker.ts', import.meta.url));
 }
 
+interface Claim {
+  token: string;
+  workspaceId: number;
+  /** The renewal found the lease taken over: the run's writes will be dropped; stop renewing. */
+  lost: boolean;
+}
+
+/** After the grace period, how long released runs get to reach a stopping point. */
+const RELEASE_SETTLE_MS = 2_000;
+/** WAITING runs whose time has come, and expired claims, moved back to QUEUED per tick. */
+const PROMOTE_LIMIT = 1_000;
+
 /**
- * The scheduler: claims due runs (QUEUED, WAITING whose time has come, or RUNNING whose
- * lease expired after a crash) with a lease, and hands them to the worker pool in batches.
- * Claims go through the group-commit batcher, so they share fsyncs with webhook ingest.
+ * The scheduler. Each claim takes one QUEUED run with a lease token of its own (a random
+ * value in lease_owner), renewed every third of the lease while the run is in flight;
+ * every write of the run checks the token (RunCommitter), so a run that outlived its lease
+ * and was taken over by another process writes nothing and calls out no more.
+ *
+ * Claims are sized to the free capacity (`runConcurrency` runs in flight at most, and
+ * `workspaceConcurrency` per workspace) and shared round-robin across the workspaces that
+ * have QUEUED runs, so one workspace's backlog of slow runs does not hold up the others.
+ * Worker threads execute the runs of their tasks at once and report each finished run on
+ * a BroadcastChannel, so capacity frees up run by run, not batch by batch. Claims and
+ * renewals go through the group-commit batcher: they share fsyncs with webhook intake.
  */
 export class Engine {
-  readonly owner = `${process.pid}:${randomUUID().slice(0, 8)}`;
   private readonly pool: Piscina;
-  private readonly leaseSeconds: number;
+  private readonly leaseMs: number;
   private readonly pollMs: number;
   private readonly batchSize: number;
-  private readonly claimStmt;
+  private readonly runConcurrency: number;
+  private readonly workspaceConcurrency: number;
+  private readonly graceMs: number;
+  private readonly channel: BroadcastChannel;
+  private readonly sql;
+  private readonly inFlight = new Map<number, Claim>();
+  private readonly perWorkspace = new Map<number, number>();
+  /** The workspace served last: the next claim starts after it. */
+  private cursor = 0;
   private timer: NodeJS.Timeout | undefined;
-  private inFlight = 0;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private tasks = 0;
   private claiming = false;
   private again = false;
   private stopped = false;
@@ -54,30 +92,76 @@ export class Engine {
     private readonly log: EngineLog,
     opts: EngineOptions = {},
   ) {
-    this.leaseSeconds = opts.leaseSeconds ?? config.runLeaseSeconds;
+    this.leaseMs = (opts.leaseSeconds ?? config.runLeaseSeconds) * 1000;
     this.pollMs = opts.pollMs ?? 250;
     this.batchSize = opts.batchSize ?? 32;
+    this.runConcurrency = opts.runConcurrency ?? config.runConcurrency;
+    this.workspaceConcurrency = opts.workspaceConcurrency ?? config.workspaceConcurrency;
+    this.graceMs = opts.shutdownGraceMs ?? config.shutdownGraceSeconds * 1000;
     // The main thread and the workers share one in-process write lock.
     if (!processWriteLock()) setProcessWriteLock(new WriteLock());
+    const channelName = `svc-engine-${process.pid}-${randomUUID()}`;
+    this.channel = new BroadcastChannel(channelName);
+    this.channel.onmessage = (event) => {
+      const msg = (event as { data: EngineMessage }).data;
+      if (msg.type !== 'done') return;
+      for (const id of msg.runIds) this.finish(id);
+      this.poke();
+    };
+    this.channel.unref();
+    const workerData: EngineWorkerData = { config, writeLock: processWriteLock()!.buffer, channel: channelName };
     this.pool = new Piscina({
       filename: workerFile(),
       minThreads: config.workers,
       maxThreads: config.workers,
+      concurrentTasksPerWorker: Math.max(1, Math.ceil(this.runConcurrency / config.workers)),
       idleTimeout: 60_000,
-      workerData: { config, writeLock: processWriteLock()?.buffer },
+      workerData,
     });
-    this.claimStmt = db.$client.prepare<{ owner: string; now: string; until: string; limit: number }, { id: number }>(
-      `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = @owner, lease_until = @until, updated_at = @now
-        WHERE id IN (
-          SELECT id FROM workflow_runs
-           WHERE (status IN ('QUEUED', 'WAITING') AND run_at <= @now) OR (status = 'RUNNING' AND lease_until < @now)
-           ORDER BY run_at, id LIMIT @limit)
-        RETURNING id`,
-    );
+    const c = db.$client;
+    this.sql = {
+      promoteWaiting: c.prepare<{ now: string; limit: number }>(
+        `UPDATE workflow_runs SET status = 'QUEUED', updated_at = @now
+          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'WAITING' AND run_at <= @now ORDER BY run_at LIMIT @limit)`,
+      ),
+      // A claim whose lease ran out (its process died or stalled) is taken back; the token
+      // goes with it, so the old holder can no longer write.
+      promoteExpired: c.prepare<{ now: string; limit: number }>(
+        `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now
+          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'RUNNING' AND (lease_until IS NULL OR lease_until < @now) LIMIT @limit)`,
+      ),
+      // The workspaces with QUEUED runs, one index seek each (a skip scan of the ready index).
+      queuedWorkspaces: c.prepare<[], { id: number }>(
+        `WITH RECURSIVE ws(id) AS (
+           SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' ORDER BY workspace_id LIMIT 1)
+           UNION ALL
+           SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
+         ) SELECT id FROM ws WHERE id IS NOT NULL`,
+      ),
+      claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string }, { id: number; token: string }>(
+        `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = lower(hex(randomblob(16))), lease_until = @until, updated_at = @now
+          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit)
+          RETURNING id, lease_owner AS token`,
+      ),
+      renew: c.prepare<{ id: number; token: string; until: string }>(
+        `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
+      ),
+      release: c.prepare<{ id: number; token: string; now: string }>(
+        `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
+      ),
+    };
   }
 
   start(): void {
     this.schedule(0);
+    const renewEvery = Math.max(100, Math.floor(this.leaseMs / 3));
+    this.renewTimer = setInterval(() => void this.renew(), renewEvery);
+    this.renewTimer.unref();
+  }
+
+  /** Runs in flight in this process (claimed and not yet finished). */
+  get running(): number {
+    return this.inFlight.size;
   }
 
   /** Asks for a claim soon (after new runs were queued), instead of at the next poll. */
@@ -94,54 +178,174 @@ export class Engine {
     this.timer.unref?.();
   }
 
-  private capacity(): number {
-    // Two batches per thread keeps every thread busy while the next batch is claimed.
-    return Math.max(0, this.config.workers * 2 - this.inFlight) * this.batchSize;
+  private allowance(workspaceId: number, claimedNow: Map<number, number>): number {
+    return this.workspaceConcurrency - (this.perWorkspace.get(workspaceId) ?? 0) - (claimedNow.get(workspaceId) ?? 0);
+  }
+
+  /**
+   * One claiming transaction: wakes due WAITING runs and expired claims, then takes up to
+   * `free` QUEUED runs, in rounds of an equal share per workspace, starting after the
+   * workspace served last. Pure with respect to the engine's state: the batcher may run it
+   * twice (after a rollback), so the claims are recorded by the caller once it committed.
+   */
+  private claimJob(free: number): { claims: (LeasedRun & { workspaceId: number })[]; cursor: number } {
+    const now = Date.now();
+    const nowIso = new Date(now).toISOString();
+    this.sql.promoteWaiting.run({ now: nowIso, limit: PROMOTE_LIMIT });
+    this.sql.promoteExpired.run({ now: nowIso, limit: PROMOTE_LIMIT });
+    const until = new Date(now + this.leaseMs).toISOString();
+    const ids = this.sql.queuedWorkspaces.all().map((r) => r.id);
+    const ordered = [...ids.filter((id) => id > this.cursor), ...ids.filter((id) => id <= this.cursor)];
+    const claimedNow = new Map<number, number>();
+    const claims: (LeasedRun & { workspaceId: number })[] = [];
+    let cursor = this.cursor;
+    let remaining = free;
+    let active = ordered.filter((id) => this.allowance(id, claimedNow) > 0);
+    while (remaining > 0 && active.length) {
+      const share = Math.max(1, Math.floor(remaining / active.length));
+      const next: number[] = [];
+      for (const workspaceId of active) {
+        if (remaining <= 0) break;
+        const want = Math.min(share, remaining, this.allowance(workspaceId, claimedNow));
+        const rows = this.sql.claim.all({ workspaceId, limit: want, now: nowIso, until });
+        for (const row of rows) claims.push({ id: row.id, token: row.token, workspaceId });
+        claimedNow.set(workspaceId, (claimedNow.get(workspaceId) ?? 0) + rows.length);
+        remaining -= rows.length;
+        if (rows.length) cursor = workspaceId;
+        if (rows.length === want && this.allowance(workspaceId, claimedNow) > 0) next.push(workspaceId);
+      }
+      active = next;
+    }
+    return { claims, cursor };
   }
 
   private async tick(): Promise<void> {
     if (this.stopped || this.claiming) return;
     this.claiming = true;
+    let full = false;
     try {
-      const limit = this.capacity();
-      if (limit > 0) {
-        const now = Date.now();
-        const ids = await this.batcher.run(() =>
-          this.claimStmt
-            .all({ owner: this.owner, now: new Date(now).toISOString(), until: new Date(now + this.leaseSeconds * 1000).toISOString(), limit })
-            .map((r) => r.id),
-        );
-        for (let i = 0; i < ids.length; i += this.batchSize) this.dispatch(ids.slice(i, i + this.batchSize));
-        if (ids.length === limit) this.again = true;
+      // At most a few tasks' worth per claim: a backlog is taken up in steps, so the first
+      // runs start at once and intake is never held up by one huge claim.
+      const free = Math.min(this.runConcurrency - this.inFlight.size, this.batchSize * this.config.workers * 4);
+      if (free > 0) {
+        const { claims, cursor } = await this.batcher.run(() => this.claimJob(free));
+        this.cursor = cursor;
+        for (const c of claims) {
+          this.inFlight.set(c.id, { token: c.token, workspaceId: c.workspaceId, lost: false });
+          this.perWorkspace.set(c.workspaceId, (this.perWorkspace.get(c.workspaceId) ?? 0) + 1);
+        }
+        this.dispatch(claims);
+        // Everything free was taken: more may be waiting as soon as capacity frees up.
+        full = claims.length === free;
       }
     } catch (err) {
       this.log.error({ err }, 'claiming runs failed');
     } finally {
       this.claiming = false;
     }
-    if (this.again && this.capacity() > 0) {
+    if (this.again && !full && this.inFlight.size < this.runConcurrency) {
       this.again = false;
       this.schedule(0);
     } else this.schedule(this.pollMs);
   }
 
-  private dispatch(runIds: number[]): void {
-    this.inFlight++;
-    const task: RunTask = { runIds, owner: this.owner };
-    this.pool
-      .run(task)
-      .catch((err: unknown) => this.log.error({ err, runIds }, 'a batch of runs failed; their leases will expire and they will be retried'))
-      .finally(() => {
-        this.inFlight--;
-        this.poke();
-      });
+  /** Hands the claims to the worker threads, spread over them, at most batchSize a task. */
+  private dispatch(claims: LeasedRun[]): void {
+    if (!claims.length) return;
+    const size = Math.max(1, Math.min(this.batchSize, Math.ceil(claims.length / this.config.workers)));
+    for (let i = 0; i < claims.length; i += size) {
+      const runs = claims.slice(i, i + size).map(({ id, token }) => ({ id, token }));
+      const task: RunTask = { runs };
+      this.tasks++;
+      this.pool
+        .run(task)
+        .then(
+          (outcomes: RunOutcome[]) => {
+            // Runs stopped by a shutdown stay in flight here until stop() releases them.
+            runs.forEach((run, i) => outcomes[i] !== 'RELEASED' && this.finish(run.id));
+          },
+          (err: unknown) => {
+            // Cut off by a shutdown: stop() releases them. Otherwise their leases expire.
+            if (this.stopped) return;
+            this.log.error({ err, runIds: runs.map((r) => r.id) }, 'a batch of runs failed; their leases will expire and they will be retried');
+            for (const run of runs) this.finish(run.id);
+          },
+        )
+        .finally(() => {
+          this.tasks--;
+          this.poke();
+        });
+    }
   }
 
-  /** Stops claiming, lets running batches finish, and closes the pool. */
+  /** A run is over in this process (done, parked, failed, or given up): its slot frees. */
+  private finish(id: number): void {
+    const claim = this.inFlight.get(id);
+    if (!claim) return;
+    this.inFlight.delete(id);
+    const n = (this.perWorkspace.get(claim.workspaceId) ?? 1) - 1;
+    if (n > 0) this.perWorkspace.set(claim.workspaceId, n);
+    else this.perWorkspace.delete(claim.workspaceId);
+  }
+
+  /** Extends the lease of every run in flight; a lease found taken over is given up. */
+  private async renew(): Promise<void> {
+    const held = [...this.inFlight].filter(([, c]) => !c.lost);
+    if (!held.length) return;
+    const until = new Date(Date.now() + this.leaseMs).toISOString();
+    try {
+      const lost = await this.batcher.run(() => held.filter(([id, c]) => this.sql.renew.run({ id, token: c.token, until }).changes === 0).map(([id]) => id));
+      for (const id of lost) {
+        const claim = this.inFlight.get(id);
+        if (claim) claim.lost = true;
+      }
+      if (lost.length) this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
+    } catch (err) {
+      this.log.error({ err }, 'renewing run leases failed');
+    }
+  }
+
+  /**
+   * Stops claiming, lets in-flight runs finish for the grace period (leases still renewed),
+   * then tells the threads to stop each remaining run before its next outside call, closes
+   * the pool and releases what is left (QUEUED, lease cleared) so another process takes it
+   * up at once. A run is resumed from its last commit: its step under way is run again,
+   * except a message whose SENDING row exists, which is not sent twice.
+   */
   async stop(): Promise<void> {
+    if (this.stopped) return;
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    while (this.claiming || this.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
+    while (this.claiming) await sleep(10);
+    const graceEnds = Date.now() + this.graceMs;
+    while (this.inFlight.size > 0 && Date.now() < graceEnds) await sleep(20);
+    if (this.inFlight.size > 0) {
+      this.log.info({ runs: this.inFlight.size }, 'grace period over: releasing the runs still in flight');
+      this.channel.postMessage({ type: 'stop' } satisfies EngineMessage);
+      const settleEnds = Date.now() + RELEASE_SETTLE_MS;
+      while (this.tasks > 0 && Date.now() < settleEnds) await sleep(20);
+    }
+    if (this.renewTimer) clearInterval(this.renewTimer);
+    const cutOff = this.tasks > 0;
     await this.pool.destroy();
+    // A thread ended mid-transaction leaves the in-process lock taken; nobody holds it now.
+    if (cutOff) processWriteLock()?.release();
+    const left = [...this.inFlight];
+    if (left.length) {
+      const now = new Date().toISOString();
+      try {
+        await this.batcher.run(() => {
+          for (const [id, c] of left) this.sql.release.run({ id, token: c.token, now });
+        });
+      } catch (err) {
+        this.log.error({ err }, 'releasing runs failed; their leases will expire instead');
+      }
+      for (const [id] of left) this.finish(id);
+    }
+    this.channel.close();
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
 }

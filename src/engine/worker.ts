@@ -1,31 +1,69 @@
 // The worker-thread entry of the run engine's Piscina pool: each thread keeps its own
-// database connection (opened with the same pragmas as the main thread) and executor.
-import { workerData } from 'node:worker_threads';
+// database connection (opened with the same pragmas as the main thread) and executor, and
+// executes the runs of every task it is given at once.
+import { BroadcastChannel, workerData } from 'node:worker_threads';
 import type { Config } from '../core/config.js';
 import { openDatabase } from '../core/db/connection.js';
 import { setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
-import { RunExecutor, type BatchResult } from './executor.js';
+import type { LeasedRun } from './committer.js';
+import { RunExecutor, type RunOutcome } from './executor.js';
 
 export interface RunTask {
-  runIds: number[];
-  owner: string;
+  runs: LeasedRun[];
 }
 
-let executor: RunExecutor | undefined;
-
-interface EngineWorkerData {
+export interface EngineWorkerData {
   config: Config;
   writeLock: SharedArrayBuffer;
+  /** The engine's channel: threads report finished runs on it, the engine says "stop" on it. */
+  channel: string;
 }
+
+/** Messages on the engine's channel. */
+export type EngineMessage = { type: 'done'; runIds: number[] } | { type: 'stop' };
+
+let executor: RunExecutor | undefined;
+let channel: BroadcastChannel | undefined;
+let finished: number[] = [];
 
 function executorFor(data: EngineWorkerData): RunExecutor {
   if (!executor) {
     setProcessWriteLock(new WriteLock(data.writeLock));
-    executor = new RunExecutor(openDatabase(data.config.dbFile, { synchronous: data.config.dbSynchronous }), data.config);
+    const ex = new RunExecutor(openDatabase(data.config.dbFile, { synchronous: data.config.dbSynchronous }), data.config);
+    channel = new BroadcastChannel(data.channel);
+    channel.onmessage = (event) => {
+      if ((event as { data: EngineMessage }).data.type === 'stop') ex.stop();
+    };
+    channel.unref();
+    executor = ex;
   }
   return executor;
 }
 
-export default async function executeRuns(task: RunTask): Promise<BatchResult> {
-  return executorFor(workerData as EngineWorkerData).executeBatch(task.runIds, task.owner);
+/** Tells the scheduler which runs are over, many per message, so it can claim more at once. */
+function reportDone(id: number): void {
+  if (!finished.length) {
+    setImmediate(() => {
+      const runIds = finished;
+      finished = [];
+      channel?.postMessage({ type: 'done', runIds } satisfies EngineMessage);
+    });
+  }
+  finished.push(id);
+}
+
+export default async function executeRuns(task: RunTask): Promise<RunOutcome[]> {
+  const ex = executorFor(workerData as EngineWorkerData);
+  return Promise.all(
+    task.runs.map((run) =>
+      ex
+        .execute(run)
+        .catch((): RunOutcome => 'ERROR')
+        .then((outcome) => {
+          // A released run stays the scheduler's until it has given its lease back.
+          if (outcome !== 'RELEASED') reportDone(run.id);
+          return outcome;
+        }),
+    ),
+  );
 }

@@ -86,14 +86,15 @@ test('wait parks the run (WAITING) and resumes it on time', async (t) => {
 
 test('a failing step fails the run with its error and leaves later steps PENDING', async (t) => {
   const { s, token, post } = await setUp(t, [
-    { type: 'send_sms', templateId: 999999 },
+    // The trigger's order id is no phone number: the step fails when the run executes.
+    { type: 'update_contact', set: { phone: '{{ trigger.order.id }}' } },
     { type: 'add_tags', tags: ['never'] },
   ]);
   const { runId } = await post(BODY);
   const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
   assert.equal(run.status, 'FAILED');
   assert.equal(run.steps[0].status, 'FAILED');
-  assert.match(run.steps[0].error, /template 999999/);
+  assert.match(run.steps[0].error, /"A-17" is not a phone number/);
   assert.equal(run.steps[1].status, 'PENDING');
 });
 

@@ -1,0 +1,1 @@
+CREATE INDEX `workflow_runs_ready_idx` ON `workflow_runs` (`status`,`workspace_id`,`run_at`,`id`);

@@ -1,0 +1,148 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import type { EngineOptions } from '../../src/engine/scheduler.js';
+import { build, waitForRun, type TestServer } from '../helpers.js';
+import { slowService, type SlowService } from '../slowService.js';
+
+/**
+ * The engine executes many runs at once, each in its own execution: runs waiting on the
+ * outside world overlap, claims are shared fairly across workspaces, and a lease is kept
+ * (renewed) for as long as its run is in flight, so a slow step never runs twice.
+ */
+
+async function setUp(t: TestContext, delayMs: number, engine: EngineOptions = {}) {
+  const service = await slowService(t, delayMs);
+  const s = await build(t, {
+    env: { SVC_HTTP_ALLOWED_HOSTS: service.host, SVC_WEBHOOK_RATE_LIMIT: '1000000' },
+    engine: { pollMs: 50, shutdownGraceMs: 0, ...engine },
+  });
+  return { s, service };
+}
+
+/** An ACTIVE webhook workflow in the token's workspace; returns its inbound path. */
+async function workflow(s: TestServer, token: string, steps: unknown[]): Promise<string> {
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'flow', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps, webhook: { lookup: 'email', createIfNotFound: true } },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  return new URL(wf.body.webhook.url).pathname;
+}
+
+const slowCall = (service: SlowService) => ({ type: 'http_request', method: 'POST', url: `${service.url}?key={{ run.id }}`, body: { email: '{{ contact.email }}' } });
+
+async function postMany(s: TestServer, path: string, n: number, prefix: string): Promise<number[]> {
+  const ids: number[] = [];
+  for (let i = 0; i < n; i += 50) {
+    const chunk = await Promise.all(
+      Array.from({ length: Math.min(50, n - i) }, (_, j) => s.request('POST', path, { body: { email: `${prefix}${i + j}@example.com` } })),
+    );
+    for (const res of chunk) {
+      assert.equal(res.status, 202, res.text);
+      ids.push(res.body.runId);
+    }
+  }
+  return ids;
+}
+
+function statusCounts(s: TestServer, workspaceId?: number): Record<string, number> {
+  const rows = s.db.$client
+    .prepare(`SELECT status, COUNT(*) AS n FROM workflow_runs ${workspaceId ? 'WHERE workspace_id = ?' : ''} GROUP BY status`)
+    .all(...(workspaceId ? [workspaceId] : [])) as { status: string; n: number }[];
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+async function waitUntil(what: string, test: () => boolean, timeoutMs = 60_000): Promise<void> {
+  const started = Date.now();
+  while (!test()) {
+    if (Date.now() - started > timeoutMs) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('runs waiting on a slow service overlap: 200 runs, at least 50 calls at once, each run calls once', async (t) => {
+  const { s, service } = await setUp(t, 500);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const path = await workflow(s, token, [slowCall(service), { type: 'add_tags', tags: ['called'] }]);
+  const started = Date.now();
+  const runIds = await postMany(s, path, 200, 'overlap');
+  await waitUntil('200 COMPLETED runs', () => (statusCounts(s).COMPLETED ?? 0) === 200);
+  const seconds = (Date.now() - started) / 1000;
+  assert.ok(service.maxInProgress() >= 50, `the service saw at most ${service.maxInProgress()} calls at once`);
+  assert.equal(service.total(), 200);
+  for (const id of runIds) assert.equal(service.calls.get(String(id)), 1, `run ${id} called ${service.calls.get(String(id)) ?? 0} times`);
+  // One at a time per thread would take 200 x 0.5 s / threads; overlapping takes a few seconds.
+  assert.ok(seconds < 20, `200 runs of 0.5 s took ${seconds} s`);
+});
+
+test('a quick run of another workspace is not held up by a backlog of slow runs (round-robin claims)', async (t) => {
+  // 40 runs in flight at most: 300 slow runs of A would hold up anything queued after them
+  // for about 300 / 40 x 0.5 s = 3.75 s if claims were oldest-first.
+  const { s, service } = await setUp(t, 500, { runConcurrency: 40 });
+  const tokenA = await s.login(s.owner.email, s.owner.password);
+  const pathA = await workflow(s, tokenA, [slowCall(service)]);
+  const b = await s.otherWorkspace();
+  const pathB = await workflow(s, b.token, [{ type: 'add_tags', tags: ['quick'] }]);
+  await postMany(s, pathA, 300, 'backlog');
+  await service.whenInProgress(40);
+  assert.ok((statusCounts(s).QUEUED ?? 0) > 200, 'A has a backlog');
+  const started = Date.now();
+  const quick = await s.request('POST', pathB, { body: { email: 'quick@example.com' } });
+  assert.equal(quick.status, 202, quick.text);
+  const run = await waitForRun(s, b.token, quick.body.runId, ['COMPLETED', 'FAILED'], 5_000);
+  const ms = Date.now() - started;
+  assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  assert.ok(ms < 1_000, `B's run took ${ms} ms behind A's backlog`);
+  assert.ok(service.maxInProgress() <= 40, `at most runConcurrency runs are in flight (saw ${service.maxInProgress()})`);
+});
+
+test('a workspace never has more runs in flight than workspaceConcurrency, while others still run', async (t) => {
+  const { s, service } = await setUp(t, 300, { workspaceConcurrency: 10 });
+  const tokenA = await s.login(s.owner.email, s.owner.password);
+  const pathA = await workflow(s, tokenA, [slowCall(service)]);
+  const b = await s.otherWorkspace();
+  const pathB = await workflow(s, b.token, [slowCall(service)]);
+  await Promise.all([postMany(s, pathA, 60, 'a'), postMany(s, pathB, 60, 'b')]);
+  await waitUntil('120 COMPLETED runs', () => (statusCounts(s).COMPLETED ?? 0) === 120);
+  // Two workspaces, ten each: never more than 20 calls at once, and both made progress together.
+  assert.ok(service.maxInProgress() <= 20, `saw ${service.maxInProgress()} calls at once`);
+  assert.ok(service.maxInProgress() > 10, `both workspaces ran at once (saw ${service.maxInProgress()})`);
+});
+
+test('a step five times longer than the lease runs once: the lease is renewed while the run is in flight', async (t) => {
+  const { s, service } = await setUp(t, 5_000, { leaseSeconds: 1 });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const path = await workflow(s, token, [slowCall(service), { type: 'add_tags', tags: ['once'] }]);
+  const runIds = await postMany(s, path, 5, 'lease');
+  for (const id of runIds) {
+    const run = await waitForRun(s, token, id, ['COMPLETED', 'FAILED'], 30_000);
+    assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  }
+  for (const id of runIds) assert.equal(service.calls.get(String(id)), 1, `run ${id} was executed ${service.calls.get(String(id))} times`);
+});
+
+test('with 20,000 slow runs of workspace A queued, a webhook run of workspace B completes within 2 s', async (t) => {
+  const { s, service } = await setUp(t, 2_000);
+  const tokenA = await s.login(s.owner.email, s.owner.password);
+  const pathA = await workflow(s, tokenA, [slowCall(service)]);
+  const b = await s.otherWorkspace();
+  const pathB = await workflow(s, b.token, [{ type: 'add_tags', tags: ['quick'] }]);
+  // One real run of A, then 19,999 copies of it queued in one statement.
+  const [first] = await postMany(s, pathA, 1, 'seed');
+  s.db.$client
+    .prepare(
+      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)
+       INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", run_at)
+       SELECT r.workspace_id, r.workflow_id, r.contact_id, 'QUEUED', r.definition, '[]', r."trigger", r.run_at FROM workflow_runs r, n WHERE r.id = ?`,
+    )
+    .run(first);
+  await service.whenInProgress(100);
+  assert.ok((statusCounts(s, s.workspaceId).QUEUED ?? 0) > 15_000, 'A has a backlog of queued runs');
+  const started = Date.now();
+  const quick = await s.request('POST', pathB, { body: { email: 'quick@example.com' } });
+  assert.equal(quick.status, 202, quick.text);
+  const run = await waitForRun(s, b.token, quick.body.runId, ['COMPLETED', 'FAILED'], 10_000);
+  const ms = Date.now() - started;
+  assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  assert.ok(ms < 2_000, `B's run took ${ms} ms behind 20,000 runs of A`);
+});
