@@ -9,6 +9,7 @@ import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../c
 import { createAttempt, emailTemplateContent, markAttempt } from '../core/services/deliveries.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { normalizeEmail } from '../core/validation.js';
+import { outboundPolicyFrom, type OutboundPolicy } from './outbound.js';
 import { providerFor, type SendResult } from './providers/index.js';
 import { RenderError, renderContent } from './render.js';
 
@@ -35,6 +36,32 @@ export interface DeliveryInput {
   templateId?: number | undefined;
   /** 1 for the first try of this message; each retry is a new row with the next number. */
   attempt: number;
+  /**
+   * Secrets the message carries to its recipient (an invitation token, a reset link's
+   * token): sent as they are, but the stored copy on the attempt row has each replaced by
+   * REDACTED, so no reader of delivery attempts ever sees them.
+   */
+  secrets?: readonly string[] | undefined;
+}
+
+/** What a secret of a system email looks like in the stored copy of the message. */
+export const REDACTED = '[redacted]';
+
+/**
+ * A copy of rendered content with every occurrence of each secret replaced by REDACTED,
+ * in every string at any depth. Secrets shorter than 8 characters are refused: replacing
+ * a short one would mangle ordinary text, and a secret that short is no secret.
+ */
+export function redactSecrets<T>(value: T, secrets: readonly string[] | undefined): T {
+  if (!secrets?.length) return value;
+  for (const s of secrets) if (s.length < 8) throw new Error('a secret to redact must be at least 8 characters long');
+  const walk = (v: unknown): unknown => {
+    if (typeof v === 'string') return secrets.reduce((text, secret) => text.split(secret).join(REDACTED), v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, item]) => [k, walk(item)]));
+    return v;
+  };
+  return walk(value) as T;
 }
 
 export interface DeliveryOutcome {
@@ -42,9 +69,19 @@ export interface DeliveryOutcome {
   status: 'SENT' | 'FAILED';
   transient: boolean;
   error?: string;
+  /** The provider asked to be called again no sooner than this (a rate-limit answer). */
+  retryAfterMs?: number;
 }
 
 const HOUR_MS = 3_600_000;
+
+/** The outbound policy of a configuration (where sends may connect), built once per config. */
+const policies = new WeakMap<Config, OutboundPolicy>();
+function outboundOf(config: Config): OutboundPolicy {
+  let policy = policies.get(config);
+  if (!policy) policies.set(config, (policy = outboundPolicyFrom(config)));
+  return policy;
+}
 
 /**
  * One try of one message through the workspace's provider for its channel, recorded as a
@@ -58,7 +95,7 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     channel: input.channel,
     to: input.to,
     attempt: input.attempt,
-    rendered: input.rendered,
+    rendered: redactSecrets(input.rendered, input.secrets),
     runId: input.runId,
     stepIndex: input.stepIndex,
     templateId: input.templateId,
@@ -76,7 +113,7 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
 
   const provider = providerFor(channel.provider);
   const message = { channel: input.channel, to: input.to, rendered: input.rendered };
-  const opts = { timeoutMs: config.httpTimeoutMs };
+  const opts = { timeoutMs: config.httpTimeoutMs, outbound: outboundOf(config) };
 
   if (channel.provider === 'outbox') {
     const result = await provider.send(message, channel.settings, channel.credentials, opts);
@@ -101,8 +138,10 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     markAttempt(db, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
     return { attemptId: attempt.id, status: 'SENT', transient: false };
   }
-  markAttempt(db, attempt.id, { status: 'FAILED', error: result.error });
-  return { attemptId: attempt.id, status: 'FAILED', transient: result.transient, error: result.error };
+  // A provider may quote the message back in its error (a refused recipient line, say).
+  const error = redactSecrets(result.error, input.secrets);
+  markAttempt(db, attempt.id, { status: 'FAILED', error });
+  return { attemptId: attempt.id, status: 'FAILED', transient: result.transient, error, ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}) };
 }
 
 /**
@@ -127,7 +166,8 @@ export async function deliverWithRetries(deps: DeliverDeps, input: Omit<Delivery
     const outcome = await deliverOnce(deps, { ...input, attempt });
     if (outcome.status === 'SENT' || !outcome.transient || attempt >= max || opts.signal?.aborted) return outcome;
     try {
-      await sleep(retryDelayMs(deps.config, attempt), undefined, opts.signal ? { signal: opts.signal } : {});
+      // A rate-limit answer says when to come back: never sooner than it asks.
+      await sleep(Math.max(retryDelayMs(deps.config, attempt), Math.min(HOUR_MS, outcome.retryAfterMs ?? 0)), undefined, opts.signal ? { signal: opts.signal } : {});
     } catch {
       return outcome;
     }

@@ -1,18 +1,40 @@
-import { lookup as dnsLookup } from 'node:dns/promises';
-import { isIP, isIPv4, isIPv6, Socket } from 'node:net';
-import { Agent, buildConnector } from 'undici';
+import { Agent } from 'undici';
 import type { Config } from '../core/config.js';
+import {
+  accountKey,
+  acquireSlot,
+  agentFor,
+  blockDestination,
+  checkLiteral,
+  DEFAULT_PER_HOST_CONCURRENCY,
+  DEFAULT_RATE_LIMIT_DELAY_MS,
+  destinationKey,
+  guardedConnector,
+  MAX_IN_THREAD_WAIT_MS,
+  OutboundError,
+  parseRetryAfter,
+  waitUntilUnblocked,
+  type HostLookup,
+  type OutboundPolicy,
+} from './outbound.js';
+
+export { isBlockedAddress, type HostLookup } from './outbound.js';
 
 /**
  * The outbound HTTP client of the http_request step (and of anything else that calls a URL
  * a workspace chose), hardened against SSRF.
  *
  * - Only http: and https: URLs without credentials.
- * - The address check runs where the socket is opened: a custom undici connector resolves
- *   the host name once (dns.lookup, all addresses), refuses when ANY address is private,
- *   loopback, link-local or otherwise special, and connects to the address it vetted. There
- *   is no second resolution between check and connect, so DNS rebinding cannot slip past.
- *   TLS keeps SNI and certificate checks on the host name; the Host header stays the URL's.
+ * - Connections go through the guarded connector of outbound.ts: the host name is
+ *   resolved once where the socket is opened, refused when ANY address is private,
+ *   loopback, link-local or otherwise special, and the socket opens to the address that
+ *   was checked (no DNS rebinding between check and connect). TLS keeps SNI and
+ *   certificate checks on the host name; the Host header stays the URL's.
+ * - Connections are kept alive and reused (one Agent per policy in this thread); at most
+ *   perHostConcurrency requests are in flight to one host:port, more wait in line.
+ * - A 429 (or a 503 with Retry-After) blocks that origin and account for the time named
+ *   (Retry-After seconds or date; 2 s when none): the response carries retryAfterMs, and
+ *   later requests to it wait (up to 10 s) or fail with rate_limited and retryAfterMs.
  * - Redirects are followed here, one hop at a time, each through the same connector.
  * - One deadline (timeoutMs) covers the whole exchange, redirects and body included.
  * - A response body larger than maxResponseBytes fails with too_large; at most one network
@@ -28,26 +50,34 @@ export interface HttpPolicy {
   maxResponseBytes: number;
   /** Redirects followed at most (default 5); one more fails with too_many_redirects. */
   maxRedirects?: number;
+  /** Requests in flight to one host:port from this thread (default 64); more wait in FIFO order. */
+  perHostConcurrency?: number;
 }
 
-export function httpPolicyFrom(config: Pick<Config, 'httpAllowPrivate' | 'httpAllowedHosts' | 'httpTimeoutMs' | 'httpMaxResponseBytes'>): HttpPolicy {
+export function httpPolicyFrom(
+  config: Pick<Config, 'httpAllowPrivate' | 'httpAllowedHosts' | 'httpTimeoutMs' | 'httpMaxResponseBytes'> & Partial<Pick<Config, 'outboundPerHostConcurrency'>>,
+): HttpPolicy {
   return {
     allowPrivate: config.httpAllowPrivate,
     allowedHosts: [...config.httpAllowedHosts],
     timeoutMs: config.httpTimeoutMs,
     maxResponseBytes: config.httpMaxResponseBytes,
     maxRedirects: DEFAULT_MAX_REDIRECTS,
+    perHostConcurrency: config.outboundPerHostConcurrency ?? DEFAULT_PER_HOST_CONCURRENCY,
   };
 }
 
-export type HttpRequestErrorCode = 'blocked_address' | 'invalid_url' | 'timeout' | 'too_large' | 'too_many_redirects' | 'network';
+export type HttpRequestErrorCode = 'blocked_address' | 'invalid_url' | 'timeout' | 'too_large' | 'too_many_redirects' | 'network' | 'rate_limited';
 
 export class HttpRequestError extends Error {
   readonly code: HttpRequestErrorCode;
-  constructor(code: HttpRequestErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  /** With rate_limited: when the destination may be called again. */
+  readonly retryAfterMs: number | undefined;
+  constructor(code: HttpRequestErrorCode, message: string, options?: { cause?: unknown; retryAfterMs?: number }) {
+    super(message, options?.cause !== undefined ? { cause: options.cause } : undefined);
     this.name = 'HttpRequestError';
     this.code = code;
+    this.retryAfterMs = options?.retryAfterMs;
   }
 }
 
@@ -68,12 +98,15 @@ export interface HttpResponse {
   truncated: boolean;
   /** The URL that answered, after redirects. */
   url: string;
+  /**
+   * Set when the answer says "slow down": a 429 (Retry-After, else 2 s) or a 503 with
+   * Retry-After. The caller should try again no sooner than this.
+   */
+  retryAfterMs?: number;
 }
 
-export type HostLookup = (hostname: string) => Promise<ReadonlyArray<{ address: string; family?: number }>>;
-
 export interface SafeRequestOptions {
-  /** Replaces dns.lookup({all: true}); for tests and special resolvers. */
+  /** Replaces dns.lookup({all: true}); for tests and special resolvers (a private Agent is used). */
   lookup?: HostLookup;
 }
 
@@ -93,106 +126,6 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const BAD_VALUE = /[\r\n\0]/;
 
 // ---------------------------------------------------------------------------------------
-// Address classification
-
-type Cidr4 = readonly [number, number];
-
-function v4(a: string, prefix: number): Cidr4 {
-  return [ipv4ToInt(a.split('.').map(Number)), prefix];
-}
-
-/** IPv4 ranges that are not the public internet (IANA special-purpose registry and more). */
-const BLOCKED_V4: readonly Cidr4[] = [
-  v4('0.0.0.0', 8), // "this network", incl. 0.0.0.0
-  v4('10.0.0.0', 8), // private
-  v4('100.64.0.0', 10), // carrier-grade NAT
-  v4('127.0.0.0', 8), // loopback
-  v4('169.254.0.0', 16), // link-local, incl. the 169.254.169.254 metadata service
-  v4('172.16.0.0', 12), // private
-  v4('192.0.0.0', 24), // IETF protocol assignments (incl. NAT64 discovery)
-  v4('192.0.2.0', 24), // documentation
-  v4('192.88.99.0', 24), // 6to4 relay anycast
-  v4('192.168.0.0', 16), // private
-  v4('198.18.0.0', 15), // benchmarking
-  v4('198.51.100.0', 24), // documentation
-  v4('203.0.113.0', 24), // documentation
-  v4('224.0.0.0', 4), // multicast
-  v4('240.0.0.0', 4), // reserved, incl. 255.255.255.255
-];
-
-function ipv4ToInt(octets: readonly number[]): number {
-  return (((octets[0] ?? 0) << 24) | ((octets[1] ?? 0) << 16) | ((octets[2] ?? 0) << 8) | (octets[3] ?? 0)) >>> 0;
-}
-
-function isBlockedV4(octets: readonly number[]): boolean {
-  const n = ipv4ToInt(octets);
-  return BLOCKED_V4.some(([base, prefix]) => (prefix === 0 ? 0 : (n >>> (32 - prefix)) === (base >>> (32 - prefix))));
-}
-
-/** The 16 bytes of an IPv6 address (zone id ignored), or null. */
-function parseIPv6(input: string): number[] | null {
-  const ip = input.replace(/%.*$/, '');
-  if (!isIPv6(ip)) return null;
-  let text = ip;
-  const tail: number[] = [];
-  const lastColon = text.lastIndexOf(':');
-  if (text.slice(lastColon + 1).includes('.')) {
-    const quad = text.slice(lastColon + 1).split('.').map(Number);
-    tail.push(((quad[0] ?? 0) << 8) | (quad[1] ?? 0), ((quad[2] ?? 0) << 8) | (quad[3] ?? 0));
-    text = `${text.slice(0, lastColon + 1)}0:0`;
-  }
-  const parseGroups = (s: string): number[] => (s === '' ? [] : s.split(':').map((g) => parseInt(g, 16)));
-  let groups: number[];
-  const gap = text.indexOf('::');
-  if (gap >= 0) {
-    const head = parseGroups(text.slice(0, gap));
-    const rest = parseGroups(text.slice(gap + 2));
-    groups = [...head, ...new Array<number>(8 - head.length - rest.length).fill(0), ...rest];
-  } else {
-    groups = parseGroups(text);
-  }
-  if (tail.length) groups.splice(groups.length - 2, 2, ...tail);
-  if (groups.length !== 8 || groups.some((g) => !Number.isInteger(g) || g < 0 || g > 0xffff)) return null;
-  return groups.flatMap((g) => [g >> 8, g & 0xff]);
-}
-
-function isBlockedV6(b: readonly number[]): boolean {
-  const zero = (from: number, to: number): boolean => b.slice(from, to).every((x) => x === 0);
-  const at = (i: number): number => b[i] ?? 0;
-  // ::ffff:a.b.c.d (mapped), ::a.b.c.d (compatible, incl. :: and ::1), ::ffff:0:a.b.c.d (SIIT)
-  if (zero(0, 10) && at(10) === 0xff && at(11) === 0xff) return isBlockedV4(b.slice(12));
-  if (zero(0, 12)) return isBlockedV4(b.slice(12));
-  if (zero(0, 8) && at(8) === 0xff && at(9) === 0xff && zero(10, 12)) return isBlockedV4(b.slice(12));
-  // NAT64 well-known prefix 64:ff9b::/96 reaches the embedded IPv4 address
-  if (at(0) === 0x00 && at(1) === 0x64 && at(2) === 0xff && at(3) === 0x9b && zero(4, 12)) return isBlockedV4(b.slice(12));
-  // 6to4 2002::/16 embeds an IPv4 address in bits 16..47
-  if (at(0) === 0x20 && at(1) === 0x02) return isBlockedV4(b.slice(2, 6));
-  // Everything outside global unicast 2000::/3: ULA fc00::/7, link-local fe80::/10,
-  // site-local fec0::/10, multicast ff00::/8, discard 100::/64, local NAT64 64:ff9b:1::/48 ...
-  if ((at(0) & 0xe0) !== 0x20) return true;
-  if (at(0) === 0x20 && at(1) === 0x01) {
-    if (at(2) === 0x00 && at(3) === 0x00) return true; // Teredo 2001::/32
-    if (at(2) === 0x0d && at(3) === 0xb8) return true; // documentation 2001:db8::/32
-    if (at(2) === 0x00 && (at(3) & 0xf0) === 0x10) return true; // ORCHID 2001:10::/28
-    if (at(2) === 0x00 && (at(3) & 0xf0) === 0x20) return true; // ORCHIDv2 2001:20::/28
-  }
-  if (at(0) === 0x3f && at(1) === 0xff && (at(2) & 0xf0) === 0x00) return true; // documentation 3fff::/20
-  return false;
-}
-
-/**
- * True when an outbound request must not reach this address: loopback, unspecified,
- * private, link-local, CGNAT, multicast, reserved and documentation ranges, and IPv6 forms
- * that embed such an IPv4 address (mapped, compatible, NAT64, 6to4). Input must be a
- * canonical IPv4 dotted quad or an IPv6 address; anything else is refused (fails closed).
- */
-export function isBlockedAddress(ip: string): boolean {
-  if (isIPv4(ip)) return isBlockedV4(ip.split('.').map(Number));
-  const bytes = parseIPv6(ip);
-  return bytes ? isBlockedV6(bytes) : true;
-}
-
-// ---------------------------------------------------------------------------------------
 // URL and header checks
 
 function parseTarget(raw: string): URL {
@@ -206,25 +139,6 @@ function parseTarget(raw: string): URL {
   if (url.username !== '' || url.password !== '') throw new HttpRequestError('invalid_url', 'URLs with credentials (user:pass@) are not allowed; send an Authorization header instead');
   if (url.hostname === '') throw new HttpRequestError('invalid_url', 'the URL has no host');
   return url;
-}
-
-/** Bare host (IPv6 without brackets, no trailing dot). */
-function bareHost(hostname: string): string {
-  const h = hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname;
-  return h.toLowerCase().replace(/\.$/, '');
-}
-
-function hostKey(hostname: string, protocol: string, port: string): string {
-  const host = bareHost(hostname);
-  const effectivePort = port || (protocol === 'https:' ? '443' : '80');
-  return `${isIPv6(host) ? `[${host}]` : host}:${effectivePort}`;
-}
-
-function normaliseAllowed(entry: string): string {
-  const e = entry.trim().toLowerCase();
-  const m = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(e);
-  if (!m) return e;
-  return `${m[1]!.startsWith('[') ? m[1] : m[1]!.replace(/\.$/, '')}:${Number(m[2])}`;
 }
 
 function cleanHeaders(input: Record<string, string> | undefined): Record<string, string> {
@@ -247,67 +161,6 @@ function cleanHeaders(input: Record<string, string> | undefined): Record<string,
 }
 
 // ---------------------------------------------------------------------------------------
-// The guarded connector
-
-const systemLookup: HostLookup = (hostname) => dnsLookup(hostname, { all: true, verbatim: true });
-
-function guardedConnector(policy: HttpPolicy, allowed: ReadonlySet<string>, lookup: HostLookup, signal: AbortSignal): buildConnector.connector {
-  const base = buildConnector({ timeout: policy.timeoutMs });
-  return (opts, callback) => {
-    const host = bareHost(opts.hostname);
-    const exempt = policy.allowPrivate || allowed.has(hostKey(opts.hostname, opts.protocol, opts.port));
-    let done = false;
-    let pending: Socket | undefined;
-    const finish = (err: Error | null, socket: Socket | null): void => {
-      if (done) {
-        socket?.destroy();
-        return;
-      }
-      done = true;
-      signal.removeEventListener('abort', onAbort);
-      if (err) callback(err, null);
-      else callback(null, socket!);
-    };
-    // The deadline also ends a lookup or a connect in progress, so nothing lingers.
-    const onAbort = (): void => {
-      pending?.destroy();
-      finish(signal.reason instanceof Error ? signal.reason : new HttpRequestError('timeout', 'aborted'), null);
-    };
-    if (signal.aborted) return onAbort();
-    signal.addEventListener('abort', onAbort, { once: true });
-
-    const attempt = (addresses: readonly string[], i: number, servername: string | undefined): void => {
-      if (done) return;
-      const socket: unknown = base({ ...opts, hostname: addresses[i]!, servername }, (err, connected) => {
-        pending = undefined;
-        if (err && i + 1 < addresses.length && !done) attempt(addresses, i + 1, servername);
-        else finish(err, connected);
-      });
-      if (socket instanceof Socket) pending = socket;
-    };
-
-    (isIP(host) ? Promise.resolve([{ address: host }]) : lookup(host)).then(
-      (found) => {
-        if (done) return;
-        const addresses = found.map((a) => a.address);
-        if (addresses.length === 0) return finish(new HttpRequestError('network', `${host} did not resolve to any address`), null);
-        if (!exempt) {
-          const bad = addresses.find((a) => isBlockedAddress(a));
-          if (bad !== undefined) {
-            const why = bad === host ? `${host} is a private, loopback or reserved address` : `${host} resolves to ${bad}, a private, loopback or reserved address`;
-            return finish(new HttpRequestError('blocked_address', why), null);
-          }
-        }
-        // Connect to the vetted addresses only, in order; TLS still names the host (SNI and
-        // certificate check), and undici keeps the URL's Host header.
-        attempt(addresses, 0, opts.servername || (isIP(host) ? undefined : host));
-      },
-      (err: unknown) => finish(new HttpRequestError('network', `cannot resolve ${host}: ${(err as Error)?.message ?? String(err)}`, { cause: err }), null),
-    );
-  };
-}
-
-// ---------------------------------------------------------------------------------------
 // The request
 
 function flattenHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string> {
@@ -327,6 +180,7 @@ function discard(body: NodeJS.ReadableStream & { destroy(): unknown }): void {
 
 function mapError(err: unknown, timedOut: boolean, policy: HttpPolicy): HttpRequestError {
   if (err instanceof HttpRequestError) return err;
+  if (err instanceof OutboundError) return new HttpRequestError(timedOut ? 'timeout' : err.code, timedOut ? `no complete answer within ${policy.timeoutMs} ms` : err.message, { cause: err });
   if (timedOut) return new HttpRequestError('timeout', `no complete answer within ${policy.timeoutMs} ms`, { cause: err });
   const code = (err as { code?: unknown })?.code;
   const message = (err as Error)?.message ?? String(err);
@@ -337,11 +191,34 @@ function mapError(err: unknown, timedOut: boolean, policy: HttpPolicy): HttpRequ
   return new HttpRequestError('network', typeof code === 'string' ? `${code}: ${message}` : message, { cause: err });
 }
 
-function checkLiteral(url: URL, policy: HttpPolicy, allowed: ReadonlySet<string>): void {
-  // The connector checks again; this only answers early for literal addresses.
-  const host = bareHost(url.hostname);
-  if (!isIP(host) || policy.allowPrivate || allowed.has(hostKey(url.hostname, url.protocol, url.port))) return;
-  if (isBlockedAddress(host)) throw new HttpRequestError('blocked_address', `${host} is a private, loopback or reserved address`);
+function portOf(url: URL): number {
+  return Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+}
+
+function checkTarget(url: URL, policy: OutboundPolicy): void {
+  // The connector checks again on the resolved address; this only answers early for literals.
+  try {
+    checkLiteral(url.hostname, portOf(url), policy);
+  } catch (err) {
+    throw mapError(err, false, { timeoutMs: 0 } as HttpPolicy);
+  }
+}
+
+/** Rate limits are per origin and account (the Authorization header), not per origin alone. */
+function rateKey(url: URL, headers: Record<string, string>): string {
+  return accountKey(url.origin, headers.authorization);
+}
+
+function rateLimited(key: string, left: number): HttpRequestError {
+  return new HttpRequestError('rate_limited', `${key.replace(/#.*$/, '')} asked to slow down; it may be called again in ${Math.ceil(left / 1000)} s`, { retryAfterMs: left });
+}
+
+/** How long a "slow down" answer asks to wait, or undefined when it is no such answer. */
+export function retryAfterOf(status: number, headers: Record<string, string>): number | undefined {
+  if (status !== 429 && status !== 503) return undefined;
+  const named = parseRetryAfter(headers['retry-after']);
+  if (named !== undefined) return named;
+  return status === 429 ? DEFAULT_RATE_LIMIT_DELAY_MS : undefined;
 }
 
 export async function safeRequest(req: HttpRequest, policy: HttpPolicy, options: SafeRequestOptions = {}): Promise<HttpResponse> {
@@ -351,8 +228,16 @@ export async function safeRequest(req: HttpRequest, policy: HttpPolicy, options:
   let headers = cleanHeaders(req.headers);
   let body: string | undefined = method === 'HEAD' ? undefined : req.body;
   const maxRedirects = policy.maxRedirects ?? DEFAULT_MAX_REDIRECTS;
-  const allowed = new Set(policy.allowedHosts.map(normaliseAllowed));
-  checkLiteral(url, policy, allowed);
+  const outbound: OutboundPolicy = {
+    allowPrivate: policy.allowPrivate,
+    allowedHosts: policy.allowedHosts,
+    perHostConcurrency: policy.perHostConcurrency ?? DEFAULT_PER_HOST_CONCURRENCY,
+  };
+  checkTarget(url, outbound);
+
+  // A destination that asked us to slow down is waited for before the deadline starts.
+  const left = await waitUntilUnblocked(rateKey(url, headers), MAX_IN_THREAD_WAIT_MS);
+  if (left > 0) throw rateLimited(rateKey(url, headers), left);
 
   const controller = new AbortController();
   let timedOut = false;
@@ -360,79 +245,85 @@ export async function safeRequest(req: HttpRequest, policy: HttpPolicy, options:
     timedOut = true;
     controller.abort(new HttpRequestError('timeout', `no complete answer within ${policy.timeoutMs} ms`));
   }, policy.timeoutMs);
-  const agent = new Agent({
-    connect: guardedConnector(policy, allowed, options.lookup ?? systemLookup, controller.signal),
-    headersTimeout: policy.timeoutMs,
-    bodyTimeout: policy.timeoutMs,
-  });
+  // A custom resolver gets an Agent of its own; everything else shares this thread's pools.
+  const own = options.lookup ? new Agent({ connect: guardedConnector(outbound, policy.timeoutMs, options.lookup) }) : undefined;
+  const agent = own ?? agentFor(outbound, policy.timeoutMs);
 
   try {
     for (let redirects = 0; ; redirects++) {
-      const res = await agent.request({
-        origin: url.origin,
-        path: `${url.pathname}${url.search}`,
-        method: method as 'GET',
-        headers,
-        body,
-        signal: controller.signal,
-        headersTimeout: policy.timeoutMs,
-        bodyTimeout: policy.timeoutMs,
-        highWaterMark: Math.min(64 * 1024, policy.maxResponseBytes + 1),
-      });
-      const location = res.headers.location;
-      if ([301, 302, 303, 307, 308].includes(res.statusCode) && typeof location === 'string' && location !== '') {
-        discard(res.body);
-        if (redirects >= maxRedirects) throw new HttpRequestError('too_many_redirects', `more than ${maxRedirects} redirects`);
-        let next: URL;
-        try {
-          next = parseTarget(new URL(location, url).href);
-        } catch (err) {
-          if (err instanceof HttpRequestError) throw new HttpRequestError('invalid_url', `redirect refused: ${err.message}`);
-          throw new HttpRequestError('invalid_url', `redirect to an invalid location ${JSON.stringify(location.slice(0, 200))}`);
-        }
-        checkLiteral(next, policy, allowed);
-        if ((res.statusCode === 303 && method !== 'HEAD') || ((res.statusCode === 301 || res.statusCode === 302) && method === 'POST')) {
-          method = 'GET';
-          body = undefined;
-          headers = { ...headers };
-          for (const h of BODY_HEADERS) delete headers[h];
-        }
-        if (next.origin !== url.origin) {
-          headers = { ...headers };
-          for (const h of CREDENTIAL_HEADERS) delete headers[h];
-        }
-        url = next;
-        continue;
-      }
-
-      const responseHeaders = flattenHeaders(res.headers);
-      const declared = Number(responseHeaders['content-length']);
-      if (Number.isFinite(declared) && declared > policy.maxResponseBytes) {
-        discard(res.body);
-        throw new HttpRequestError('too_large', `the response declares ${declared} bytes, more than the ${policy.maxResponseBytes} allowed`);
-      }
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > policy.maxResponseBytes) {
+      const release = await acquireSlot(destinationKey(url.hostname, portOf(url)), outbound.perHostConcurrency, controller.signal);
+      try {
+        const res = await agent.request({
+          origin: url.origin,
+          path: `${url.pathname}${url.search}`,
+          method: method as 'GET',
+          headers,
+          body,
+          signal: controller.signal,
+          headersTimeout: policy.timeoutMs,
+          bodyTimeout: policy.timeoutMs,
+          highWaterMark: Math.min(64 * 1024, policy.maxResponseBytes + 1),
+        });
+        const location = res.headers.location;
+        if ([301, 302, 303, 307, 308].includes(res.statusCode) && typeof location === 'string' && location !== '') {
           discard(res.body);
-          throw new HttpRequestError('too_large', `the response is larger than the ${policy.maxResponseBytes} bytes allowed`);
+          if (redirects >= maxRedirects) throw new HttpRequestError('too_many_redirects', `more than ${maxRedirects} redirects`);
+          let next: URL;
+          try {
+            next = parseTarget(new URL(location, url).href);
+          } catch (err) {
+            if (err instanceof HttpRequestError) throw new HttpRequestError('invalid_url', `redirect refused: ${err.message}`);
+            throw new HttpRequestError('invalid_url', `redirect to an invalid location ${JSON.stringify(location.slice(0, 200))}`);
+          }
+          checkTarget(next, outbound);
+          if ((res.statusCode === 303 && method !== 'HEAD') || ((res.statusCode === 301 || res.statusCode === 302) && method === 'POST')) {
+            method = 'GET';
+            body = undefined;
+            headers = { ...headers };
+            for (const h of BODY_HEADERS) delete headers[h];
+          }
+          if (next.origin !== url.origin) {
+            headers = { ...headers };
+            for (const h of CREDENTIAL_HEADERS) delete headers[h];
+          }
+          url = next;
+          continue;
         }
-        chunks.push(chunk);
+
+        const responseHeaders = flattenHeaders(res.headers);
+        const declared = Number(responseHeaders['content-length']);
+        if (Number.isFinite(declared) && declared > policy.maxResponseBytes) {
+          discard(res.body);
+          throw new HttpRequestError('too_large', `the response declares ${declared} bytes, more than the ${policy.maxResponseBytes} allowed`);
+        }
+        const chunks: Buffer[] = [];
+        let size = 0;
+        for await (const chunk of res.body as AsyncIterable<Buffer>) {
+          size += chunk.length;
+          if (size > policy.maxResponseBytes) {
+            discard(res.body);
+            throw new HttpRequestError('too_large', `the response is larger than the ${policy.maxResponseBytes} bytes allowed`);
+          }
+          chunks.push(chunk);
+        }
+        const retryAfterMs = retryAfterOf(res.statusCode, responseHeaders);
+        if (retryAfterMs !== undefined) blockDestination(rateKey(url, headers), retryAfterMs);
+        return {
+          status: res.statusCode,
+          headers: responseHeaders,
+          body: new TextDecoder('utf-8').decode(Buffer.concat(chunks, size)),
+          truncated: false,
+          url: url.href,
+          ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
+        };
+      } finally {
+        release();
       }
-      return {
-        status: res.statusCode,
-        headers: responseHeaders,
-        body: new TextDecoder('utf-8').decode(Buffer.concat(chunks, size)),
-        truncated: false,
-        url: url.href,
-      };
     }
   } catch (err) {
     throw mapError(err, timedOut, policy);
   } finally {
     clearTimeout(timer);
-    await agent.destroy().catch(() => undefined);
+    if (own) await own.destroy().catch(() => undefined);
   }
 }

@@ -8,7 +8,7 @@ import { build, waitForRun } from '../helpers.js';
 
 /** A run through a real provider: the engine renders, sends, retries and records. */
 async function setUp(t: TestContext, channel: 'EMAIL' | 'SMS', settings: Record<string, unknown>, content: Record<string, unknown>, stepType: string) {
-  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_DELIVERY_RETRY_BASE_MS: '50', SVC_DELIVERY_MAX_ATTEMPTS: '4' } });
+  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_DELIVERY_RETRY_BASE_MS: '50', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_ALLOW_PRIVATE: '1' } });
   const token = await s.login(s.owner.email, s.owner.password);
   const put = await s.request('PUT', '/settings/channels', { token, body: { [channel]: settings } });
   assert.equal(put.status, 200, put.text);
@@ -33,15 +33,15 @@ async function setUp(t: TestContext, channel: 'EMAIL' | 'SMS', settings: Record<
   return { s, token, post };
 }
 
-async function fakeSmsApi(t: TestContext, answer: (n: number) => { status: number; body: unknown }) {
-  const calls: { path: string; body: string }[] = [];
+async function fakeSmsApi(t: TestContext, answer: (n: number) => { status: number; body: unknown; headers?: Record<string, string> }) {
+  const calls: { path: string; body: string; at: number }[] = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
-      calls.push({ path: req.url ?? '', body });
+      calls.push({ path: req.url ?? '', body, at: Date.now() });
       const a = answer(calls.length);
-      res.writeHead(a.status, { 'content-type': 'application/json' }).end(JSON.stringify(a.body));
+      res.writeHead(a.status, { 'content-type': 'application/json', ...a.headers }).end(JSON.stringify(a.body));
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -54,6 +54,7 @@ const smsSettings = (baseUrl: string) => ({ provider: 'twilio', settings: { base
 test('a run sends its email through a real SMTP server with the rendered content', async (t) => {
   const received: string[] = [];
   const smtp = new SMTPServer({
+    closeTimeout: 200, // pooled connections of the server under test are cut, not awaited for 30 s
     secure: false,
     disabledCommands: ['STARTTLS', 'AUTH'],
     logger: false,
@@ -104,6 +105,27 @@ test('an SMS provider failing twice (503) then succeeding: the run retries with 
   assert.equal(rows[2].providerMessageId, 'SM42');
 });
 
+test('an SMS provider answering 429 with Retry-After: 2 gets the send retried after 2 s, never failed, however often it asks', async (t) => {
+  // Four rate-limit answers: as many as deliveryMaxAttempts (4) here. A deferral is not a
+  // failed try, so the fifth call still happens and the run completes.
+  const api = await fakeSmsApi(t, (n) =>
+    n <= 4 ? { status: 429, body: { code: 20429, message: 'Too Many Requests' }, headers: { 'retry-after': '2' } } : { status: 201, body: { sid: 'SM429' } },
+  );
+  const { s, token, post } = await setUp(t, 'SMS', smsSettings(api.baseUrl), { text: 'Code {{ trigger.code }}' }, 'send_sms');
+  const { runId } = await post({ phone: '+14155552671', code: '429' });
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED'], 30_000);
+  assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  assert.equal(api.calls.length, 5);
+  for (let i = 1; i < api.calls.length; i++) {
+    const gap = api.calls[i]!.at - api.calls[i - 1]!.at;
+    assert.ok(gap >= 1_950, `call ${i + 1} came ${gap} ms after the one answered 429 with Retry-After: 2`);
+  }
+  const attempts = await s.request('GET', `/messages/delivery-attempts?runId=${runId}`, { token });
+  const sent = attempts.body.data.filter((a: { status: string }) => a.status === 'SENT');
+  assert.equal(sent.length, 1);
+  assert.equal(sent[0].providerMessageId, 'SM429');
+});
+
 test('an SMS provider answering 400 fails the step at once with the provider error', async (t) => {
   const api = await fakeSmsApi(t, () => ({ status: 400, body: { code: 21211, message: 'invalid To number' } }));
   const { s, token, post } = await setUp(t, 'SMS', smsSettings(api.baseUrl), { text: 'hi' }, 'send_sms');
@@ -117,7 +139,7 @@ test('an SMS provider answering 400 fails the step at once with the provider err
 });
 
 test('a hostile template fails its step cleanly and the engine goes on with other runs', async (t) => {
-  const s = await build(t, { engine: { pollMs: 50 } });
+  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_HTTP_ALLOW_PRIVATE: '1' } });
   const token = await s.login(s.owner.email, s.owner.password);
   const hostile = await s.request('POST', '/templates', {
     token,

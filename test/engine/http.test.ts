@@ -105,9 +105,10 @@ describe('isBlockedAddress', () => {
   for (const ip of allowed) test(`allows ${ip}`, () => assert.equal(isBlockedAddress(ip), false));
 });
 
-test('httpPolicyFrom copies the config fields and defaults maxRedirects to 5', () => {
+test('httpPolicyFrom copies the config fields and defaults maxRedirects to 5 and the per-host cap to 256', () => {
   const p = httpPolicyFrom({ httpAllowPrivate: true, httpAllowedHosts: ['a:1'], httpTimeoutMs: 1234, httpMaxResponseBytes: 4096 });
-  assert.deepEqual(p, { allowPrivate: true, allowedHosts: ['a:1'], timeoutMs: 1234, maxResponseBytes: 4096, maxRedirects: 5 });
+  assert.deepEqual(p, { allowPrivate: true, allowedHosts: ['a:1'], timeoutMs: 1234, maxResponseBytes: 4096, maxRedirects: 5, perHostConcurrency: 256 });
+  assert.equal(httpPolicyFrom({ httpAllowPrivate: false, httpAllowedHosts: [], httpTimeoutMs: 1, httpMaxResponseBytes: 1, outboundPerHostConcurrency: 7 }).perHostConcurrency, 7);
 });
 
 describe('blocked targets are refused before any socket opens', () => {

@@ -11,13 +11,15 @@ import { test, type TestContext } from 'node:test';
 import { deliveryAttempts } from '../../src/core/db/schema.js';
 import { findAttemptsForStep } from '../../src/core/services/deliveries.js';
 import { deliverOnce, deliverWithRetries, retryDelayMs } from '../../src/engine/deliver.js';
+import { configureOutbound, OutboundError, outboundPolicyFrom, STRICT_OUTBOUND_POLICY } from '../../src/engine/outbound.js';
 import { providerFor } from '../../src/engine/providers/index.js';
 import { classifySmtpError } from '../../src/engine/providers/smtp.js';
 import { build, type TestServer } from '../helpers.js';
 
 const TWILIO_TOKEN = 'twilio-token-Rt5sX8qZ';
 const WA_TOKEN = 'wa-token-Mn4bV7cX';
-const FAST = { SVC_DELIVERY_RETRY_BASE_MS: '10', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_TIMEOUT_MS: '300' };
+// The stand-ins listen on 127.0.0.1, which the outbound policy refuses unless allowed.
+const FAST = { SVC_DELIVERY_RETRY_BASE_MS: '10', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_TIMEOUT_MS: '300', SVC_HTTP_ALLOW_PRIVATE: '1' };
 
 interface Seen {
   method: string;
@@ -53,6 +55,9 @@ async function apiServer(t: TestContext, reply: (n: number, req: Seen) => Reply 
 
 async function setup(t: TestContext): Promise<{ s: TestServer; token: string }> {
   const s = await build(t, { env: FAST });
+  // deliverOnce passes no policy of its own: sends use this thread's configured one.
+  configureOutbound(outboundPolicyFrom(s.config));
+  t.after(() => configureOutbound(STRICT_OUTBOUND_POLICY));
   const token = await s.login(s.owner.email, s.owner.password);
   return { s, token };
 }
@@ -247,6 +252,20 @@ test('whatsapp: 503 twice then success; a 400 is permanent with the Graph error;
   assert.equal((await deliverOnce({ db: s.db, config: s.config }, { ...input, attempt: 1 })).transient, true);
 });
 
+test('without an allowing policy a provider aimed at 127.0.0.1 fails permanently and nothing is sent', async (t) => {
+  const s = await build(t, { env: { SVC_HTTP_TIMEOUT_MS: '300' } });
+  configureOutbound(outboundPolicyFrom(s.config));
+  t.after(() => configureOutbound(STRICT_OUTBOUND_POLICY));
+  const token = await s.login(s.owner.email, s.owner.password);
+  const api = await apiServer(t, () => ({ status: 201, body: { sid: 'SM-never' } }));
+  await useTwilio(s, token, api.url);
+  const outcome = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 9, stepIndex: 0 });
+  assert.deepEqual([outcome.status, outcome.transient], ['FAILED', false]);
+  assert.match(outcome.error ?? '', /^twilio: destination refused by the outbound policy: 127\.0\.0\.1 is a private, loopback or reserved address$/);
+  assert.equal(api.seen.length, 0);
+  assert.deepEqual(findAttemptsForStep(s.db, 9, 0).map((a) => [a.attempt, a.status]), [[1, 'FAILED']], 'a refusal is not retried');
+});
+
 test('outbox: SENT at once with the rendered content, no network', async (t) => {
   const { s } = await setup(t);
   const recorded: string[] = [];
@@ -307,5 +326,18 @@ test('SMTP errors: 4xx replies and network trouble are transient, 5xx and refuse
     const r = classifySmtpError(err);
     assert.equal(r.transient, transient, JSON.stringify(err));
     assert.match(r.error, /^smtp: /);
+    // Only 421 and 451 ask to slow down.
+    const code = (err as { responseCode?: number }).responseCode;
+    assert.equal(r.retryAfterMs !== undefined, code === 421 || code === 451, JSON.stringify(err));
   }
+  // A certificate the client refuses, and a destination the outbound policy refuses, are permanent.
+  assert.equal(classifySmtpError({ code: 'ESOCKET', originalCode: 'DEPTH_ZERO_SELF_SIGNED_CERT', message: 'self-signed certificate' }).transient, false);
+  assert.deepEqual(classifySmtpError(new OutboundError('blocked_address', '10.0.0.1 is a private, loopback or reserved address')), {
+    ok: false,
+    transient: false,
+    error: 'smtp: destination refused by the outbound policy: 10.0.0.1 is a private, loopback or reserved address',
+  });
+  // Messages without a reply code may quote what the server sent: a fixed text is stored instead.
+  const protocol = classifySmtpError({ code: 'EPROTOCOL', message: 'Invalid greeting. response=SSH-2.0-OpenSSH internal banner' });
+  assert.equal(protocol.error, 'smtp: the server broke the SMTP protocol (EPROTOCOL)');
 });

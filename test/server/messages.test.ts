@@ -17,7 +17,9 @@ const ATTEMPT_KEYS = ['attempt', 'channel', 'createdAt', 'id', 'provider', 'rend
 const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 const SMTP_USER = 'mailer';
 const SMTP_PASS = 'smtp-pass-Wd93kLq2';
-const FAST_RETRIES = { SVC_DELIVERY_RETRY_BASE_MS: '20', SVC_DELIVERY_MAX_ATTEMPTS: '3' };
+// The SMTP servers of these tests listen on 127.0.0.1, which the outbound policy refuses
+// unless private destinations are allowed (test/engine/outbound.test.ts covers the refusal).
+const FAST_RETRIES = { SVC_DELIVERY_RETRY_BASE_MS: '20', SVC_DELIVERY_MAX_ATTEMPTS: '3', SVC_HTTP_ALLOW_PRIVATE: '1' };
 
 async function setup(t: TestContext, env: NodeJS.ProcessEnv = FAST_RETRIES): Promise<{ s: TestServer; token: string }> {
   const s = await build(t, { env });

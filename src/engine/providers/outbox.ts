@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Provider } from './index.js';
+import type { Provider } from './api.js';
 
 /**
  * The built-in default for every channel: nothing leaves the server. The rendered message

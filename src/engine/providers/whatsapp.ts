@@ -1,11 +1,13 @@
 import type { WhatsAppCredentials, WhatsAppSettings } from '../../core/services/channels.js';
-import { excerpt, isTransientStatus, networkFailure, postToProvider, type OutgoingMessage, type Provider } from './index.js';
+import { callProviderApi, errorText, isTransientStatus, retryAfterMsOf, type ApiReply, type OutgoingMessage, type Provider, type SendResult } from './api.js';
 
 /**
  * Graph API error codes that mean "slow down" although the status is 400: app, account
  * and pair rate limits and spam throttling.
  */
 const RATE_LIMIT_CODES = new Set([4, 80007, 130429, 131048, 131056]);
+/** The pair rate limit (one business number to one recipient): it does not block the API for other recipients. */
+const PAIR_RATE_LIMIT = 131056;
 
 /** The Cloud API message: free text, or an approved template with body parameters. */
 export function whatsappPayload(msg: OutgoingMessage): Record<string, unknown> {
@@ -27,14 +29,30 @@ export function whatsappPayload(msg: OutgoingMessage): Record<string, unknown> {
   return { ...base, type: 'text', text: { body: typeof r.text === 'string' ? r.text : '' } };
 }
 
-/** Graph errors are `{error: {message, type, code, error_subcode, fbtrace_id}}`. */
+/** Graph errors are `{error: {message, type, code, error_subcode, fbtrace_id}}`: only code and message are kept. */
 function graphError(json: unknown): { message?: string; code?: number } {
   const error = (json as { error?: { message?: unknown; code?: unknown } } | undefined)?.error;
   if (!error || typeof error !== 'object') return {};
   return {
-    ...(typeof error.message === 'string' ? { message: error.message } : {}),
-    ...(typeof error.code === 'number' ? { code: error.code } : {}),
+    ...(typeof error.message === 'string' ? { message: errorText(error.message) } : {}),
+    ...(typeof error.code === 'number' && Number.isInteger(error.code) ? { code: error.code } : {}),
   };
+}
+
+/** A Graph API reply as a send result; only the Graph error's code and message reach the stored error. */
+export function classifyWhatsAppReply(reply: ApiReply): SendResult & { blockDestination?: boolean } {
+  if (reply.status >= 200 && reply.status < 300) {
+    const id = (reply.json as { messages?: { id?: unknown }[] } | undefined)?.messages?.[0]?.id;
+    return { ok: true, providerMessageId: typeof id === 'string' ? errorText(id, 128) : null };
+  }
+  const err = graphError(reply.json);
+  const detail = err.message !== undefined ? `${err.message}${err.code !== undefined ? ` (code ${err.code})` : ''}` : err.code !== undefined ? `code ${err.code}` : 'no details';
+  const error = `whatsapp: HTTP ${reply.status}: ${detail}`;
+  const rateLimitCode = err.code !== undefined && RATE_LIMIT_CODES.has(err.code);
+  if (reply.status === 429 || rateLimitCode || (reply.status === 503 && reply.retryAfter !== undefined)) {
+    return { ok: false, transient: true, error, retryAfterMs: retryAfterMsOf(reply), ...(err.code === PAIR_RATE_LIMIT ? { blockDestination: false } : {}) };
+  }
+  return { ok: false, transient: isTransientStatus(reply.status), error };
 }
 
 /** WHATSAPP through the WhatsApp Cloud API (Graph API), Bearer token. */
@@ -45,19 +63,6 @@ export const whatsappProvider: Provider = {
     const c = credentials as unknown as WhatsAppCredentials;
     const url = `${s.baseUrl}/${encodeURIComponent(s.phoneNumberId)}/messages`;
     const headers = { authorization: `Bearer ${c.accessToken}`, 'content-type': 'application/json', accept: 'application/json' };
-    let reply;
-    try {
-      reply = await postToProvider(url, headers, JSON.stringify(whatsappPayload(msg)), opts.timeoutMs);
-    } catch (err) {
-      return networkFailure('whatsapp', err);
-    }
-    if (reply.status >= 200 && reply.status < 300) {
-      const id = (reply.json as { messages?: { id?: unknown }[] } | undefined)?.messages?.[0]?.id;
-      return { ok: true, providerMessageId: typeof id === 'string' ? id : null };
-    }
-    const err = graphError(reply.json);
-    const detail = err.message ? `${err.message}${err.code !== undefined ? ` (code ${err.code})` : ''}` : excerpt(reply.text) || 'no details';
-    const transient = isTransientStatus(reply.status) || (err.code !== undefined && RATE_LIMIT_CODES.has(err.code));
-    return { ok: false, transient, error: `whatsapp: HTTP ${reply.status}: ${detail}` };
+    return callProviderApi({ provider: 'whatsapp', url, headers, body: JSON.stringify(whatsappPayload(msg)), account: c.accessToken, classify: classifyWhatsAppReply }, opts);
   },
 };
