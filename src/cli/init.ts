@@ -41,7 +41,7 @@ export function registerInit(program: Command): void {
       let workspaceName = opts.workspace;
       let email = opts.email;
       let password = opts.passwordStdin ? await readSecretFromStdin() : undefined;
-      if (interactive(opts)) {
+      if (interactive({ yes: opts.yes, json: globals(cmd).json })) {
         workspaceName ??= await input({ message: 'Workspace name', default: DEFAULT_WORKSPACE_NAME });
         email ??= await input({ message: 'Owner email', default: DEFAULT_OWNER_EMAIL });
         if (password === undefined) {

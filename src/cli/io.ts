@@ -85,8 +85,9 @@ export async function readSecretFromStdin(): Promise<string> {
   return text;
 }
 
-export function interactive(opts: { yes?: boolean }): boolean {
-  return !opts.yes && !!process.stdin.isTTY && !!process.stdout.isTTY;
+/** Prompts only on a terminal, and never with --yes or --json (a script reads --json output). */
+export function interactive(opts: { yes?: boolean | undefined; json?: boolean | undefined }): boolean {
+  return !opts.yes && !opts.json && !!process.stdin.isTTY && !!process.stdout.isTTY;
 }
 
 /** Every page of a listing, for commands that print the whole list. */

@@ -1,6 +1,6 @@
 import { createServer, type AddressInfo } from 'node:net';
 import type { Command } from 'commander';
-import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated } from '../core/bootstrap.js';
+import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated, type InitResult } from '../core/bootstrap.js';
 import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
 import { buildApp } from '../server/app.js';
 import { describeInit } from './init.js';
@@ -18,6 +18,22 @@ export function freePort(host: string): Promise<number> {
   });
 }
 
+/**
+ * What `svc serve --json` prints once it listens: where it is, and on a folder it has just
+ * initialised, the generated owner (the only time that password is shown).
+ */
+export function startLine(url: string, config: Config, initialised: InitResult | undefined) {
+  return {
+    url,
+    publicUrl: config.publicUrl,
+    dataDir: config.dataDir,
+    pid: process.pid,
+    ...(initialised
+      ? { initialised: true as const, owner: { email: initialised.user.email, password: initialised.generatedPassword ?? null } }
+      : {}),
+  };
+}
+
 export function registerServe(program: Command): void {
   program
     .command('serve')
@@ -30,7 +46,10 @@ export function registerServe(program: Command): void {
         ...(opts.host ? { host: opts.host } : {}),
         ...(opts.port ? { port: opts.port } : {}),
       };
+      // --json: one line on stdout for the script that started us; logs go to stderr.
+      const json = globals(cmd).json === true;
       let config: Config | undefined;
+      let initialised: InitResult | undefined;
       const withPort = async () => {
         const loaded = loadConfig(flags);
         // Pick the port now so that publicUrl (and so webhook URLs) name the real one.
@@ -38,13 +57,13 @@ export function registerServe(program: Command): void {
         return loadConfig(flags);
       };
       if (needsInitialisation(flags, process.env)) {
-        const result = await initialiseDataFolder(flags, process.env, { workspaceName: DEFAULT_WORKSPACE_NAME, email: DEFAULT_OWNER_EMAIL }, cliActor());
+        initialised = await initialiseDataFolder(flags, process.env, { workspaceName: DEFAULT_WORKSPACE_NAME, email: DEFAULT_OWNER_EMAIL }, cliActor());
         config = await withPort();
-        process.stdout.write(`${describeInit(result, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
+        if (!json) process.stdout.write(`${describeInit(initialised, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
       config ??= await withPort();
       const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
-      const app = await buildApp({ config, db, engine: config.engine });
+      const app = await buildApp({ config, db, engine: config.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');
 
       let closing = false;
@@ -66,6 +85,7 @@ export function registerServe(program: Command): void {
       process.on('SIGINT', () => void shutdown('SIGINT'));
 
       const address = await app.listen({ host: config.host, port: config.port });
-      process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);
+      if (json) process.stdout.write(`${JSON.stringify(startLine(address, config, initialised))}\n`);
+      else process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);
     });
 }

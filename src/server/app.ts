@@ -32,6 +32,8 @@ export interface AppDeps {
   db: Db;
   /** A logger to use instead of building one from config (tests pass a silent one). */
   logger?: FastifyBaseLogger | false;
+  /** Where the built logger writes: stdout (default), or stderr when stdout is for `svc serve --json`. */
+  logTo?: 'stdout' | 'stderr';
   /** Execute runs in this process (svc serve does; API-only tests need not). */
   engine?: boolean | EngineOptions;
 }
@@ -80,23 +82,63 @@ function validatorCompilers() {
 
 const DECIMAL_RE = /^-?(0|[1-9][0-9]{0,15})$/;
 
+/** On every response: no MIME sniffing of JSON into HTML, no URL (tokens!) in Referer. */
+export const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'referrer-policy': 'no-referrer' } as const;
+
+/**
+ * Fastify's own hop count trusts no hop at all (it cannot check the peer), so a count is
+ * given as a function: the socket's peer and the next n-1 hops are proxies, and the address
+ * the n-th proxy saw is the client's. Lists are addresses/CIDRs; config refuses "every hop".
+ */
+export function trustProxyOption(setting: Config['trustProxy']): false | string[] | ((address: string, hop: number) => boolean) {
+  if (setting === false) return false;
+  if (typeof setting === 'number') return (_address, hop) => hop < setting;
+  return [...setting];
+}
+
+const WEBHOOK_PREFIX = '/v1/webhooks/in';
+const MAX_PARAM_LENGTH = 256;
+/** What an empty, over-long or multi-segment webhook token is routed as: a token no workflow has. */
+const UNROUTABLE_TOKEN = '-';
+const SINGLE_SEGMENT_RE = new RegExp(`^/[^/]{1,${MAX_PARAM_LENGTH}}$`);
+
+/**
+ * Every POST under /v1/webhooks/in reaches the webhook route, so that the per-address
+ * limit counts it and it is answered 404 webhook_not_found with the rate-limit headers,
+ * whatever the token looks like (empty, longer than the router takes, or with slashes).
+ */
+export function webhookUrlForRouting(url: string): string {
+  if (!url.startsWith(WEBHOOK_PREFIX)) return url;
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  const rest = path.slice(WEBHOOK_PREFIX.length);
+  if (rest !== '' && !rest.startsWith('/')) return url;
+  if (SINGLE_SEGMENT_RE.test(rest)) return url;
+  return `${WEBHOOK_PREFIX}/${UNROUTABLE_TOKEN}${q === -1 ? '' : url.slice(q)}`;
+}
+
 export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
   const app = Fastify({
-    ...(deps.logger === undefined ? { logger: loggerOptions(config) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    ...(deps.logger === undefined
+      ? { logger: { ...loggerOptions(config), ...(deps.logTo === 'stderr' ? { stream: process.stderr } : {}) } }
+      : deps.logger
+        ? { loggerInstance: deps.logger }
+        : { logger: false }),
     bodyLimit: config.bodyLimit,
-    trustProxy: config.trustProxy,
+    trustProxy: trustProxyOption(config.trustProxy),
+    rewriteUrl: (req) => (req.method === 'POST' ? webhookUrlForRouting(req.url ?? '/') : (req.url ?? '/')),
     requestIdHeader: false,
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
     return503OnClosing: true,
-    routerOptions: { maxParamLength: 256 },
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Errors raised by the router itself, before any route runs: answered as problems too.
     frameworkErrors: (err, req, reply) => {
       const code = (err as { code?: string }).code;
-      reply.header('x-request-id', req.id);
+      reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
       if (code === 'FST_ERR_MAX_PARAM_LENGTH') {
         const webhook = req.url.startsWith('/v1/webhooks/in/');
         return sendProblem(reply, problem(404, webhook ? 'webhook_not_found' : 'not_found', webhook ? 'No active webhook workflow has this URL' : 'No resource has this id'));
@@ -111,7 +153,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   app.removeContentTypeParser('text/plain');
 
   app.addHook('onRequest', async (req, reply) => {
-    reply.header('x-request-id', req.id);
+    reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
   });
 
   registerErrorHandling(app);

@@ -121,6 +121,9 @@ export const WebhookEvent = Type.Object({
   idempotencyKey: Nullable(Type.String()),
   body: Type.Unknown(),
   bodyText: Nullable(Type.String()),
+  bodySize: Nullable(Type.Integer()),
+  bodyTruncated: Type.Boolean(),
+  bodySha256: Nullable(Type.String()),
 });
 
 export const RunStarted = Type.Object({ runId: Type.Integer(), contactId: Type.Integer() });

@@ -98,6 +98,21 @@ describe('svc serve', { concurrency: true }, () => {
     assert.equal(lines(r.stderr).length, 1, show(r));
   });
 
+  test('serve refuses SVC_TRUST_PROXY=true (trust every hop) at start-up, naming the forms it takes', async (t) => {
+    const dataDir = join(tempDir(t), 'data');
+    const init = await runCli(dataDir, ['init', '--yes', '--json']);
+    assert.equal(init.code, 0, show(init));
+    for (const value of ['true', 'banana']) {
+      const r = await runCli(dataDir, ['serve', '--port', '0'], { env: { SVC_TRUST_PROXY: value } });
+      assert.notEqual(r.code, 0, show(r));
+      assert.doesNotMatch(r.stdout, /svc listening/, show(r));
+      assert.equal(lines(r.stderr).length, 1, show(r));
+      assert.match(r.stderr, /trustProxy/, show(r));
+      assert.match(r.stderr, /hop count such as 1/, show(r));
+      assert.match(r.stderr, /10\.0\.0\.0\/8,127\.0\.0\.1/, show(r));
+    }
+  });
+
   test('two servers on one data folder: a key revoked by the CLI or through server A stops working on server B within 10 s', async (t) => {
     const dataDir = join(tempDir(t), 'shared');
     const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--json']);

@@ -16,7 +16,7 @@ test('a workflow changed by the CLI or another server applies to the very next w
   const token = login.body.token as string;
   const wf = await request(a.url, 'POST', '/workflows', {
     token,
-    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'email', createIfNotFound: true, signingSecret: 'first-secret' } },
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'email', createIfNotFound: true, signingSecret: 'first-secret-0123456789' } },
   });
   assert.equal(wf.status, 201, wf.text);
   const path = new URL(wf.body.webhook.url).pathname;
@@ -24,23 +24,23 @@ test('a workflow changed by the CLI or another server applies to the very next w
   const body = JSON.stringify({ email: 'jane@example.com', nested: { mail: 'ann@example.com' } });
 
   // B learns the workflow (and caches it) from an accepted request.
-  assert.equal((await post(body, 'first-secret')).status, 202);
+  assert.equal((await post(body, 'first-secret-0123456789')).status, 202);
 
   // Paused by the CLI (a third process): B refuses at once, and accepts again after activation.
   assert.equal((await runCli(dataDir, ['workflow', 'deactivate', String(wf.body.id), '--json'])).code, 0);
-  assert.equal((await post(body, 'first-secret')).status, 404);
+  assert.equal((await post(body, 'first-secret-0123456789')).status, 404);
   assert.equal((await runCli(dataDir, ['workflow', 'activate', String(wf.body.id), '--json'])).code, 0);
-  assert.equal((await post(body, 'first-secret')).status, 202);
+  assert.equal((await post(body, 'first-secret-0123456789')).status, 202);
 
   // The secret rotated through server A: B takes the new one and refuses the stale one.
-  const rotated = await request(a.url, 'PATCH', `/workflows/${wf.body.id}`, { token, body: { webhook: { signingSecret: 'second-secret' } } });
+  const rotated = await request(a.url, 'PATCH', `/workflows/${wf.body.id}`, { token, body: { webhook: { signingSecret: 'second-secret-0123456789' } } });
   assert.equal(rotated.status, 200, rotated.text);
-  assert.equal((await post(body, 'first-secret')).status, 401);
-  assert.equal((await post(body, 'second-secret')).status, 202);
+  assert.equal((await post(body, 'first-secret-0123456789')).status, 401);
+  assert.equal((await post(body, 'second-secret-0123456789')).status, 202);
 
   // The path changed through A: B's next run is for the contact at the new path.
   await request(a.url, 'PATCH', `/workflows/${wf.body.id}`, { token, body: { webhook: { path: 'nested.mail' } } });
-  const moved = await post(body, 'second-secret');
+  const moved = await post(body, 'second-secret-0123456789');
   assert.equal(moved.status, 202, moved.text);
   const contact = await request(a.url, 'GET', `/contacts/${moved.body.contactId}`, { token });
   assert.equal(contact.body.email, 'ann@example.com');

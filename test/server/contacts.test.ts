@@ -309,7 +309,7 @@ test('DELETE /contacts/:id answers 204 with no body, then 404', async (t) => {
   assertProblem(await s.request('PATCH', `/contacts/${c.id}`, { token, body: { firstName: 'x' } }), 404, 'contact_not_found');
   assert.equal(snapshot(s).tags.length, 0, 'its tags went with it');
   const tags = await s.request('GET', '/tags', { token });
-  assert.deepEqual(tags.body, { data: [] });
+  assert.deepEqual(tags.body, { data: [], nextCursor: null });
   // The email is free again.
   await create(s, token, { email: 'del@example.com' });
 });
@@ -536,7 +536,7 @@ test('GET /tags lists tag names with correct contact counts', async (t) => {
   const { s, token } = await setup(t);
   const empty = await s.request('GET', '/tags', { token });
   assert.equal(empty.status, 200);
-  assert.deepEqual(empty.body, { data: [] });
+  assert.deepEqual(empty.body, { data: [], nextCursor: null });
 
   const a = await create(s, token, { email: 'a@example.com', tags: ['vip', 'beta'] });
   await create(s, token, { email: 'b@example.com', tags: ['VIP'] });
@@ -545,7 +545,8 @@ test('GET /tags lists tag names with correct contact counts', async (t) => {
 
   const res = await s.request('GET', '/tags', { token });
   assert.equal(res.status, 200);
-  assert.deepEqual(Object.keys(res.body), ['data']);
+  assert.deepEqual(Object.keys(res.body).sort(), ['data', 'nextCursor']);
+  assert.equal(res.body.nextCursor, null);
   const byKey = new Map<string, { name: string; count: number }>(res.body.data.map((x: any) => [x.name.toLowerCase(), x]));
   assert.equal(res.body.data.length, 3, JSON.stringify(res.body));
   for (const row of res.body.data) assert.deepEqual(Object.keys(row).sort(), ['count', 'name']);
@@ -899,7 +900,7 @@ test('VIEWER (user and API key) can read contacts and tags', async (t) => {
       assert.deepEqual(one.body, c);
       const tags = await s.request('GET', '/tags', { token: cred });
       assert.equal(tags.status, 200);
-      assert.deepEqual(tags.body, { data: [{ name: 'x', count: 1 }] });
+      assert.deepEqual(tags.body, { data: [{ name: 'x', count: 1 }], nextCursor: null });
     });
   }
 });
@@ -1039,7 +1040,7 @@ test('lists, filters and GET /tags never show another workspace\'s contacts', as
   );
 
   const tags = await s.request('GET', '/tags', { token });
-  assert.deepEqual(tags.body, { data: [{ name: 'vip', count: 1 }] });
+  assert.deepEqual(tags.body, { data: [{ name: 'vip', count: 1 }], nextCursor: null });
   const theirTags = await s.request('GET', '/tags', { token: other.token });
   const m = Object.fromEntries(theirTags.body.data.map((x: any) => [x.name.toLowerCase(), x.count]));
   assert.deepEqual(m, { vip: 2, secret: 1 });

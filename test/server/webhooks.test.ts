@@ -614,14 +614,14 @@ test('401 signature_invalid for every wrong, malformed or missing signature', as
 test('rotating the secret makes the old signature stale at once; clearing it accepts unsigned posts', async (t) => {
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });
-  const hook = await hookWorkflow(s, token, { lookup: 'email', signingSecret: 'first-secret' });
+  const hook = await hookWorkflow(s, token, { lookup: 'email', signingSecret: 'first-secret-0123456789' });
   const raw = JSON.stringify({ email: 'ann@example.com' });
-  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('first-secret', raw) } }));
+  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('first-secret-0123456789', raw) } }));
 
-  const rotated = await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: 'second-secret' } } });
+  const rotated = await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: 'second-secret-0123456789' } } });
   assert.equal(rotated.status, 200, rotated.text);
-  assertProblem(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('first-secret', raw) } }), 401, 'signature_invalid');
-  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('second-secret', raw) } }));
+  assertProblem(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('first-secret-0123456789', raw) } }), 401, 'signature_invalid');
+  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('second-secret-0123456789', raw) } }));
   assertProblem(await post(s, hook.path, { raw }), 401, 'signature_invalid');
 
   const cleared = await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: null } } });
@@ -630,9 +630,9 @@ test('rotating the secret makes the old signature stale at once; clearing it acc
   assert.equal(runCount(s, hook.id), 3);
 
   // Setting one on a previously unsigned workflow starts requiring it at once.
-  await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: 'third-secret' } } });
+  await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: 'third-secret-0123456789' } } });
   assertProblem(await post(s, hook.path, { raw }), 401, 'signature_invalid');
-  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('third-secret', raw) } }));
+  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('third-secret-0123456789', raw) } }));
 });
 
 test('signatures cover non-ASCII bytes exactly', async (t) => {
@@ -653,7 +653,7 @@ test('signatures cover non-ASCII bytes exactly', async (t) => {
 
 test('order of checks: token → Content-Type → size → signature → JSON → object → lookup → contact', async (t) => {
   const { s, token } = await setup(t, { SVC_WEBHOOK_BODY_LIMIT: '2048' });
-  const secret = 'order-secret';
+  const secret = 'order-secret-0123456789';
   const signed = await hookWorkflow(s, token, { lookup: 'email', signingSecret: secret });
   const unsigned = await hookWorkflow(s, token, { lookup: 'email' });
   const paused = await hookWorkflow(s, token, { lookup: 'email' });
@@ -756,8 +756,8 @@ test('X-Forwarded-For is ignored by default: changing it does not reset the limi
   for (const e of evs) assert.match(e.sourceIp, /^(::ffff:)?127\.0\.0\.1$/, 'the socket address is recorded, not the header');
 });
 
-test('X-Forwarded-For is honoured with SVC_TRUST_PROXY=true: another forwarded address still passes', async (t) => {
-  const { s, token } = await setup(t, { SVC_WEBHOOK_RATE_LIMIT: '5', SVC_TRUST_PROXY: 'true' });
+test('X-Forwarded-For is honoured behind one trusted hop (SVC_TRUST_PROXY=1): another forwarded address still passes', async (t) => {
+  const { s, token } = await setup(t, { SVC_WEBHOOK_RATE_LIMIT: '5', SVC_TRUST_PROXY: '1' });
   await createContact(s, token, { email: 'ann@example.com' });
   const hook = await hookWorkflow(s, token, { lookup: 'email' });
   const from = (ip: string) => post(s, hook.path, { body: { email: 'ann@example.com' }, headers: { 'x-forwarded-for': ip } });
@@ -880,7 +880,7 @@ test('Idempotency-Key: concurrent repeats start one run; a refused first attempt
 test('GET /workflows/:id/webhook-events lists accepted and refused posts with status, code, run, IP and body', async (t) => {
   const { s, token } = await setup(t);
   const contact = await createContact(s, token, { email: 'ann@example.com' });
-  const secret = 'events-secret';
+  const secret = 'events-secret-0123456789';
   const hook = await hookWorkflow(s, token, { lookup: 'email', signingSecret: secret });
   const signedPost = (body: unknown, raw = JSON.stringify(body)) => post(s, hook.path, { raw, headers: { 'x-service-signature': sign(secret, raw) } });
 
@@ -969,9 +969,9 @@ test('POST /webhook-events/:id/replay starts a new run (202) from the stored byt
 test('replay refuses signature-refused events (422), other workspaces (404), VIEWER (403)', async (t) => {
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });
-  const hook = await hookWorkflow(s, token, { lookup: 'email', signingSecret: 'replay-secret' });
+  const hook = await hookWorkflow(s, token, { lookup: 'email', signingSecret: 'replay-secret-0123456789' });
   const raw = JSON.stringify({ email: 'ann@example.com' });
-  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('replay-secret', raw) } }));
+  assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('replay-secret-0123456789', raw) } }));
   assertProblem(await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('forged', raw) } }), 401);
   await post(s, hook.path, { raw, contentType: 'text/plain' });
   const [e415, e401, e202] = await events(s, token, hook.id);
@@ -1084,7 +1084,7 @@ function hostileBodies(): Buffer[] {
 test('a few hundred hostile bodies never cause a 5xx, and the server still answers afterwards', async (t) => {
   const { s, token } = await setup(t, { SVC_WEBHOOK_RATE_LIMIT: '100000' });
   const contact = await createContact(s, token, { email: 'ann@example.com', phone: '+16135550100' });
-  const secret = 'hostile-secret';
+  const secret = 'hostile-secret-0123456789';
   const hooks = [
     await hookWorkflow(s, token, { lookup: 'email', createIfNotFound: true, defaults: { firstName: 'Hostile', tags: ['h'] } }),
     await hookWorkflow(s, token, { lookup: 'phone', path: 'data.phone', createIfNotFound: true }),

@@ -204,6 +204,8 @@ export interface StepState {
   error?: string;
   /** Tries made so far (message steps retried after transient failures). */
   attempts?: number;
+  /** Tries the provider answered with a rate limit (deferred, not counted as failed tries). */
+  deferrals?: number;
   /** The branch a condition node took. */
   branch?: boolean;
 }
@@ -236,6 +238,8 @@ export const workflowRuns = sqliteTable(
     index('workflow_runs_workflow_idx').on(t.workflowId, t.id),
     index('workflow_runs_automation_idx').on(t.automationId, t.id),
     index('workflow_runs_due_idx').on(t.status, t.runAt),
+    // Fair claiming walks the workspaces that have QUEUED runs and takes the oldest of each.
+    index('workflow_runs_ready_idx').on(t.status, t.workspaceId, t.runAt, t.id),
   ],
 );
 
@@ -257,8 +261,15 @@ export const webhookEvents = sqliteTable(
     sourceIp: text('source_ip'),
     contentType: text('content_type'),
     idempotencyKey: text('idempotency_key'),
-    /** The exact bytes received (null when refused before the body was read). */
+    /**
+     * The exact bytes received (null when refused before the body was read); for a request
+     * refused before its signature was verified, only the first 1 KiB (see bodySha256).
+     */
     body: blob('body', { mode: 'buffer' }),
+    /** Bytes received (null when the body was not read, and on rows older than this column). */
+    bodySize: integer('body_size'),
+    /** SHA-256 (hex) of the whole body, set when the request was refused before its signature was verified (`body` then keeps at most 1 KiB). */
+    bodySha256: text('body_sha256'),
     /** For a request answered from an earlier one's Idempotency-Key: that event's id. */
     replayOf: integer('replay_of'),
   },

@@ -1,9 +1,9 @@
-import { and, asc, count, desc, eq, inArray, lt, min, or, sql } from 'drizzle-orm';
+import { and, asc, count, desc, eq, gt, inArray, lt, min, or, sql } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type WorkspaceContext } from '../context.js';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { contacts, contactTags } from '../db/schema.js';
-import { ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail, normalizePhone } from '../validation.js';
 
@@ -279,13 +279,39 @@ export function removeTag(ctx: WorkspaceContext, id: number, tag: string): void 
   });
 }
 
-/** Tag names in this workspace with how many contacts carry each. */
-export function listTags(ctx: WorkspaceContext): { name: string; count: number }[] {
-  return ctx.db
-    .select({ name: min(contactTags.name).mapWith(String), count: count() })
+/** Longest cursor /tags issues: a 64-character tag of 4-byte characters, base64url-encoded. */
+export const TAG_CURSOR_MAX_LENGTH = 400;
+
+/** A /tags cursor: base64url of the last tag key seen, with a version tag. Opaque to clients. */
+export function encodeTagCursor(tagKey: string): string {
+  return Buffer.from(`t1:${tagKey}`, 'utf8').toString('base64url');
+}
+
+export function decodeTagCursor(cursor: string | undefined): string | undefined {
+  if (cursor === undefined || cursor === '') return undefined;
+  const invalid = () => new BadRequestError('invalid_cursor', 'The cursor is not one this server issued');
+  if (cursor.length > TAG_CURSOR_MAX_LENGTH || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw invalid();
+  const bytes = Buffer.from(cursor, 'base64url');
+  const text = bytes.toString('utf8');
+  // Only what encodeTagCursor produced: valid UTF-8, the prefix, a key of a tag's length.
+  if (!text.startsWith('t1:') || !Buffer.from(text, 'utf8').equals(bytes) || encodeTagCursor(text.slice(3)) !== cursor) throw invalid();
+  const key = text.slice(3);
+  if (key.length < 1 || key.length > 128) throw invalid();
+  return key;
+}
+
+/** Tag names in this workspace with how many contacts carry each, by name (case-insensitively), paged. */
+export function listTags(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<{ name: string; count: number }> {
+  const after = decodeTagCursor(opts.cursor);
+  const rows = ctx.db
+    .select({ key: contactTags.tagKey, name: min(contactTags.name).mapWith(String), count: count() })
     .from(contactTags)
-    .where(inWorkspace(ctx, contactTags.workspaceId))
+    .where(inWorkspace(ctx, contactTags.workspaceId, after === undefined ? undefined : gt(contactTags.tagKey, after)))
     .groupBy(contactTags.tagKey)
     .orderBy(asc(contactTags.tagKey))
+    .limit(opts.limit + 1)
     .all();
+  const more = rows.length > opts.limit;
+  const page = more ? rows.slice(0, opts.limit) : rows;
+  return { data: page.map(({ name, count }) => ({ name, count })), nextCursor: more ? encodeTagCursor(page[page.length - 1]!.key) : null };
 }

@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import { eq, lt } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import type { Config } from '../config.js';
@@ -21,6 +21,10 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 3600_000;
 export const MAX_BODY_DEPTH = 64;
 const TOKEN_RE = new RegExp(`^[0-9A-Za-z]{${WEBHOOK_TOKEN_LENGTH}}$`);
 const SIGNATURE_RE = /^sha256=([0-9a-f]{64})$/;
+export const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+/** What is kept of a body refused before its signature was verified: its size, SHA-256 and this many first bytes. */
+export const UNVERIFIED_BODY_PREFIX_BYTES = 1024;
+const SIGNATURE_INVALID = 'signature_invalid';
 
 /** What the receiver needs to know about the workflow behind a token. */
 export interface WebhookTarget {
@@ -121,8 +125,8 @@ function prepareStatements(db: Db) {
       'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?) RETURNING id',
     ),
     insertEvent: c.prepare(
-      `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, replay_of)
-       VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @replayOf)`,
+      `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
+       VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @bodySize, @bodySha256, @replayOf)`,
     ),
     firstByIdempotencyKey: c.prepare<[number, string, string], { id: number; run_id: number | null; contact_id: number | null }>(
       `SELECT id, run_id, contact_id FROM webhook_events
@@ -141,10 +145,17 @@ export interface RequestHead {
 const JSON_TYPE_RE = /^application\/json\s*(;.*)?$/i;
 const notFound = () => new NotFoundError('webhook_not_found', 'No active webhook workflow has this URL');
 
-/** Body checks in the contract's order after the token: signature, JSON, object, lookup. */
+/**
+ * Body checks in the contract's order after the token: signature, Idempotency-Key, JSON,
+ * object, lookup. Every refusal but the first comes after the signature held (or the
+ * workflow has no secret), so only those bodies are kept whole and can be replayed.
+ */
 function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, defaultRegion: string): { text: string; lookup: LookupValue } {
   if (target.secret !== null && !verifySignature(target.secret, req.raw, req.signature)) {
-    throw new UnauthorizedError('signature_invalid', `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
+    throw new UnauthorizedError(SIGNATURE_INVALID, `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
+  }
+  if (req.idempotencyKey !== undefined && !IDEMPOTENCY_KEY_RE.test(req.idempotencyKey)) {
+    throw new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 printable ASCII characters');
   }
   const text = req.raw.toString('utf8');
   let parsed: unknown;
@@ -259,9 +270,13 @@ export class WebhookReceiver {
     return new AppError(413, 'payload_too_large', `The body is larger than ${this.config.webhookBodyLimit} bytes`);
   }
 
-  /** Records a refused request against its workflow (durably) and returns the error to answer with. */
-  async refuse(target: WebhookTarget, error: AppError, req: ReceivedRequest): Promise<AppError> {
-    await this.batcher.run(() => this.insertEvent(target, req, { statusCode: error.status, code: error.code }));
+  /**
+   * Records a refused request against its workflow (durably) and returns the error to
+   * answer with. Unless `verified` (the signature held, or there is no secret), only the
+   * body's size, SHA-256 and first 1 KiB are kept.
+   */
+  async refuse(target: WebhookTarget, error: AppError, req: ReceivedRequest, verified = false): Promise<AppError> {
+    await this.batcher.run(() => this.insertEvent(target, req, { statusCode: error.status, code: error.code }, verified));
     return error;
   }
 
@@ -274,7 +289,7 @@ export class WebhookReceiver {
       if (!(err instanceof AppError)) throw err;
       // Refuse only what the workflow as it is now refuses.
       const fresh = this.freshTarget(target);
-      if (fresh === target) throw await this.refuse(target, err, req);
+      if (fresh === target) throw await this.refuse(target, err, req, err.code !== SIGNATURE_INVALID);
       if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
       return this.receive(fresh, req);
     }
@@ -312,14 +327,14 @@ export class WebhookReceiver {
     if (current !== target) {
       if (!current?.active) {
         const error = notFound();
-        if (current) this.insertEvent(current, req, { statusCode: error.status, code: error.code });
+        if (current) this.insertEvent(current, req, { statusCode: error.status, code: error.code }, false);
         return { ok: false, error };
       }
       try {
         ({ text: triggerJson, lookup } = evaluateBody(current, req, this.config.defaultPhoneRegion));
       } catch (err) {
         if (!(err instanceof AppError)) throw err;
-        this.insertEvent(current, req, { statusCode: err.status, code: err.code });
+        this.insertEvent(current, req, { statusCode: err.status, code: err.code }, err.code !== SIGNATURE_INVALID);
         return { ok: false, error: err };
       }
       target = current;
@@ -328,20 +343,20 @@ export class WebhookReceiver {
       const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
       const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, since);
       if (first?.run_id != null && first.contact_id != null) {
-        this.insertEvent(target, req, { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id });
+        this.insertEvent(target, req, { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id }, true);
         return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
     const contactId = this.findContact(target, lookup) ?? this.createContact(target, lookup);
     if (contactId === undefined) {
       const error = new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`);
-      this.insertEvent(target, req, { statusCode: 404, code: error.code });
+      this.insertEvent(target, req, { statusCode: 404, code: error.code }, true);
       return { ok: false, error };
     }
     const stepsJson = this.parsed.get(target.workflowId)?.stepsJson ?? JSON.stringify(target.steps);
     // The trigger is stored as the received text (already checked to be a JSON object).
     const runId = this.sql.insertRun.get(target.workspaceId, target.workflowId, contactId, stepsJson, triggerJson)!.id;
-    this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId });
+    this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId }, true);
     return { ok: true, accepted: { runId, contactId, replayed: false } };
   }
 
@@ -364,7 +379,12 @@ export class WebhookReceiver {
     target: WebhookTarget,
     req: ReceivedRequest,
     result: { statusCode: number; code: string | null; runId?: number; contactId?: number; replayOf?: number },
+    verified: boolean,
   ): void {
+    const raw = req.raw;
+    // An unauthenticated sender may post 1 MiB 120 times a minute: what was not verified
+    // is kept as evidence (size, hash, a prefix to recognise it), not as a copy.
+    const whole = raw === null || verified;
     this.sql.insertEvent.run({
       workspaceId: target.workspaceId,
       workflowId: target.workflowId,
@@ -374,8 +394,10 @@ export class WebhookReceiver {
       contactId: result.contactId ?? null,
       sourceIp: req.sourceIp,
       contentType: req.contentType?.slice(0, 200) ?? null,
-      idempotencyKey: req.idempotencyKey ?? null,
-      body: req.raw,
+      idempotencyKey: req.idempotencyKey?.slice(0, 255) ?? null,
+      body: whole ? raw : Buffer.from(raw.subarray(0, UNVERIFIED_BODY_PREFIX_BYTES)),
+      bodySize: raw?.length ?? null,
+      bodySha256: whole ? null : createHash('sha256').update(raw).digest('hex'),
       replayOf: result.replayOf ?? null,
     });
   }
@@ -442,14 +464,22 @@ export interface WebhookEventView {
   idempotencyKey: string | null;
   /** The body as JSON when it parsed as JSON, else null (see bodyText). */
   body: unknown;
-  /** The body as text when it was not valid JSON; null otherwise. */
+  /** The body as text when it was not valid JSON, or when only its first 1 KiB was kept; null otherwise. */
   bodyText: string | null;
+  /** Bytes received; null when the body was not read. */
+  bodySize: number | null;
+  /** True when body/bodyText hold only the first 1 KiB of a longer body (kept so for a request refused before its signature was verified). */
+  bodyTruncated: boolean;
+  /** SHA-256 (hex) of the whole body, for a request refused before its signature was verified; else null. */
+  bodySha256: string | null;
 }
 
 function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
   let body: unknown = null;
   let bodyText: string | null = null;
-  if (row.body) {
+  const truncated = row.bodySha256 !== null && row.body !== null && row.body.length < (row.bodySize ?? 0);
+  if (row.body && truncated) bodyText = row.body.toString('utf8');
+  else if (row.body) {
     const text = row.body.toString('utf8');
     try {
       body = JSON.parse(text);
@@ -475,6 +505,9 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
     idempotencyKey: row.idempotencyKey,
     body,
     bodyText,
+    bodySize: row.bodySize ?? row.body?.length ?? null,
+    bodyTruncated: truncated,
+    bodySha256: row.bodySha256,
   };
 }
 
@@ -500,8 +533,8 @@ export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { ru
   return withTransaction(ctx, (tx) => {
       const event = tx.db.select().from(webhookEvents).where(inWorkspace(tx, webhookEvents.workspaceId, eq(webhookEvents.id, eventId))).get();
       if (!event) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${eventId}`);
-      if (event.code === 'signature_invalid') throw new ValidationError('event_not_replayable', 'An event refused for its signature cannot be replayed');
       if (!event.body) throw new ValidationError('event_not_replayable', 'This event was refused before its body was read; there is nothing to replay');
+      if (!signatureHeld(event)) throw new ValidationError('event_not_replayable', 'This event was refused before its signature was verified; it cannot be replayed');
       const row = tx.db.select().from(workflows).where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId))).get();
       if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${event.workflowId}`);
       let body: unknown;
@@ -528,6 +561,18 @@ export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { ru
       recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'webhook_event.replayed', target: { type: 'webhook_event', id: eventId }, metadata: { runId, contactId } });
       return { runId, contactId };
   });
+}
+
+/**
+ * Rows stored before body_size existed checked Idempotency-Key before the signature, and a
+ * webhook_not_found refusal may not have reached the signature check at all.
+ */
+const UNVERIFIED_LEGACY_CODES = new Set(['invalid_idempotency_key', 'webhook_not_found']);
+
+/** Whether an event's stored body passed the signature check (or its workflow had no secret). */
+function signatureHeld(event: typeof webhookEvents.$inferSelect): boolean {
+  if (event.bodySha256 !== null || event.code === SIGNATURE_INVALID) return false;
+  return !(event.bodySize === null && event.code !== null && UNVERIFIED_LEGACY_CODES.has(event.code));
 }
 
 /** Deletes received events older than the retention period; returns how many. */

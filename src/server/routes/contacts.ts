@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { addTags, createContact, deleteContact, getContact, listContacts, listTags, removeTag, updateContact } from '../../core/services/contacts.js';
+import { addTags, createContact, deleteContact, getContact, listContacts, listTags, removeTag, TAG_CURSOR_MAX_LENGTH, updateContact } from '../../core/services/contacts.js';
 import type { App } from '../app.js';
 import { Contact, FreeObject, IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 
@@ -90,12 +90,19 @@ export async function contactRoutes(app: App): Promise<void> {
     },
   );
 
+  // Paged like every list, by a cursor on the tag's name (case-insensitive order), not by id.
   app.get(
     '/tags',
     {
       config: { access: read },
-      schema: { response: { 200: Type.Object({ data: Type.Array(Type.Object({ name: Type.String(), count: Type.Integer() })) }) } },
+      schema: {
+        querystring: Type.Object(
+          { limit: PageQuery.limit, cursor: Type.Optional(Type.String({ maxLength: TAG_CURSOR_MAX_LENGTH })) },
+          { additionalProperties: false },
+        ),
+        response: { 200: pageOf(Type.Object({ name: Type.String(), count: Type.Integer() })) },
+      },
     },
-    async (req) => ({ data: listTags(req.workspaceCtx()) }),
+    async (req) => listTags(req.workspaceCtx(), req.query),
   );
 }

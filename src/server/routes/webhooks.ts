@@ -14,9 +14,6 @@ declare module 'fastify' {
   }
 }
 
-const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
-
-
 function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
   const signature = req.headers[SIGNATURE_HEADER];
   const key = req.headers['idempotency-key'];
@@ -32,7 +29,9 @@ function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
 /**
  * POST /v1/webhooks/in/:token. Checks run in the contract's order: per-IP rate limit (429),
  * token (404), Content-Type (415), body size (413), then in the receiver signature (401),
- * JSON (400), object (422), lookup (422), contact (404) and finally 202 after COMMIT.
+ * Idempotency-Key (400), JSON (400), object (422), lookup (422), contact (404) and finally
+ * 202 after COMMIT. An empty, over-long or multi-segment token is routed here too (see
+ * webhookUrlForRouting in app.ts), so it is counted and answered like any unknown token.
  * The body is taken as raw bytes so the signature covers exactly what was sent.
  */
 export async function webhookRoutes(app: App, opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void }): Promise<void> {
@@ -88,11 +87,8 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
     async (req, reply) => {
       const target = req.webhookTarget!;
       const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-      const request = received(req, raw);
-      if (request.idempotencyKey !== undefined && !IDEMPOTENCY_KEY_RE.test(request.idempotencyKey)) {
-        throw await receiver.refuse(target, new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 printable ASCII characters'), request);
-      }
-      const accepted = await receiver.receive(target, { ...request, raw });
+      // The signature comes before the Idempotency-Key check (API.md section 4): see receive().
+      const accepted = await receiver.receive(target, { ...received(req, raw), raw });
       if (accepted.replayed) reply.header('idempotent-replayed', 'true');
       else opts.onAccepted?.();
       return reply.code(202).send({ runId: accepted.runId, contactId: accepted.contactId });
