@@ -3,11 +3,11 @@ import type { Command } from 'commander';
 import { generatePassword } from '../core/crypto.js';
 import { parseRole } from '../core/roles.js';
 import { createUser, setPassword, setSuperAdmin, type UserView } from '../core/services/users.js';
-import { CliError, interactive, output, parseId, readSecretFromStdin, withSession } from './io.js';
+import { CliError, globals, interactive, output, parseId, readSecretFromStdin, withSession } from './io.js';
 
-async function obtainPassword(opts: { passwordStdin?: boolean }): Promise<string | undefined> {
+async function obtainPassword(opts: { passwordStdin?: boolean }, cmd: Command): Promise<string | undefined> {
   if (opts.passwordStdin) return readSecretFromStdin();
-  if (interactive({})) return (await passwordPrompt({ message: 'Password (empty to generate one)', mask: '*' })) || undefined;
+  if (interactive({ json: globals(cmd).json })) return (await passwordPrompt({ message: 'Password (empty to generate one)', mask: '*' })) || undefined;
   return undefined;
 }
 
@@ -25,7 +25,7 @@ export function registerUser(program: Command): void {
       const role = parseRole(opts.role);
       if (!role) throw new CliError(`unknown role "${opts.role}"; use VIEWER, MEMBER, ADMIN or OWNER`);
       const workspaceId = parseId(opts.workspace, 'workspace id');
-      const given = await obtainPassword(opts);
+      const given = await obtainPassword(opts, cmd);
       await withSession(cmd, async ({ ctx }) => {
         const generated = given === undefined ? generatePassword() : undefined;
         const created = await createUser(ctx, { email: opts.email, workspaceId, role, password: given ?? generated });
@@ -40,19 +40,19 @@ export function registerUser(program: Command): void {
 
   user
     .command('passwd')
-    .description("set a user's password")
+    .description("set a user's password (ends every session of that user)")
     .argument('<email>', 'email address')
     .option('--password-stdin', 'read the password from standard input')
     .action(async (email: string, opts: { passwordStdin?: boolean }, cmd: Command) => {
       const password = opts.passwordStdin
         ? await readSecretFromStdin()
-        : interactive({})
+        : interactive({ json: globals(cmd).json })
           ? await passwordPrompt({ message: `New password for ${email}`, mask: '*' })
           : undefined;
       if (!password) throw new CliError('pass the new password on standard input with --password-stdin');
       await withSession(cmd, async ({ ctx }) => {
         const u = await setPassword(ctx, email, password);
-        output(cmd, { id: u.id, email: u.email }, `password changed for ${u.email}`);
+        output(cmd, { id: u.id, email: u.email }, `password changed for ${u.email}; ${u.sessionsEnded} session(s) ended`);
       });
     });
 }

@@ -1,12 +1,14 @@
-import { Liquid } from 'liquidjs';
+import { Liquid, type LiquidOptions } from 'liquidjs';
 
 /**
  * The one Liquid configuration: no file system (no include/render/layout of files), strict
  * filters so a typo fails instead of passing silently, lenient variables so a missing
- * field renders empty (a contact without a first name is normal).
+ * field renders empty (a contact without a first name is normal). `extra` adds what one
+ * use needs (HTML output escaping for email bodies).
  */
-export function createLiquid(): Liquid {
+export function createLiquid(extra: Pick<LiquidOptions, 'outputEscape'> = {}): Liquid {
   return new Liquid({
+    ...extra,
     strictFilters: true,
     strictVariables: false,
     ownPropertyOnly: true,

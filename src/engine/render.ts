@@ -64,37 +64,51 @@ class BoundedEmitter implements Emitter {
  * itself (the top level, and `{% capture %}`, which memoryLimit does not count) is bounded,
  * so doubling a captured string cannot build a gigabyte rope that a later filter flattens.
  */
-function renderingLiquid(): Liquid {
-  const liquid = createLiquid();
+function renderingLiquid(opts: { escapeHtml: boolean }): Liquid {
+  const liquid = createLiquid(opts.escapeHtml ? { outputEscape: 'escape' } : {});
   const renderer = liquid.renderer;
   const renderTemplates = renderer.renderTemplates.bind(renderer);
   renderer.renderTemplates = (templates, ctx, emitter) => renderTemplates(templates, ctx, emitter ?? new BoundedEmitter());
+  if (opts.escapeHtml) {
+    // Output that ends in `| escape` is escaped already: it must not be escaped twice.
+    for (const name of ['escape', 'escape_once']) {
+      const impl = liquid.filters[name]!;
+      liquid.registerFilter(name, { handler: typeof impl === 'function' ? impl : impl.handler, raw: true });
+    }
+  }
   return liquid;
 }
 
-const liquid = renderingLiquid();
-const renderLimitMs: number = liquid.options.renderLimit;
+/**
+ * Two engines: plain text, and HTML, where every `{{ output }}` is HTML-escaped unless its
+ * last filter is `raw`, so a contact named `<script>` cannot inject markup into an email.
+ * The escaping is compiled into the parsed template, so each engine has its own cache entries.
+ */
+const engines = { text: renderingLiquid({ escapeHtml: false }), html: renderingLiquid({ escapeHtml: true }) } as const;
+type Mode = keyof typeof engines;
+const renderLimitMs: number = engines.text.options.renderLimit;
 
-/** Parsed templates by source, least recently used first. */
+/** Parsed templates by mode and source, least recently used first. */
 const parsed = new Map<string, Template[]>();
 let cachedChars = 0;
 
-function parse(source: string): Template[] {
-  const hit = parsed.get(source);
+function parse(source: string, mode: Mode): Template[] {
+  const key = `${mode}:${source}`;
+  const hit = parsed.get(key);
   if (hit) {
-    parsed.delete(source);
-    parsed.set(source, hit);
+    parsed.delete(key);
+    parsed.set(key, hit);
     return hit;
   }
   let templates: Template[];
   try {
-    templates = liquid.parse(source);
+    templates = engines[mode].parse(source);
   } catch (err) {
     throw new RenderError(`template syntax error: ${firstLine(err)}`);
   }
   if (source.length <= CACHE_ENTRY_CHARS) {
-    parsed.set(source, templates);
-    cachedChars += source.length;
+    parsed.set(key, templates);
+    cachedChars += key.length;
     for (const [key] of parsed) {
       if (parsed.size <= CACHE_ENTRIES && cachedChars <= CACHE_SOURCE_CHARS) break;
       parsed.delete(key);
@@ -110,14 +124,14 @@ function firstLine(err: unknown): string {
 }
 
 /** Renders one parsed source within a deadline (performance.now() milliseconds). */
-async function renderBefore(source: string, ctx: RenderContext, deadline: number): Promise<string> {
-  const templates = parse(source);
+async function renderBefore(source: string, ctx: RenderContext, deadline: number, mode: Mode = 'text'): Promise<string> {
+  const templates = parse(source, mode);
   const remaining = Math.floor(deadline - performance.now());
   if (remaining <= 0) throw new RenderError('template render limit exceeded');
   const scope = { ...ctx.extra, contact: ctx.contact, trigger: ctx.trigger, workspace: ctx.workspace, run: ctx.run };
   let out: string;
   try {
-    out = (await liquid.render(templates, scope, { renderLimit: remaining })) as string;
+    out = (await engines[mode].render(templates, scope, { renderLimit: remaining })) as string;
   } catch (err) {
     throw new RenderError(firstLine(err));
   }
@@ -130,10 +144,15 @@ export async function renderString(source: string, ctx: RenderContext): Promise<
   return renderBefore(source, ctx, performance.now() + renderLimitMs);
 }
 
+/** Where HTML is rendered: the `html` part at the top of content, which only EMAIL content has. */
+const HTML_PATH = '/html';
+
 /**
  * Renders every string inside a template's content (recursively, e.g. WhatsApp
  * `parameters`) and returns the same shape. All strings share one render time budget, so
- * content with many strings is bounded like one.
+ * content with many strings is bounded like one. Output in the `html` part of an email is
+ * HTML-escaped (`{{ x | raw }}` opts out); every other part (subject, text, SMS, WhatsApp)
+ * is plain text and is not.
  */
 export async function renderContent(content: Record<string, unknown>, ctx: RenderContext): Promise<Record<string, unknown>> {
   const deadline = performance.now() + renderLimitMs;
@@ -141,7 +160,7 @@ export async function renderContent(content: Record<string, unknown>, ctx: Rende
     if (depth > MAX_CONTENT_DEPTH) throw new RenderError('the content is nested too deeply', path);
     if (typeof value === 'string') {
       try {
-        return await renderBefore(value, ctx, deadline);
+        return await renderBefore(value, ctx, deadline, path === HTML_PATH ? 'html' : 'text');
       } catch (err) {
         throw err instanceof RenderError ? new RenderError(err.message, path) : err;
       }

@@ -199,3 +199,48 @@ test('renderer stays usable after hostile templates', async () => {
   assert.equal(await renderString('Hi {{ contact.firstName }}', ctx), 'Hi Ada');
   assert.equal(await evaluateCondition('trigger.total > 100', ctx), true);
 });
+
+// ---------------------------------------------------------------------------------------
+// HTML escaping in the html part of emails
+// ---------------------------------------------------------------------------------------
+
+const hostile: RenderContext = { ...ctx, contact: { ...ctx.contact, firstName: `<script>alert("x")</script> & 'co'` } };
+
+test('output in the html part is HTML-escaped; | raw opts out; | escape is not escaped twice', async () => {
+  const out = await renderContent(
+    {
+      subject: 'Hi {{ contact.firstName }}',
+      html: '<p>{{ contact.firstName }}</p><i>{{ contact.firstName | upcase }}</i>{{ contact.firstName | raw }}|{{ contact.firstName | escape }}|{{ contact.firstName | escape_once }}{% assign n = contact.firstName %}<b>{{ n }}</b>{% capture c %}{{ contact.firstName }}{% endcapture %}',
+      text: 'Hi {{ contact.firstName }}',
+    },
+    hostile,
+  );
+  const escaped = '&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &#39;co&#39;';
+  assert.equal(
+    out.html,
+    `<p>${escaped}</p><i>&lt;SCRIPT&gt;ALERT(&#34;X&#34;)&lt;/SCRIPT&gt; &amp; &#39;CO&#39;</i><script>alert("x")</script> & 'co'|${escaped}|${escaped}<b>${escaped}</b>`,
+  );
+  // The template's own markup is untouched; subject and text are plain text, not escaped.
+  assert.equal(out.subject, `Hi <script>alert("x")</script> & 'co'`);
+  assert.equal(out.text, `Hi <script>alert("x")</script> & 'co'`);
+});
+
+test('SMS and WhatsApp content, and renderString, are never HTML-escaped', async () => {
+  const raw = `<script>alert("x")</script> & 'co'`;
+  assert.deepEqual(await renderContent({ text: '{{ contact.firstName }}' }, hostile), { text: raw });
+  assert.deepEqual(await renderContent({ templateName: 't', language: 'en', parameters: ['{{ contact.firstName }}'] }, hostile), {
+    templateName: 't',
+    language: 'en',
+    parameters: [raw],
+  });
+  assert.equal(await renderString('{{ contact.firstName }}', hostile), raw);
+  // A nested "html" key (an http_request body, say) is data, not an email body.
+  assert.deepEqual(await renderContent({ body: { html: '{{ contact.firstName }}' } }, hostile), { body: { html: raw } });
+});
+
+test('the same source renders escaped in html and plain in text, whichever comes first (no cache mix-up)', async () => {
+  const source = '{{ contact.firstName }}!';
+  assert.equal((await renderContent({ text: source }, hostile)).text, `<script>alert("x")</script> & 'co'!`);
+  assert.equal((await renderContent({ html: source }, hostile)).html, '&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &#39;co&#39;!');
+  assert.equal((await renderContent({ text: source }, hostile)).text, `<script>alert("x")</script> & 'co'!`);
+});

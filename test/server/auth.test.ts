@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { and, eq } from 'drizzle-orm';
 import { SignJWT } from 'jose';
-import { memberships } from '../../src/core/db/schema.js';
+import { randomBytes } from 'node:crypto';
+import { memberships, sessions } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
 import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
@@ -86,10 +87,18 @@ interface JwtOptions {
   claims?: Record<string, unknown>;
 }
 
-/** Signs an access token the way the server would, with any field overridden. */
+/** A live session (refresh family) of the owner, as a login would store it; returns its id. */
+function ownerSession(s: TestServer): string {
+  const familyId = randomBytes(16).toString('base64url');
+  const expiresAt = new Date(Date.now() + 86_400_000).toISOString();
+  s.db.insert(sessions).values({ familyId, userId: s.owner.id, workspaceId: s.workspaceId, tokenHash: randomBytes(32).toString('hex'), expiresAt }).run();
+  return familyId;
+}
+
+/** Signs an access token the way the server would (naming a live session), with any field overridden. */
 async function signJwt(s: TestServer, opts: JwtOptions = {}): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
-  const jwt = new SignJWT({ wid: s.workspaceId, role: 'OWNER', ...(opts.claims ?? {}) })
+  const jwt = new SignJWT({ wid: s.workspaceId, role: 'OWNER', sid: ownerSession(s), ...(opts.claims ?? {}) })
     .setProtectedHeader({ alg: opts.alg ?? 'HS256', typ: 'JWT' })
     .setSubject(String(s.owner.id))
     .setIssuer(opts.issuer ?? 'svc')
@@ -239,12 +248,12 @@ test('repeated failed logins for one email are throttled with 429 and Retry-Afte
   assertProblem(cased, 429);
 });
 
-test('failures spread over many emails from one source address are throttled too', async (t) => {
+test('failures spread over many emails from one source address are throttled too (five times the per-email limit)', async (t) => {
   const s = await build(t, { env: { SVC_LOGIN_RATE_LIMIT: '3' } });
-  for (let i = 1; i <= 3; i++) {
+  for (let i = 1; i <= 15; i++) {
     assertUnauthorized(await loginRequest(s, { email: `spray${i}@acme.test`, password: 'sprayed-password' }), 'invalid_credentials');
   }
-  const limited = await loginRequest(s, { email: 'spray4@acme.test', password: 'sprayed-password' });
+  const limited = await loginRequest(s, { email: 'spray16@acme.test', password: 'sprayed-password' });
   assertProblem(limited, 429);
   assert.ok(Number(limited.headers.get('retry-after')) >= 1, `Retry-After: ${limited.headers.get('retry-after')}`);
 });
@@ -527,12 +536,16 @@ test('no response body ever contains a password, a password hash, a refresh toke
   const login = await send('POST', '/auth/login', { body: { email: s.owner.email, password: s.owner.password } });
   assert.equal(login.status, 200);
   refreshTokens.push(refreshCookieValue(login));
-  const token = login.body.token as string;
   const rotated = await send('POST', '/auth/refresh', { headers: { cookie: `${REFRESH_COOKIE}=${refreshTokens[0]}` } });
   assert.equal(rotated.status, 200);
   refreshTokens.push(refreshCookieValue(rotated));
   await send('POST', '/auth/refresh', { headers: { cookie: `${REFRESH_COOKIE}=${refreshTokens[0]}` } }); // reuse → 401
   await send('POST', '/auth/logout', { headers: { cookie: `${REFRESH_COOKIE}=${refreshTokens[1]}` } });
+  // Logout ended that session and its access token; sign in again for the reads below.
+  const again = await send('POST', '/auth/login', { body: { email: s.owner.email, password: s.owner.password } });
+  assert.equal(again.status, 200);
+  refreshTokens.push(refreshCookieValue(again));
+  const token = again.body.token as string;
   await send('POST', '/auth/login', { body: { email: s.owner.email, password: wrongPassword } });
   await send('POST', '/auth/login', { body: { email: 'nobody@acme.test', password: wrongPassword } });
   await send('POST', '/auth/login', { body: { email: s.owner.email, password: 12345 } });
@@ -540,6 +553,7 @@ test('no response body ever contains a password, a password hash, a refresh toke
   await send('POST', '/auth/login', { body: { email: s.owner.email, password: 'x'.repeat(2000) } });
   await send('POST', '/auth/login', { raw: `{"email":"${s.owner.email}","password":"${s.owner.password}"`, headers: { 'content-type': 'application/json' } });
   await send('POST', '/auth/login', { raw: `password=${s.owner.password}`, headers: { 'content-type': 'text/plain' } });
+  await send('POST', '/auth/login', { body: { email: s.owner.email, password: wrongPassword } });
   await send('POST', '/auth/login', { body: { email: s.owner.email, password: wrongPassword } });
   await send('POST', '/auth/login', { body: { email: s.owner.email, password: wrongPassword } }); // throttled
   await send('GET', '/contacts', { token });

@@ -75,12 +75,15 @@ async function stripeServer(t: TestContext, plan: 'STARTER' | 'GROWTH' | 'PRO' =
   return { s, stripe, token: await s.login(s.owner.email, s.owner.password) };
 }
 
-function completedEvent(sessionId: string, checkoutId: number, id = 'evt_1'): string {
-  return JSON.stringify({
-    id,
-    type: 'checkout.session.completed',
-    data: { object: { id: sessionId, object: 'checkout.session', client_reference_id: String(checkoutId), metadata: { checkoutId: String(checkoutId) } } },
-  });
+function completedEvent(sessionId: string, checkoutId: number, id = 'evt_1', extra: { type?: string; paymentStatus?: string | null; metadata?: unknown; clientReferenceId?: string } = {}): string {
+  const object: Record<string, unknown> = {
+    id: sessionId,
+    object: 'checkout.session',
+    client_reference_id: extra.clientReferenceId ?? String(checkoutId),
+    metadata: 'metadata' in extra ? extra.metadata : { checkoutId: String(checkoutId) },
+  };
+  if (extra.paymentStatus !== null) object.payment_status = extra.paymentStatus ?? 'paid';
+  return JSON.stringify({ id, type: extra.type ?? 'checkout.session.completed', data: { object } });
 }
 
 function sendWebhook(s: TestServer, raw: string, signature: string | undefined) {
@@ -205,14 +208,73 @@ test('stripe provider: creates a Checkout Session; a signed completion changes t
   assert.throws(() => completeManualCheckout(systemCtx(s), checkoutId), { code: 'checkout_not_manual' });
 });
 
-test('stripe webhook: a completion is matched by metadata.checkoutId when the session id is unknown', async (t) => {
+test('stripe webhook: metadata.checkoutId finds a checkout only while its session id is not stored yet', async (t) => {
   const { s, token } = await stripeServer(t);
   const res = await s.request('POST', '/billing/checkout', { token, body: { plan: 'GROWTH' } });
   assert.equal(res.status, 201, res.text);
-  const raw = completedEvent('cs_other', res.body.checkoutId);
-  const ok = await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET));
-  assert.equal(ok.status, 200, ok.text);
+  const checkoutId: number = res.body.checkoutId;
+  // The checkout's session is cs_test_1: an event for another session does not complete it.
+  const other = completedEvent('cs_other', checkoutId);
+  assert.equal((await sendWebhook(s, other, signStripePayload(other, WEBHOOK_SECRET))).status, 200);
+  assert.equal(planOf(s), 'STARTER');
+  // The webhook overtook the answer that carried the session id: metadata (set by svc's own key) finds it.
+  s.db.update(checkouts).set({ providerRef: null }).where(eq(checkouts.id, checkoutId)).run();
+  const early = completedEvent('cs_test_1', checkoutId, 'evt_2');
+  assert.equal((await sendWebhook(s, early, signStripePayload(early, WEBHOOK_SECRET))).status, 200);
   assert.equal(planOf(s), 'GROWTH');
+});
+
+test('stripe webhook: only a paid session completes (payment_status paid or no_payment_required); unpaid ones wait for async_payment_succeeded', async (t) => {
+  const { s, token } = await stripeServer(t);
+  const res = await s.request('POST', '/billing/checkout', { token, body: { plan: 'PRO' } });
+  assert.equal(res.status, 201, res.text);
+  const checkoutId: number = res.body.checkoutId;
+  const send = async (raw: string) => {
+    const r = await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET));
+    assert.equal(r.status, 200, r.text);
+    return r;
+  };
+  for (const paymentStatus of ['unpaid', 'UNPAID', 'Paid', '', null]) {
+    const r = await send(completedEvent('cs_test_1', checkoutId, `evt_${paymentStatus}`, { paymentStatus }));
+    assert.deepEqual(r.body, { received: true, ignored: true }, `payment_status ${paymentStatus}`);
+    assert.equal(planOf(s), 'STARTER', `payment_status ${JSON.stringify(paymentStatus)} must not change the plan`);
+  }
+  assert.equal(s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.status, 'PENDING');
+  // The delayed payment succeeds later.
+  await send(completedEvent('cs_test_1', checkoutId, 'evt_async', { type: 'checkout.session.async_payment_succeeded' }));
+  assert.equal(planOf(s), 'PRO');
+  assert.equal(actions(s).filter((a) => a === 'billing.checkout_completed').length, 1);
+
+  // no_payment_required (a 100% coupon) completes too.
+  s.db.update(checkouts).set({ status: 'PENDING', completedAt: null }).where(eq(checkouts.id, checkoutId)).run();
+  const down = await s.request('POST', '/billing/checkout', { token, body: { plan: 'GROWTH' } });
+  assert.equal(down.status, 201, down.text);
+  await send(completedEvent('cs_test_2', down.body.checkoutId, 'evt_free', { paymentStatus: 'no_payment_required' }));
+  assert.equal(planOf(s), 'GROWTH');
+});
+
+test('stripe webhook: client_reference_id never finds a checkout (a Payment Link lets any buyer set it)', async (t) => {
+  const { s, token } = await stripeServer(t);
+  const res = await s.request('POST', '/billing/checkout', { token, body: { plan: 'PRO' } });
+  assert.equal(res.status, 201, res.text);
+  const checkoutId: number = res.body.checkoutId;
+  s.db.update(checkouts).set({ providerRef: null }).where(eq(checkouts.id, checkoutId)).run();
+  // A paid session of some other product, whose buyer put our checkout id in client_reference_id.
+  for (const [i, metadata] of [{}, { checkoutId: '' }, { checkoutId: 'x' }, null].entries()) {
+    const raw = completedEvent(`cs_payment_link_${i}`, checkoutId, `evt_pl_${i}`, { metadata, clientReferenceId: String(checkoutId) });
+    const r = await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(planOf(s), 'STARTER', `metadata ${JSON.stringify(metadata)}`);
+  }
+  assert.equal(s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.status, 'PENDING');
+  assert.ok(!actions(s).includes('billing.checkout_completed'));
+  // A malformed object (no session id) is acknowledged and ignored, never a 500.
+  const bare = JSON.stringify({ id: 'evt_bare', type: 'checkout.session.completed', data: { object: { payment_status: 'paid', metadata: { checkoutId: String(checkoutId) } } } });
+  const r = await sendWebhook(s, bare, signStripePayload(bare, WEBHOOK_SECRET));
+  assert.equal(r.status, 200, r.text);
+  assert.equal(planOf(s), 'STARTER');
+  const weird = JSON.stringify({ id: 'evt_weird', type: 'checkout.session.completed', data: { object: { id: 42, payment_status: 'paid' } } });
+  assert.equal((await sendWebhook(s, weird, signStripePayload(weird, WEBHOOK_SECRET))).status, 200);
 });
 
 test('stripe webhook: wrong secret, stale timestamp, missing or malformed header → 400 signature_invalid, plan unchanged', async (t) => {

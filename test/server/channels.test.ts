@@ -93,11 +93,23 @@ test('omitted credentials are kept while the provider stays; a new provider need
   const { s, token } = await setup(t);
   assert.equal((await s.request('PUT', '/settings/channels', { token, body: { SMS: TWILIO } })).status, 200);
 
-  const moved = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'http://sms.internal:8080/' } } } });
-  assert.equal(moved.status, 200, moved.text);
-  assert.equal(moved.body.SMS.hasCredentials, true);
-  assert.equal(moved.body.SMS.settings.baseUrl, 'http://sms.internal:8080', 'stored without the trailing slash');
+  // Same destination (the default base URL), other account and sender: the token is kept.
+  const kept = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001' } } } });
+  assert.equal(kept.status, 200, kept.text);
+  assert.equal(kept.body.SMS.hasCredentials, true);
   assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
+  // A new destination with the credentials given again.
+  const moved = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://sms.example.net:8443/' }, credentials: { authToken: TWILIO_TOKEN } } },
+  });
+  assert.equal(moved.status, 200, moved.text);
+  assert.equal(moved.body.SMS.settings.baseUrl, 'https://sms.example.net:8443', 'stored without the trailing slash');
+  // The same destination spelt differently (case, trailing slash) is not a change.
+  const respelt = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://SMS.example.net:8443' } } } });
+  assert.equal(respelt.status, 200, respelt.text);
+  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
+  await s.request('PUT', '/settings/channels', { token, body: { SMS: TWILIO } });
 
   const rotated = await s.request('PUT', '/settings/channels', { token, body: { SMS: { ...TWILIO, credentials: { authToken: 'rotated-token' } } } });
   assert.equal(rotated.status, 200, rotated.text);
@@ -208,4 +220,51 @@ test("one workspace's channels are not another's", async (t) => {
   assert.equal(theirs.body.EMAIL.provider, 'outbox');
   assertNoSecrets(theirs.text, 'the other workspace');
   assert.equal(resolveChannel(s.db, s.config, other.workspaceId, 'EMAIL').provider, 'outbox');
+});
+
+test('a changed destination needs the credentials again: SMTP host, port or TLS mode, Twilio and WhatsApp base URL (422 at /…/credentials)', async (t) => {
+  const { s, token } = await setup(t);
+  const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP, SMS: TWILIO, WHATSAPP: WHATSAPP } });
+  assert.equal(put.status, 200, put.text);
+  const stored = () => s.db.$client.prepare('SELECT channel, provider, settings, credentials FROM channel_settings WHERE workspace_id = ? ORDER BY channel').all(s.workspaceId);
+  const before = JSON.stringify(stored());
+
+  const redirects: { name: string; body: Record<string, unknown>; path: string }[] = [
+    { name: 'SMTP host', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'mail.attacker.test' } } }, path: '/EMAIL/credentials' },
+    { name: 'SMTP port', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, port: 2525 } } }, path: '/EMAIL/credentials' },
+    { name: 'SMTP secure', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, secure: true } } }, path: '/EMAIL/credentials' },
+    { name: 'SMTP requireTLS', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, requireTLS: true } } }, path: '/EMAIL/credentials' },
+    { name: 'Twilio baseUrl', body: { SMS: { provider: 'twilio', settings: { ...TWILIO.settings, baseUrl: 'https://collect.attacker.test' } } }, path: '/SMS/credentials' },
+    { name: 'WhatsApp baseUrl', body: { WHATSAPP: { provider: 'whatsapp', settings: { ...WHATSAPP.settings, baseUrl: 'https://graph.attacker.test/v20.0' } } }, path: '/WHATSAPP/credentials' },
+    {
+      name: 'one good channel and one redirected: nothing is saved',
+      body: { EMAIL: { provider: 'outbox' }, SMS: { provider: 'twilio', settings: { ...TWILIO.settings, baseUrl: 'https://collect.attacker.test' } } },
+      path: '/SMS/credentials',
+    },
+  ];
+  for (const r of redirects) {
+    const res = await s.request('PUT', '/settings/channels', { token, body: r.body });
+    assertValidation(res, r.path);
+    assertNoSecrets(res.text, r.name);
+    assert.equal(JSON.stringify(stored()), before, `${r.name}: a refused PUT changes nothing`);
+  }
+  // The engine still sends with the original destination and credentials.
+  assert.equal(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').settings.host, 'mail.example.com');
+  assert.equal(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').settings.baseUrl, 'https://api.twilio.com');
+
+  // A change that is not a destination keeps them (the sender address, the host's case).
+  const sender = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'MAIL.example.com', from: 'hello@example.com' } } } });
+  assert.equal(sender.status, 200, sender.text);
+  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').credentials, { user: 'mailer', pass: SMTP_PASS });
+  // A new destination with credentials given is accepted; with an empty set for SMTP, too (no account).
+  const movedWith = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'smtp.example.org' } } } });
+  assert.equal(movedWith.status, 200, movedWith.text);
+  const movedEmpty = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'smtp2.example.org' }, credentials: {} } } });
+  assert.equal(movedEmpty.status, 200, movedEmpty.text);
+  assert.equal(movedEmpty.body.EMAIL.hasCredentials, false);
+  // An SMTP channel without an account can move freely: there is nothing to redirect.
+  const free = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'smtp3.example.org' } } } });
+  assert.equal(free.status, 200, free.text);
+  const audit = s.db.$client.prepare("SELECT count(*) AS n FROM audit_logs WHERE action = 'settings.channels_updated'").get() as { n: number };
+  assert.equal(audit.n, 5, 'each accepted PUT is audited, no refused one');
 });

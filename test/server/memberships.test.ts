@@ -1,6 +1,6 @@
 /**
- * Memberships and invitations through the real HTTP server: listing, adding an existing
- * user, role changes, removal, the OWNER-only and last-owner rules, the role matrix,
+ * Memberships and invitations through the real HTTP server: listing, inviting with
+ * POST /memberships (the same answer for known and unknown emails), role changes, removal, the OWNER-only and last-owner rules, the role matrix,
  * workspace isolation, invitation creation and its email, and accepting an invitation.
  * Contract: API.md sections 1, 2 and 5.
  */
@@ -79,29 +79,64 @@ test('GET /memberships lists members with their user fields, newest first, paged
   assert.equal(page2.body.nextCursor, null);
 });
 
-test('POST /memberships adds an existing user; unknown user 404, already a member 409', async (t) => {
+/** The stored invitation emails to an address (the outbox records them), waiting for them to be written. */
+async function invitationEmails(s: TestServer, token: string, to: string, count = 1): Promise<any[]> {
+  for (let i = 0; i < 200; i++) {
+    const list = await s.request('GET', '/messages/delivery-attempts', { token });
+    assert.equal(list.status, 200, list.text);
+    const found = list.body.data.filter((a: any) => a.to === to);
+    if (found.length >= count) return found;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.fail(`no invitation email to ${to}`);
+}
+
+test('POST /memberships invites: the same 202 for an email with an account and one without; nobody is added before accepting', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
   const u = await outsider(s);
+  const membersBefore = (await s.request('GET', '/memberships', { token })).body.data.length;
 
-  const res = await s.request('POST', '/memberships', { token, body: { email: `  ${u.email.toUpperCase()} `, role: 'MEMBER' } });
-  assert.equal(res.status, 201, res.text);
-  assert.equal(res.body.userId, u.id);
-  assert.equal(res.body.email, u.email);
-  assert.equal(res.body.role, 'MEMBER');
-  assert.equal(typeof res.body.id, 'number');
+  const known = await s.request('POST', '/memberships', { token, body: { email: `  ${u.email.toUpperCase()} `, role: 'MEMBER' } });
+  const unknown = await s.request('POST', '/memberships', { token, body: { email: 'nobody@acme.test', role: 'MEMBER' } });
+  for (const [res, email] of [
+    [known, u.email],
+    [unknown, 'nobody@acme.test'],
+  ] as const) {
+    assert.equal(res.status, 202, res.text);
+    assert.deepEqual(Object.keys(res.body).sort(), ['email', 'expiresAt', 'id', 'role'], 'the invitation, without its token');
+    assert.equal(res.body.email, email);
+    assert.equal(res.body.role, 'MEMBER');
+    assert.match(res.body.expiresAt, ISO_RE);
+    assert.deepEqual([...res.headers.keys()].sort(), [...known.headers.keys()].sort(), 'the same headers');
+  }
+  // Nothing in the two answers tells them apart but the email and the id.
+  const strip = (b: any) => ({ ...b, id: 0, email: '', expiresAt: '' });
+  assert.deepEqual(strip(known.body), strip(unknown.body));
+  assert.equal(known.headers.get('content-type'), unknown.headers.get('content-type'));
 
-  // The user can now log in to this workspace with the role.
-  const login = await s.request('POST', '/auth/login', { body: { email: u.email, password: u.password, workspaceId: s.workspaceId } });
-  assert.equal(login.status, 200, login.text);
-  assert.equal(login.body.workspace.role, 'MEMBER');
+  // Nobody was added: the user with an account must accept too.
+  assert.equal((await s.request('GET', '/memberships', { token })).body.data.length, membersBefore);
+  assertProblem(await s.request('POST', '/auth/login', { body: { email: u.email, password: u.password, workspaceId: s.workspaceId } }), 403, 'not_a_member');
 
-  assertProblem(await s.request('POST', '/memberships', { token, body: { email: u.email, role: 'VIEWER' } }), 409, 'membership_exists');
-  assertProblem(await s.request('POST', '/memberships', { token, body: { email: 'nobody@acme.test', role: 'VIEWER' } }), 404, 'user_not_found');
+  // Both got the same invitation email, whose stored copy holds no token.
+  const [knownMail] = await invitationEmails(s, token, u.email);
+  const [unknownMail] = await invitationEmails(s, token, 'nobody@acme.test');
+  assert.equal(knownMail.rendered.subject, unknownMail.rendered.subject);
+  assert.match(knownMail.rendered.text, /\/invite#\[redacted\]/);
+  assert.equal(knownMail.rendered.text.replace(/expires at \S+/, ''), unknownMail.rendered.text.replace(/expires at \S+/, ''));
+
+  const created = auditActions(s).filter((a) => a.action === 'invitation.created');
+  assert.equal(created.length, 2);
+  const added = s.db.$client
+    .prepare("SELECT count(*) AS n FROM audit_logs WHERE action = 'membership.created' AND workspace_id = ? AND json_extract(metadata, '$.userId') = ?")
+    .get(s.workspaceId, u.id) as { n: number };
+  assert.equal(added.n, 0, 'no membership of the user was created in this workspace');
+
+  // Someone in the workspace already: 409; bad input: 422, nothing sent.
+  assertProblem(await s.request('POST', '/memberships', { token, body: { email: s.owner.email, role: 'VIEWER' } }), 409, 'membership_exists');
   assertProblem(await s.request('POST', '/memberships', { token, body: { email: 'not-an-email', role: 'VIEWER' } }), 422);
-
-  const created = auditActions(s).filter((a) => a.action === 'membership.created');
-  assert.ok(created.some((a) => JSON.parse(a.metadata).userId === u.id));
+  assert.equal(auditActions(s).filter((a) => a.action === 'invitation.created').length, 2);
 });
 
 test('PATCH /memberships/:id changes the role, DELETE removes the member', async (t) => {
@@ -152,7 +187,7 @@ test('only an OWNER grants OWNER, changes or removes an OWNER; nobody grants abo
   const up = await s.request('PATCH', `/memberships/${memberId}`, { token: admin.token, body: { role: 'ADMIN' } });
   assert.equal(up.status, 200, up.text);
   const added = await s.request('POST', '/memberships', { token: admin.token, body: { email: u.email, role: 'ADMIN' } });
-  assert.equal(added.status, 201, added.text);
+  assert.equal(added.status, 202, added.text);
 
   // OWNER grants OWNER, and a second OWNER can then be demoted and removed by an OWNER.
   const promoted = await s.request('PATCH', `/memberships/${memberId}`, { token: ownerTok, body: { role: 'OWNER' } });
@@ -279,7 +314,9 @@ test('POST /memberships/invitations: token shown once, only its hash stored, ema
   assert.equal(attempt.channel, 'EMAIL');
   assert.equal(attempt.provider, 'outbox');
   assert.equal(attempt.status, 'SENT');
-  assert.ok(String(attempt.rendered.text).includes(inv.token), 'the email carries the token');
+  // The stored copy has the token replaced: it is sent, never kept (test/server/invitations.test.ts reads the sent one).
+  assert.ok(!JSON.stringify(attempt).includes(inv.token), 'the stored email does not carry the token');
+  assert.match(String(attempt.rendered.text), /https?:\/\/[^\s]+\/invite#\[redacted\]/, 'it links to the accept page, token redacted');
   assert.ok(JSON.stringify(attempt.rendered).includes('Acme'), 'and the workspace name');
 
   // Inviting someone who is already a member is a conflict.

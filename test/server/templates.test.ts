@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { assertProblem, type HttpResult, type TestServer, buildAsOwner, seededRandom } from '../helpers.js';
+import { assertProblem, type HttpResult, type TestServer, buildAsOwner, seededRandom, waitForRun } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
 // Helpers local to this file
@@ -654,4 +654,70 @@ test('hundreds of random and hostile bodies to POST /templates never yield a 5xx
     if (res.status === 422) assertProblem(res, 422, 'template_render_error');
   }
   assert.equal((await s.request('GET', '/healthz')).status, 200);
+});
+
+// ---------------------------------------------------------------------------------------
+// HTML escaping (issue 8): the html part of an email escapes output, other parts do not
+// ---------------------------------------------------------------------------------------
+
+const HOSTILE_NAME = `<img src=x onerror="alert(1)"> & Co`;
+const ESCAPED_NAME = '&lt;img src=x onerror=&#34;alert(1)&#34;&gt; &amp; Co';
+
+test('preview: output in an email html part is HTML-escaped, | raw opts out; subject, text, SMS and WhatsApp are not escaped', async (t) => {
+  const { s, token } = await setup(t);
+  const contact = await createContact(s, token, { email: 'eve@example.com', phone: '+16135550139', firstName: HOSTILE_NAME });
+  const email = await createTemplate(s, token, {
+    name: 'escaped',
+    channel: 'EMAIL',
+    content: { subject: 'Hi {{ contact.firstName }}', html: '<p class="x">Hi {{ contact.firstName }}</p>{{ trigger.banner | raw }}', text: 'Hi {{ contact.firstName }}' },
+  });
+  const res = await s.request('POST', `/templates/${email.id}/preview`, { token, body: { contactId: contact.id, trigger: { banner: '<hr>' } } });
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(res.body.rendered, { subject: `Hi ${HOSTILE_NAME}`, html: `<p class="x">Hi ${ESCAPED_NAME}</p><hr>`, text: `Hi ${HOSTILE_NAME}` });
+
+  for (const [channel, content, rendered] of [
+    ['SMS', { text: '{{ contact.firstName }}' }, { text: HOSTILE_NAME }],
+    ['WHATSAPP', { text: '{{ contact.firstName }}' }, { text: HOSTILE_NAME }],
+    ['WHATSAPP', { templateName: 'hello', language: 'en', parameters: ['{{ contact.firstName }}'] }, { templateName: 'hello', language: 'en', parameters: [HOSTILE_NAME] }],
+  ] as const) {
+    const tpl = await createTemplate(s, token, { name: 'plain', channel, content });
+    const out = await s.request('POST', `/templates/${tpl.id}/preview`, { token, body: { contactId: contact.id } });
+    assert.equal(out.status, 200, out.text);
+    assert.deepEqual(out.body.rendered, rendered, channel);
+  }
+});
+
+test('a real send escapes the html part too: a workflow run and a test email, as recorded on their delivery attempts', async (t) => {
+  const { s, token } = await buildAsOwner(t, { engine: { pollMs: 50 } });
+  const tpl = await createTemplate(s, token, {
+    name: 'welcome',
+    channel: 'EMAIL',
+    content: { subject: 'Welcome {{ contact.firstName }}', html: '<h1>Welcome {{ contact.firstName }}</h1>', text: 'Welcome {{ contact.firstName }}' },
+  });
+  const sms = await createTemplate(s, token, { name: 'sms', channel: 'SMS', content: { text: 'Welcome {{ contact.firstName }}' } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: {
+      name: 'welcome',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'update_contact', set: { firstName: '{{ trigger.name }}' } }, { type: 'send_email', templateId: tpl.id }, { type: 'send_sms', templateId: sms.id }],
+      webhook: { lookup: 'email', createIfNotFound: true, defaults: { firstName: 'x' } },
+    },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  await s.request('POST', '/contacts', { token, body: { email: 'eve@example.com', phone: '+16135550139', firstName: HOSTILE_NAME } });
+  const post = await s.request('POST', new URL(wf.body.webhook.url).pathname, { body: { email: 'eve@example.com', name: HOSTILE_NAME } });
+  assert.equal(post.status, 202, post.text);
+  const run = await waitForRun(s, token, post.body.runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  const attempts = await s.request('GET', `/messages/delivery-attempts?runId=${post.body.runId}`, { token });
+  const byChannel = Object.fromEntries(attempts.body.data.map((a: any) => [a.channel, a.rendered]));
+  assert.deepEqual(byChannel.EMAIL, { subject: `Welcome ${HOSTILE_NAME}`, html: `<h1>Welcome ${ESCAPED_NAME}</h1>`, text: `Welcome ${HOSTILE_NAME}` });
+  assert.deepEqual(byChannel.SMS, { text: `Welcome ${HOSTILE_NAME}` });
+
+  const mail = await s.request('POST', '/messages/test-email', { token, body: { to: 'qa@example.com', subject: '{{ data.name }}', html: '<b>{{ data.name }}</b>{{ data.name | raw }}', text: '{{ data.name }}', data: { name: HOSTILE_NAME } } });
+  assert.equal(mail.status, 202, mail.text);
+  const sent = await s.request('GET', `/messages/delivery-attempts/${mail.body.deliveryAttemptId}`, { token });
+  assert.deepEqual(sent.body.rendered, { subject: HOSTILE_NAME, html: `<b>${ESCAPED_NAME}</b>${HOSTILE_NAME}`, text: HOSTILE_NAME });
 });

@@ -250,8 +250,25 @@ test('there is no DELETE /workflows/:id: it answers 404 or 405 (never 5xx) and d
 // Step validation
 // ---------------------------------------------------------------------------------------
 
+/** Templates for the send steps of EVERY_STEP_TYPE (ids 1 to 4 in a fresh database), so it can be activated. */
+async function catalogTemplates(s: TestServer, token: string): Promise<void> {
+  const made = [];
+  for (const [channel, content] of [
+    ['EMAIL', { subject: 's', text: 't' }],
+    ['EMAIL', { subject: 's', html: '<p>h</p>' }],
+    ['SMS', { text: 't' }],
+    ['WHATSAPP', { text: 't' }],
+  ] as const) {
+    const res = await s.request('POST', '/templates', { token, body: { name: `${channel} template`, channel, content } });
+    assert.equal(res.status, 201, res.text);
+    made.push(res.body.id);
+  }
+  assert.deepEqual(made, [1, 2, 3, 4]);
+}
+
 test('every step type of the catalog is accepted', async (t) => {
   const { s, token } = await setup(t);
+  await catalogTemplates(s, token);
   const w = await createWorkflow(s, token, { name: 'Everything', steps: EVERY_STEP_TYPE });
   assert.deepEqual(w.steps, EVERY_STEP_TYPE);
   // And each one alone, through PATCH.
@@ -676,6 +693,7 @@ function assertRunShape(r: any): void {
 test('runs: GET /workflows/:id/runs and GET /runs/:runId show a QUEUED run with its steps and trigger', async (t) => {
   const { s, token } = await setup(t);
   const contact = await createContact(s, token, { email: 'runner@example.com' });
+  await catalogTemplates(s, token);
   const steps = [{ type: 'wait', seconds: 30 }, { type: 'add_tags', tags: ['hooked'] }, { type: 'send_email', templateId: 1 }];
   const w = await createWorkflow(s, token, webhookDraft({ status: 'ACTIVE', steps, webhook: { lookup: 'email', path: 'customer.email' } }));
   const trigger = { customer: { email: 'runner@example.com', name: 'R' }, items: [1, 2, 3], ok: true };
@@ -749,4 +767,98 @@ test("another workspace's run is 404, and VIEWER may read runs", async (t) => {
   assert.equal(read.status, 200, read.text);
   assert.equal(read.body.runId, hook.body.runId);
   assertProblem(await s.request('GET', `/runs/${hook.body.runId}`), 401);
+});
+
+// ---------------------------------------------------------------------------------------
+// Issue 8: masked webhook URL for VIEWER, signing-secret length, activation checks templates
+// ---------------------------------------------------------------------------------------
+
+test('webhook.url is whole for MEMBER and above and masked for VIEWER (user or key) in get and list', async (t) => {
+  const { s, token } = await setup(t);
+  const w = await createWorkflow(s, token, webhookDraft({ status: 'ACTIVE', webhook: { lookup: 'email' } }));
+  const url: string = w.webhook.url;
+  const tokenPart = url.slice(url.lastIndexOf('/') + 1);
+  assert.equal(tokenPart.length, 30);
+  const draft = await createWorkflow(s, token, webhookDraft({ name: 'not yet', webhook: { lookup: 'email' } }));
+
+  const masked = `${s.config.publicUrl}/v1/webhooks/in/••••${tokenPart.slice(-4)}`;
+  const viewer = await s.userWithRole('VIEWER');
+  for (const vt of [viewer.token, s.mintKey('VIEWER')]) {
+    const one = await s.request('GET', `/workflows/${w.id}`, { token: vt });
+    assert.equal(one.status, 200, one.text);
+    assert.equal(one.body.webhook.url, masked);
+    const list = await s.request('GET', '/workflows', { token: vt });
+    assert.equal(list.status, 200, list.text);
+    assert.deepEqual(list.body.data.map((x: any) => [x.id, x.webhook.url]), [
+      [draft.id, null],
+      [w.id, masked],
+    ]);
+    for (const r of [one, list]) assert.ok(!r.text.includes(tokenPart), 'a VIEWER never sees the token');
+  }
+  for (const role of ['MEMBER', 'ADMIN'] as const) {
+    const u = await s.userWithRole(role);
+    for (const mt of [u.token, s.mintKey(role)]) {
+      assert.equal((await s.request('GET', `/workflows/${w.id}`, { token: mt })).body.webhook.url, url, role);
+      assert.ok((await s.request('GET', '/workflows', { token: mt })).body.data.some((x: any) => x.webhook.url === url), role);
+    }
+  }
+  assert.equal((await s.request('GET', `/workflows/${w.id}`, { token })).body.webhook.url, url, 'OWNER');
+  // The masked URL is no address: posting to it finds nothing.
+  assertProblem(await s.request('POST', new URL(masked).pathname, { body: { email: 'x@example.com' } }), 404);
+});
+
+test('a signing secret has at least 16 characters (422 at /webhook/signingSecret), on POST and PATCH', async (t) => {
+  const { s, token } = await setup(t);
+  for (const short of ['x', 'fifteen-chars-!', ' '.repeat(15)]) {
+    assert.ok(short.length < 16);
+    assertErrorPaths(await s.request('POST', '/workflows', { token, body: webhookDraft({ webhook: { lookup: 'email', signingSecret: short } }) }), ['/webhook/signingSecret'], 'validation_failed');
+  }
+  assert.equal((await s.request('GET', '/workflows', { token })).body.data.length, 0, 'nothing was created');
+  const w = await createWorkflow(s, token, webhookDraft({ webhook: { lookup: 'email', signingSecret: 'exactly-16-chars' } }));
+  assert.equal(w.webhook.hasSigningSecret, true);
+  const before = s.db.$client.prepare('SELECT signing_secret FROM workflows WHERE id = ?').pluck().get(w.id);
+  assertErrorPaths(await patch(s, token, w.id, { webhook: { signingSecret: 'fifteen-chars-!' } }), ['/webhook/signingSecret'], 'validation_failed');
+  assert.equal(s.db.$client.prepare('SELECT signing_secret FROM workflows WHERE id = ?').pluck().get(w.id), before, 'the refused PATCH changed nothing');
+  // Multi-byte characters count as characters.
+  assert.equal((await patch(s, token, w.id, { webhook: { signingSecret: 'ünïcödé-sécrét-✓✓' } })).status, 200);
+  assert.equal((await patch(s, token, w.id, { webhook: { signingSecret: null } })).body.webhook.hasSigningSecret, false);
+});
+
+test('activation refuses send steps naming a missing template or one of another channel (422 with each step pointer)', async (t) => {
+  const { s, token } = await setup(t);
+  const email = (await s.request('POST', '/templates', { token, body: { name: 'e', channel: 'EMAIL', content: { subject: 's', text: 't' } } })).body;
+  const sms = (await s.request('POST', '/templates', { token, body: { name: 's', channel: 'SMS', content: { text: 't' } } })).body;
+  const other = await s.otherWorkspace();
+  const foreign = (await s.request('POST', '/templates', { token: other.token, body: { name: 'f', channel: 'EMAIL', content: { subject: 's', text: 't' } } })).body;
+
+  const steps = [
+    { type: 'send_email', templateId: email.id },
+    { type: 'send_email', templateId: sms.id },
+    { type: 'add_tags', tags: ['x'] },
+    { type: 'send_sms', templateId: 424242 },
+    { type: 'send_whatsapp', templateId: email.id },
+    { type: 'send_email', templateId: foreign.id },
+  ];
+  // A draft may name anything (templates can come later); activation may not.
+  const w = await createWorkflow(s, token, { name: 'sender', steps });
+  const refused = await patch(s, token, w.id, { status: 'ACTIVE' });
+  assertErrorPaths(refused, ['/steps/1/templateId', '/steps/3/templateId', '/steps/4/templateId', '/steps/5/templateId'], 'validation_failed');
+  assert.deepEqual(refused.body.errors.map((e: any) => e.path), ['/steps/1/templateId', '/steps/3/templateId', '/steps/4/templateId', '/steps/5/templateId']);
+  assert.match(refused.body.errors[0].message, /SMS/);
+  assert.equal((await s.request('GET', `/workflows/${w.id}`, { token })).body.status, 'DRAFT');
+  assert.ok(!auditRows(s, w.id).some((r) => r.action === 'workflow.activated'));
+  // Created ACTIVE at once: the same refusal, and nothing is created.
+  assertErrorPaths(await s.request('POST', '/workflows', { token, body: { name: 'at once', status: 'ACTIVE', steps } }), ['/steps/1/templateId'], 'validation_failed');
+  assert.equal((await s.request('GET', '/workflows', { token })).body.data.length, 1);
+
+  // Fixed, it activates; then editing the steps of the ACTIVE workflow is checked too.
+  const fixed = [steps[0], steps[2], { type: 'send_sms', templateId: sms.id }];
+  const ok = await patch(s, token, w.id, { steps: fixed, status: 'ACTIVE' });
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal(ok.body.status, 'ACTIVE');
+  assertErrorPaths(await patch(s, token, w.id, { steps: [{ type: 'send_sms', templateId: email.id }] }), ['/steps/0/templateId'], 'validation_failed');
+  assert.deepEqual((await s.request('GET', `/workflows/${w.id}`, { token })).body.steps, fixed);
+  // Pausing needs no check, and a rename of an ACTIVE workflow is not refused.
+  assert.equal((await patch(s, token, w.id, { name: 'renamed' })).status, 200);
+  assert.equal((await patch(s, token, w.id, { status: 'PAUSED' })).status, 200);
 });

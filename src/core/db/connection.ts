@@ -1,3 +1,5 @@
+import { closeSync, openSync } from 'node:fs';
+import { isMainThread } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { drizzle, type BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import * as schema from './schema.js';
@@ -7,13 +9,43 @@ export type Db = BetterSQLite3Database<typeof schema> & { $client: Database.Data
 export type SynchronousLevel = 'FULL' | 'NORMAL';
 
 /**
+ * The database holds password hashes, encrypted secrets and every contact: only its owner
+ * may read it. A new file is created 0600 before SQLite opens it, and SQLite gives the
+ * -wal and -shm files the mode of the database file; on the main thread the umask is
+ * also narrowed while SQLite may create files (a worker thread cannot change it).
+ */
+function createPrivately(file: string): void {
+  if (file === ':memory:' || file === '') return;
+  try {
+    closeSync(openSync(file, 'wx', 0o600));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+}
+
+function withPrivateUmask<T>(fn: () => T): T {
+  if (!isMainThread) return fn();
+  const previous = process.umask(0o077);
+  try {
+    return fn();
+  } finally {
+    process.umask(previous);
+  }
+}
+
+/**
  * Opens the database with the pragmas every connection (main thread or worker) needs.
  * busy_timeout comes first so that even the journal-mode switch waits for other writers.
  */
 export function openDatabase(file: string, opts: { synchronous?: SynchronousLevel; readonly?: boolean } = {}): Db {
-  const client = new Database(file, { readonly: opts.readonly ?? false });
-  client.pragma('busy_timeout = 5000');
-  if (!opts.readonly) client.pragma('journal_mode = WAL');
+  const readonly = opts.readonly ?? false;
+  const client = withPrivateUmask(() => {
+    if (!readonly) createPrivately(file);
+    const c = new Database(file, { readonly });
+    c.pragma('busy_timeout = 5000');
+    if (!readonly) c.pragma('journal_mode = WAL');
+    return c;
+  });
   client.pragma(`synchronous = ${opts.synchronous ?? 'FULL'}`);
   client.pragma('foreign_keys = ON');
   return drizzle(client, { schema }) as Db;

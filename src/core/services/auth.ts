@@ -1,17 +1,17 @@
-import { and, asc, eq, isNull } from 'drizzle-orm';
+import { and, asc, eq, gt, isNull } from 'drizzle-orm';
 import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
 import { recordAudit } from '../audit.js';
-import { nowIso, withTransaction, type SystemContext } from '../context.js';
-import { randomBase62, randomToken, sha256Hex, verifyPassword } from '../crypto.js';
+import { nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import { hashPassword, randomBase62, randomToken, sha256Hex, verifyPassword } from '../crypto.js';
 import { memberships, sessions, users, workspaces, type Plan, type Role } from '../db/schema.js';
-import { AppError, RateLimitError, UnauthorizedError } from '../errors.js';
+import { AppError, ForbiddenError, RateLimitError, UnauthorizedError, ValidationError } from '../errors.js';
 import { findApiKey, isWellFormedApiKey, looksLikeApiKey, touchApiKey } from './apiKeys.js';
 import { minimumPlanForKeyRole, planAtLeast } from '../roles.js';
-import { normalizeEmail } from '../validation.js';
-import type { UserView } from './users.js';
+import { normalizeEmail, passwordProblem } from '../validation.js';
+import { WindowCounter, type WindowRule } from '../rateLimit.js';
+import { endSessions, type UserView } from './users.js';
 
 export const ACCESS_TOKEN_SECONDS = 15 * 60;
-export const REFRESH_TOKEN_DAYS = 30;
 const JWT_ALG = 'HS256';
 const JWT_ISSUER = 'svc';
 
@@ -25,12 +25,16 @@ export interface Principal {
   apiKeyId: number | null;
   isSuperAdmin: boolean;
   label: string;
+  /** For a user: the session (refresh family) the access token was minted in. */
+  sessionId: string | null;
 }
 
 export interface LoginResult {
   token: string;
   expiresIn: number;
   refreshToken: string;
+  /** Seconds the session has left (the refresh cookie's Max-Age). */
+  refreshMaxAge: number;
   user: UserView;
   workspace: { id: number; name: string; plan: Plan; role: Role };
 }
@@ -41,46 +45,67 @@ function jwtKey(ctx: Pick<SystemContext, 'config'>): Uint8Array {
 
 const invalidCredentials = () => new UnauthorizedError('invalid_credentials', 'The email or password is wrong');
 
+interface ThrottleRule extends WindowRule {
+  prefix: string;
+}
+
 /**
- * Counts failed logins per email and per source address in a sliding window. Kept in
- * memory: it slows guessing against one process, and a restart forgets only failures.
+ * Counts failed logins in sliding windows, by three keys: the pair (email, source address),
+ * which slows one guesser at once (`maxFailures` per window); the email alone with a
+ * slower limit (twice as many per four windows), which bounds guessing from many
+ * addresses without letting one address lock a user out; and the address alone with a
+ * higher limit (five times as many per window), which slows spraying one password over
+ * many emails. Kept in memory and bounded (see WindowCounter), so a flood of made-up
+ * emails can neither grow it nor wipe everyone's counts.
  */
 export class LoginThrottle {
-  private readonly failures = new Map<string, number[]>();
-  constructor(
-    private readonly maxFailures: number,
-    private readonly windowMs = 15 * 60_000,
-  ) {}
+  private readonly failures: WindowCounter;
+  private readonly rules: { pair: ThrottleRule; email: ThrottleRule; address: ThrottleRule };
 
-  private recent(key: string, now: number): number[] {
-    const list = (this.failures.get(key) ?? []).filter((t) => now - t < this.windowMs);
-    if (list.length) this.failures.set(key, list);
-    else this.failures.delete(key);
-    return list;
+  constructor(maxFailures: number, windowMs = 15 * 60_000, opts: { maxEntries?: number } = {}) {
+    this.rules = {
+      pair: { prefix: 'pair', limit: maxFailures, windowMs },
+      email: { prefix: 'email', limit: maxFailures * 2, windowMs: 4 * windowMs },
+      address: { prefix: 'ip', limit: maxFailures * 5, windowMs },
+    };
+    this.failures = new WindowCounter(opts.maxEntries ?? 50_000);
   }
 
-  check(keys: string[], now = Date.now()): void {
-    for (const key of keys) {
-      const list = this.recent(key, now);
-      if (list.length >= this.maxFailures) {
-        const retryAfter = (list[0]! + this.windowMs - now) / 1000;
-        throw new RateLimitError('too_many_login_attempts', 'Too many failed logins; try again later', retryAfter);
-      }
+  /** How many keys are held (for tests and metrics). */
+  get size(): number {
+    return this.failures.size;
+  }
+
+  private keys(email: string, ip: string | null): { key: string; rule: ThrottleRule }[] {
+    const { pair, email: byEmail, address } = this.rules;
+    return [
+      { key: `${pair.prefix}:${email}\u0000${ip ?? ''}`, rule: pair },
+      { key: `${byEmail.prefix}:${email}`, rule: byEmail },
+      ...(ip ? [{ key: `${address.prefix}:${ip}`, rule: address }] : []),
+    ];
+  }
+
+  /** Throws 429 (with Retry-After) when either count is at its limit. */
+  check(email: string, ip: string | null, now = Date.now()): void {
+    for (const { key, rule } of this.keys(email, ip)) {
+      const wait = this.failures.retryAfter(key, rule, now);
+      if (wait > 0) throw new RateLimitError('too_many_login_attempts', 'Too many failed logins; try again later', wait);
     }
   }
 
-  fail(keys: string[], now = Date.now()): void {
-    if (this.failures.size > 100_000) this.failures.clear();
-    for (const key of keys) this.failures.set(key, [...this.recent(key, now), now]);
+  fail(email: string, ip: string | null, now = Date.now()): void {
+    for (const { key, rule } of this.keys(email, ip)) this.failures.add(key, rule, now);
   }
 
-  succeed(keys: string[]): void {
-    for (const key of keys) if (key.startsWith('email:')) this.failures.delete(key);
+  /** A successful login clears its (email, address) count; the email's count runs out by itself. */
+  succeed(email: string, ip: string | null): void {
+    this.failures.delete(this.keys(email, ip)[0]!.key);
   }
 }
 
-async function signAccessToken(ctx: Pick<SystemContext, 'config'>, userId: number, workspaceId: number, role: Role): Promise<string> {
-  return new SignJWT({ wid: workspaceId, role })
+/** An access token names its session (`sid`, the refresh family), so ending the session ends it too. */
+async function signAccessToken(ctx: Pick<SystemContext, 'config'>, userId: number, workspaceId: number, role: Role, sessionId: string): Promise<string> {
+  return new SignJWT({ wid: workspaceId, role, sid: sessionId })
     .setProtectedHeader({ alg: JWT_ALG, typ: 'JWT' })
     .setSubject(String(userId))
     .setIssuer(JWT_ISSUER)
@@ -107,11 +132,20 @@ function membershipsOf(ctx: Pick<SystemContext, 'db'>, userId: number): Membersh
     .all();
 }
 
-function issueRefreshToken(ctx: SystemContext, userId: number, workspaceId: number, familyId: string): string {
+/**
+ * Stores a refresh token of a session family. `expiresAt` is the family's absolute end,
+ * fixed at login (config.sessionMaxDays) and inherited by every rotation, so refreshing
+ * never makes a session outlive it.
+ */
+function issueRefreshToken(ctx: SystemContext, userId: number, workspaceId: number, familyId: string, expiresAt: string): string {
   const token = randomToken(32);
-  const expiresAt = new Date(Date.now() + REFRESH_TOKEN_DAYS * 86_400_000).toISOString();
   ctx.db.insert(sessions).values({ familyId, userId, workspaceId, tokenHash: sha256Hex(token), expiresAt }).run();
   return token;
+}
+
+/** Seconds until an ISO time (at least 0), for the refresh cookie's Max-Age. */
+function secondsUntil(iso: string): number {
+  return Math.max(0, Math.floor((Date.parse(iso) - Date.now()) / 1000));
 }
 
 export async function login(
@@ -120,27 +154,28 @@ export async function login(
   input: { email: string; password: string; workspaceId?: number | undefined },
 ): Promise<LoginResult> {
   const email = normalizeEmail(input.email) ?? input.email.trim().toLowerCase();
-  const keys = [`email:${email}`, ...(ctx.ip ? [`ip:${ctx.ip}`] : [])];
-  throttle.check(keys);
+  throttle.check(email, ctx.ip);
   const user = ctx.db.select().from(users).where(eq(users.email, email)).get();
   // Always verify, against a dummy hash for unknown users, so both failures take the same time.
   const ok = await verifyPassword(input.password, user?.passwordHash);
   if (!user || !ok) {
-    throttle.fail(keys);
+    throttle.fail(email, ctx.ip);
     throw invalidCredentials();
   }
   const all = membershipsOf(ctx, user.id);
   const chosen = input.workspaceId === undefined ? all[0] : all.find((m) => m.workspaceId === input.workspaceId);
   if (!chosen) {
-    throttle.fail(keys);
+    throttle.fail(email, ctx.ip);
     throw input.workspaceId === undefined
       ? new AppError(403, 'no_workspace', 'This user belongs to no workspace')
       : new AppError(403, 'not_a_member', `This user is not a member of workspace ${input.workspaceId}`);
   }
-  throttle.succeed(keys);
-  const token = await signAccessToken(ctx, user.id, chosen.workspaceId, chosen.role);
+  throttle.succeed(email, ctx.ip);
+  const familyId = randomToken(16);
+  const sessionExpiresAt = new Date(Date.now() + ctx.config.sessionMaxDays * 86_400_000).toISOString();
+  const token = await signAccessToken(ctx, user.id, chosen.workspaceId, chosen.role, familyId);
   const refreshToken = withTransaction(ctx, (tx) => {
-    const rt = issueRefreshToken(tx, user.id, chosen.workspaceId, randomToken(16));
+    const rt = issueRefreshToken(tx, user.id, chosen.workspaceId, familyId, sessionExpiresAt);
     recordAudit({ ...tx, actor: { type: 'USER', id: user.id, label: user.email } }, {
       workspaceId: chosen.workspaceId,
       action: 'auth.login',
@@ -152,9 +187,40 @@ export async function login(
     token,
     expiresIn: ACCESS_TOKEN_SECONDS,
     refreshToken,
+    refreshMaxAge: secondsUntil(sessionExpiresAt),
     user: { id: user.id, email: user.email, name: user.name, isSuperAdmin: user.isSuperAdmin },
     workspace: { id: chosen.workspaceId, name: chosen.name, plan: chosen.plan, role: chosen.role },
   };
+}
+
+/**
+ * `POST /auth/password`: a signed-in user changes their own password. The current one is
+ * checked (401 invalid_credentials, counted by the login throttle like a failed login);
+ * every other session of the user ends, the caller's own (`keepSession`) stays.
+ */
+export async function changePassword(
+  ctx: WorkspaceContext,
+  throttle: LoginThrottle,
+  principal: Principal,
+  input: { currentPassword: string; newPassword: string },
+): Promise<{ sessionsEnded: number }> {
+  if (principal.kind !== 'user' || principal.userId === null) throw new ForbiddenError('Only a signed-in user can change a password; API keys have none');
+  const problem = passwordProblem(input.newPassword);
+  if (problem) throw new ValidationError('invalid_password', `The new password ${problem}`, [{ path: '/newPassword', message: problem }]);
+  const user = ctx.db.select().from(users).where(eq(users.id, principal.userId)).get();
+  if (!user) throw invalidToken();
+  throttle.check(user.email, ctx.ip);
+  if (!(await verifyPassword(input.currentPassword, user.passwordHash))) {
+    throttle.fail(user.email, ctx.ip);
+    throw new UnauthorizedError('invalid_credentials', 'The current password is wrong');
+  }
+  const passwordHash = await hashPassword(input.newPassword);
+  return withTransaction(ctx, (tx) => {
+    tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id)).run();
+    const sessionsEnded = endSessions(tx, user.id, { exceptFamily: principal.sessionId });
+    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
+    return { sessionsEnded };
+  });
 }
 
 const invalidRefresh = () => new UnauthorizedError('invalid_refresh_token', 'The session has ended; log in again');
@@ -163,7 +229,10 @@ const invalidRefresh = () => new UnauthorizedError('invalid_refresh_token', 'The
  * Rotates a refresh token. A token that was already rotated is a sign of theft: the
  * whole family (every token descended from that login) is revoked.
  */
-export async function refresh(ctx: SystemContext, refreshToken: string | undefined): Promise<{ token: string; expiresIn: number; refreshToken: string }> {
+export async function refresh(
+  ctx: SystemContext,
+  refreshToken: string | undefined,
+): Promise<{ token: string; expiresIn: number; refreshToken: string; refreshMaxAge: number }> {
   if (!refreshToken) throw invalidRefresh();
   const outcome = withTransaction(ctx, (tx) => {
     const row = tx.db.select().from(sessions).where(eq(sessions.tokenHash, sha256Hex(refreshToken))).get();
@@ -181,12 +250,12 @@ export async function refresh(ctx: SystemContext, refreshToken: string | undefin
       .get();
     if (!membership) return { error: true as const };
     tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id)).run();
-    const next = issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId);
-    return { error: false as const, next, userId: row.userId, workspaceId: row.workspaceId, role: membership.role };
+    const next = issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt);
+    return { error: false as const, next, userId: row.userId, workspaceId: row.workspaceId, role: membership.role, familyId: row.familyId, expiresAt: row.expiresAt };
   });
   if (outcome.error) throw invalidRefresh();
-  const token = await signAccessToken(ctx, outcome.userId, outcome.workspaceId, outcome.role);
-  return { token, expiresIn: ACCESS_TOKEN_SECONDS, refreshToken: outcome.next };
+  const token = await signAccessToken(ctx, outcome.userId, outcome.workspaceId, outcome.role, outcome.familyId);
+  return { token, expiresIn: ACCESS_TOKEN_SECONDS, refreshToken: outcome.next, refreshMaxAge: secondsUntil(outcome.expiresAt) };
 }
 
 /** Ends the session family of this refresh token. Unknown tokens end nothing and are not an error. */
@@ -212,7 +281,15 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
   }
   const userId = Number(payload.sub);
   const workspaceId = payload.wid;
-  if (!Number.isSafeInteger(userId) || typeof workspaceId !== 'number' || !Number.isSafeInteger(workspaceId)) throw invalidToken();
+  const sessionId = payload.sid;
+  if (!Number.isSafeInteger(userId) || typeof workspaceId !== 'number' || !Number.isSafeInteger(workspaceId) || typeof sessionId !== 'string') throw invalidToken();
+  // A session ended by logout, a password change, a removal or its age ends its access tokens too.
+  const live = ctx.db
+    .select({ id: sessions.id })
+    .from(sessions)
+    .where(and(eq(sessions.familyId, sessionId), eq(sessions.userId, userId), isNull(sessions.revokedAt), gt(sessions.expiresAt, nowIso())))
+    .get();
+  if (!live) throw new UnauthorizedError('session_ended', 'The session has ended; log in again');
   // The role comes from the membership as it is now, so a demotion or removal applies at once.
   const row = ctx.db
     .select({ role: memberships.role, plan: workspaces.plan, email: users.email, isSuperAdmin: users.isSuperAdmin })
@@ -222,7 +299,7 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
     .where(and(eq(memberships.userId, userId), eq(memberships.workspaceId, workspaceId)))
     .get();
   if (!row) throw invalidToken('The user is no longer a member of this workspace');
-  return { kind: 'user', workspaceId, role: row.role, plan: row.plan, userId, apiKeyId: null, isSuperAdmin: row.isSuperAdmin, label: row.email };
+  return { kind: 'user', workspaceId, role: row.role, plan: row.plan, userId, apiKeyId: null, isSuperAdmin: row.isSuperAdmin, label: row.email, sessionId };
 }
 
 function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Principal {
@@ -234,7 +311,17 @@ function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Princi
     throw new UnauthorizedError('api_key_plan_restricted', `${found.role} keys do not authenticate on the ${found.plan} plan; raise the plan or use a VIEWER key`);
   }
   touchApiKey(ctx, found.id);
-  return { kind: 'api_key', workspaceId: found.workspaceId, role: found.role, plan: found.plan, userId: null, apiKeyId: found.id, isSuperAdmin: false, label: found.name };
+  return {
+    kind: 'api_key',
+    workspaceId: found.workspaceId,
+    role: found.role,
+    plan: found.plan,
+    userId: null,
+    apiKeyId: found.id,
+    isSuperAdmin: false,
+    label: found.name,
+    sessionId: null,
+  };
 }
 
 /** Resolves the value of an Authorization header to a principal, or throws 401. */

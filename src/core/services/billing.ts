@@ -145,14 +145,18 @@ export function completeManualCheckout(ctx: SystemContext, checkoutId: number): 
 }
 
 /**
- * A paid Stripe Checkout Session: completes the matching checkout, found by session id or
- * else by metadata.checkoutId. Idempotent: a replayed or unknown event changes nothing.
- * Returns what it did, for the log.
+ * A paid Stripe Checkout Session: completes the checkout whose stored session id it is.
+ * Only when that checkout has no session id stored yet (the webhook overtook the answer
+ * that carried it) is it found by `metadata.checkoutId`, which only svc's own secret key
+ * can set; never by `client_reference_id`, which a Payment Link lets any buyer choose.
+ * Idempotent: a replayed or unknown event changes nothing. Returns what it did, for the log.
  */
-export function completeStripeCheckout(ctx: SystemContext, ref: { sessionId?: string | undefined; checkoutId?: number | undefined }): 'completed' | 'already_completed' | 'not_found' {
+export function completeStripeCheckout(ctx: SystemContext, ref: { sessionId: string; checkoutId?: number | undefined }): 'completed' | 'already_completed' | 'not_found' {
   return withTransaction(ctx, (tx) => {
-    let row = ref.sessionId ? tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.providerRef, ref.sessionId))).get() : undefined;
-    if (!row && ref.checkoutId) row = tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId))).get();
+    let row = tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.providerRef, ref.sessionId))).get();
+    if (!row && ref.checkoutId) {
+      row = tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId), isNull(checkouts.providerRef))).get();
+    }
     if (!row) return 'not_found';
     if (row.status !== 'PENDING') return 'already_completed';
     complete(ctx, tx, row);

@@ -188,6 +188,23 @@ const settingFields: Record<ProviderName, string[]> = {
   whatsapp: ['baseUrl', 'phoneNumberId'],
 };
 
+/**
+ * The settings that decide where (and how) the credentials are sent. Stored credentials
+ * are kept only while all of these stay as they were: otherwise an ADMIN key could point
+ * the provider at its own server and receive the SMTP password or API token.
+ */
+const destinationFields: Record<ProviderName, string[]> = {
+  outbox: [],
+  smtp: ['host', 'port', 'secure', 'requireTLS'],
+  twilio: ['baseUrl'],
+  whatsapp: ['baseUrl'],
+};
+
+function sameDestination(provider: ProviderName, before: Record<string, unknown>, next: Record<string, unknown>): boolean {
+  const norm = (v: unknown) => (typeof v === 'string' ? v.toLowerCase() : v);
+  return destinationFields[provider].every((field) => norm(before[field]) === norm(next[field]));
+}
+
 const credentialFields: Record<ProviderName, string[]> = {
   outbox: [],
   smtp: ['user', 'pass'],
@@ -248,8 +265,10 @@ function checkChannel(channel: Channel, input: ChannelInput, errors: FieldError[
 
 /**
  * Replaces the settings of the channels present in the input; the others are untouched.
- * Credentials left out are kept when the provider stays the same, so an admin can change
- * a host without retyping a password. Credentials are stored encrypted and never returned.
+ * Credentials left out are kept when the provider and its destination (host, port and TLS
+ * mode, or base URL) stay the same, so an admin can change a sender address without
+ * retyping a password; a new destination needs the credentials again (422 with the
+ * pointer `/<CHANNEL>/credentials`). Credentials are stored encrypted and never returned.
  */
 export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): ChannelsView {
   const errors: FieldError[] = [];
@@ -267,14 +286,20 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Cha
     const changed: Record<string, ProviderName> = {};
     for (const [channel, next] of checked) {
       const before = tx.db
-        .select({ provider: channelSettings.provider, credentials: channelSettings.credentials })
+        .select({ provider: channelSettings.provider, settings: channelSettings.settings, credentials: channelSettings.credentials })
         .from(channelSettings)
         .where(inWorkspace(tx, channelSettings.workspaceId, eq(channelSettings.channel, channel)))
         .get();
       let credentials: string | null = null;
       if (next.credentials !== undefined) {
         credentials = Object.keys(next.credentials).length ? encryptSecret(ctx.config, JSON.stringify(next.credentials)) : null;
-      } else if (before && before.provider === next.provider) {
+      } else if (before && before.provider === next.provider && before.credentials !== null) {
+        if (!sameDestination(next.provider, before.settings, next.settings)) {
+          const fields = destinationFields[next.provider].join(', ');
+          throw new ValidationError('validation_failed', 'The channel settings are invalid', [
+            { path: `/${channel}/credentials`, message: `are required again when the destination (${fields}) changes` },
+          ]);
+        }
         credentials = before.credentials;
       }
       if (next.credentialsRequired && credentials === null) {

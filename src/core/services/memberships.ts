@@ -7,7 +7,7 @@ import { AppError, ConflictError, ForbiddenError, NotFoundError, ValidationError
 import { decodeCursor, toPage, type Page } from '../pagination.js';
 import { roleAtLeast } from '../roles.js';
 import { passwordProblem } from '../validation.js';
-import { findUserByEmail, requireEmail, userView, type UserView } from './users.js';
+import { endSessions, findUserByEmail, requireEmail, userView, type UserView } from './users.js';
 import { getWorkspace } from './workspaces.js';
 
 /**
@@ -36,9 +36,14 @@ export interface InvitationCreated {
   token: string;
 }
 
+/** An invitation as shown after it was sent: everything but the token. */
+export type InvitationView = Omit<InvitationCreated, 'token'>;
+
+/** The invitation email; `secrets` are sent to the invitee but never stored in clear. */
 export interface InvitationEmail {
   to: string;
   rendered: { subject: string; text: string };
+  secrets: string[];
 }
 
 export interface InvitationAccepted {
@@ -91,19 +96,20 @@ function assertNotLastOwner(ctx: WorkspaceContext, target: MembershipView): void
   if (!other) throw new ConflictError('last_owner', 'A workspace always keeps at least one OWNER; make someone else OWNER first');
 }
 
-/** Adds an existing user (by email) to this workspace. */
-export function addMembership(ctx: WorkspaceContext, input: { email: string; role: Role }, callerRole: Role): MembershipView {
-  const email = requireEmail(input.email);
-  assertMayGrant(callerRole, input.role);
-  return withTransaction(ctx, (tx) => {
-    const user = findUserByEmail(tx, email);
-    if (!user) throw new NotFoundError('user_not_found', `No user with email ${email}; invite them instead`);
-    const existing = tx.db.select({ id: memberships.id }).from(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id))).get();
-    if (existing) throw new ConflictError('membership_exists', `${email} is already a member of this workspace`);
-    const row = tx.db.insert(memberships).values({ workspaceId: tx.workspaceId, userId: user.id, role: input.role }).returning().get();
-    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'membership.created', target: { type: 'membership', id: row.id }, metadata: { userId: user.id, email, role: input.role } });
-    return { id: row.id, userId: user.id, email: user.email, name: user.name, role: row.role, createdAt: row.createdAt };
-  });
+/**
+ * `POST /memberships {email, role}`: invites someone who is not in this workspace. Whether
+ * the email has an account is never revealed (API.md section 7): known and unknown emails
+ * get the same invitation, the same email and the same answer. Someone already in the
+ * workspace is 409 membership_exists (the workspace's own members are no secret to an ADMIN).
+ */
+export function inviteMember(
+  ctx: WorkspaceContext,
+  input: { email: string; role: Role },
+  caller: { role: Role; userId: number | null },
+): { invitation: InvitationView; email: InvitationEmail } {
+  const { invitation, email } = createInvitation(ctx, input, caller);
+  const { token: _token, ...shown } = invitation;
+  return { invitation: shown, email };
 }
 
 export function changeMembershipRole(ctx: WorkspaceContext, id: number, role: Role, callerRole: Role): MembershipView {
@@ -130,6 +136,8 @@ export function removeMembership(ctx: WorkspaceContext, id: number, callerRole: 
     assertMayManage(callerRole, target);
     assertNotLastOwner(tx, target);
     tx.db.delete(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id))).run();
+    // Sessions are per workspace: the removed user's sessions here end; others stay.
+    endSessions(tx, target.userId, { workspaceId: tx.workspaceId });
     recordAudit(tx, {
       workspaceId: tx.workspaceId,
       action: 'membership.removed',
@@ -164,19 +172,20 @@ export function createInvitation(
       .returning()
       .get();
     recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.created', target: { type: 'invitation', id: row.id }, metadata: { email, role: input.role, expiresAt } });
-    const acceptUrl = `${tx.config.publicUrl.replace(/\/+$/, '')}/invitations/accept`;
+    const publicUrl = tx.config.publicUrl.replace(/\/+$/, '');
+    // The token travels in the fragment, which browsers never send, so it reaches no log.
     const text = [
       `You have been invited to join the workspace "${workspace.name}" as ${input.role}.`,
       '',
-      `Your invitation token: ${token}`,
+      `Accept the invitation: ${publicUrl}/invite#${token}`,
       '',
-      `To accept, POST {"token": "<the token>", "name": "...", "password": "..."} to ${acceptUrl}`,
+      `Or POST {"token": "${token}", "name": "...", "password": "..."} to ${publicUrl}/invitations/accept`,
       `(name and password are needed only if you do not have an account yet).`,
       `The invitation expires at ${expiresAt} and can be used once.`,
     ].join('\n');
     return {
       invitation: { id: row.id, email, role: row.role, expiresAt, token },
-      email: { to: email, rendered: { subject: `You're invited to ${workspace.name}`, text } },
+      email: { to: email, rendered: { subject: `You're invited to ${workspace.name}`, text }, secrets: [token] },
     };
   });
 }

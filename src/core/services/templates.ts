@@ -207,3 +207,25 @@ export function deleteTemplate(ctx: WorkspaceContext, id: number): void {
     recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.deleted', target: { type: 'template', id }, metadata: { name: row.name, channel: row.channel } });
   });
 }
+
+/** The channel each send step delivers on. */
+const SEND_STEP_CHANNEL: Record<string, Channel> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
+
+/**
+ * What stops steps from sending: a send step naming a template that is not in this
+ * workspace, or a template of another channel. One error per such step, at
+ * `${base}/<index>/templateId`. Checked when a workflow is activated.
+ */
+export function sendStepTemplateErrors(ctx: WorkspaceContext, steps: readonly ({ type: string } & Record<string, unknown>)[], base = '/steps'): FieldError[] {
+  const errors: FieldError[] = [];
+  for (const [index, step] of steps.entries()) {
+    const channel = SEND_STEP_CHANNEL[step.type];
+    if (!channel) continue;
+    const path = `${base}/${index}/templateId`;
+    const id = step.templateId;
+    const row = typeof id === 'number' && Number.isSafeInteger(id) ? findRow(ctx, id) : undefined;
+    if (!row) errors.push({ path, message: `names no template of this workspace (${JSON.stringify(id ?? null)})` });
+    else if (row.channel !== channel) errors.push({ path, message: `is template ${row.id}, a ${row.channel} template; ${step.type} needs a ${channel} template` });
+  }
+  return errors;
+}

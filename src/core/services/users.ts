@@ -1,7 +1,7 @@
-import { and, eq } from 'drizzle-orm';
+import { and, eq, isNull, ne, type SQL } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { nowIso, withTransaction, type SystemContext } from '../context.js';
-import { memberships, users, type Role } from '../db/schema.js';
+import { memberships, sessions, users, type Role } from '../db/schema.js';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js';
 import { hashPassword } from '../crypto.js';
 import { normalizeEmail, passwordProblem } from '../validation.js';
@@ -24,7 +24,7 @@ export function requireEmail(value: string, path = '/email'): string {
   return email;
 }
 
-function requirePassword(password: string): void {
+export function requirePassword(password: string): void {
   const problem = passwordProblem(password);
   if (problem) throw new ValidationError('invalid_password', `The password ${problem}`, [{ path: '/password', message: problem }]);
 }
@@ -87,16 +87,33 @@ export async function createUser(ctx: SystemContext, input: CreateUserInput): Pr
   });
 }
 
-export async function setPassword(ctx: SystemContext, email: string, password: string): Promise<UserView> {
+/**
+ * Ends sessions of a user: every refresh-token family (and so every access token minted
+ * from it, which names its family) stops working at once. `workspaceId` limits it to
+ * one workspace; `exceptFamily` spares the caller's own session. Returns how many
+ * families ended.
+ */
+export function endSessions(ctx: Pick<SystemContext, 'db'>, userId: number, opts: { workspaceId?: number; exceptFamily?: string | null } = {}): number {
+  const conditions: SQL[] = [eq(sessions.userId, userId), isNull(sessions.revokedAt)];
+  if (opts.workspaceId !== undefined) conditions.push(eq(sessions.workspaceId, opts.workspaceId));
+  if (opts.exceptFamily) conditions.push(ne(sessions.familyId, opts.exceptFamily));
+  const ended = ctx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(...conditions)).returning({ familyId: sessions.familyId }).all();
+  return new Set(ended.map((r) => r.familyId)).size;
+}
+
+/** Sets a user's password (CLI `svc user passwd`) and ends every session of that user. */
+export async function setPassword(ctx: SystemContext, email: string, password: string): Promise<UserView & { sessionsEnded: number }> {
   requirePassword(password);
   const passwordHash = await hashPassword(password);
   return withTransaction(ctx, (tx) => {
     const user = requireUser(tx, email);
     tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id)).run();
-    recordAudit(tx, { workspaceId: null, action: 'user.password_changed', target: { type: 'user', id: user.id } });
-    return userView(user);
+    const sessionsEnded = endSessions(tx, user.id);
+    recordAudit(tx, { workspaceId: null, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
+    return { ...userView(user), sessionsEnded };
   });
 }
+
 
 export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: boolean): UserView {
   return withTransaction(ctx, (tx) => {

@@ -17,9 +17,12 @@ import { encryptSecret } from '../secrets.js';
 import { validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 import { normalizeTags } from './contacts.js';
+import { sendStepTemplateErrors } from './templates.js';
 
 export const WEBHOOK_TOKEN_LENGTH = 30;
 export const WEBHOOK_PATH_PREFIX = '/v1/webhooks/in/';
+/** A shorter shared secret could be guessed offline from one signed request. */
+export const SIGNING_SECRET_MIN = 16;
 
 export interface WebhookView {
   url: string | null;
@@ -79,6 +82,17 @@ export function workflowView(row: WorkflowRow, publicUrl: string): WorkflowView 
   };
 }
 
+/**
+ * The view a VIEWER gets: the webhook URL alone lets anyone post (when no secret is set),
+ * so a read-only role sees only its last 4 characters (`…/v1/webhooks/in/••••Ab3x`),
+ * enough to tell URLs apart. MEMBER and above see it whole.
+ */
+export function maskWebhookUrl(view: WorkflowView, publicUrl: string): WorkflowView {
+  const url = view.webhook.url;
+  if (!url) return view;
+  return { ...view, webhook: { ...view.webhook, url: `${publicUrl}${WEBHOOK_PATH_PREFIX}••••${url.slice(-4)}` } };
+}
+
 /** 30 base62 characters from a CSPRNG: about 178 bits, unguessable and URL-safe. */
 export function mintWebhookToken(): string {
   return randomBase62(WEBHOOK_TOKEN_LENGTH);
@@ -90,12 +104,17 @@ function findRow(ctx: WorkspaceContext, id: number): WorkflowRow {
   return row;
 }
 
-export function getWorkflow(ctx: WorkspaceContext, id: number): WorkflowView {
-  return workflowView(findRow(ctx, id), ctx.config.publicUrl);
+/** `opts.maskUrl`: the caller may read but not write workflows (VIEWER); see maskWebhookUrl. */
+export function getWorkflow(ctx: WorkspaceContext, id: number, opts: { maskUrl?: boolean } = {}): WorkflowView {
+  const view = workflowView(findRow(ctx, id), ctx.config.publicUrl);
+  return opts.maskUrl ? maskWebhookUrl(view, ctx.config.publicUrl) : view;
 }
 
-export function listWorkflows(ctx: WorkspaceContext, page: PageRequest): Page<WorkflowView> {
-  return selectPage(ctx, workflows, page, (r) => workflowView(r, ctx.config.publicUrl));
+export function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { maskUrl?: boolean } = {}): Page<WorkflowView> {
+  return selectPage(ctx, workflows, page, (r) => {
+    const view = workflowView(r, ctx.config.publicUrl);
+    return opts.maskUrl ? maskWebhookUrl(view, ctx.config.publicUrl) : view;
+  });
 }
 
 /** The workspace a workflow belongs to, for operator commands that name it by id alone. */
@@ -141,7 +160,9 @@ function columnsFrom(ctx: WorkspaceContext, input: WorkflowInput): Partial<Workf
     }
     if (webhook.createIfNotFound !== undefined) set.createIfNotFound = webhook.createIfNotFound;
     if (webhook.defaults !== undefined) set.contactDefaults = normalizeDefaults(webhook.defaults);
-    if (webhook.signingSecret !== undefined) {
+    if (typeof webhook.signingSecret === 'string' && webhook.signingSecret.length < SIGNING_SECRET_MIN) {
+      errors.push({ path: '/webhook/signingSecret', message: `must be at least ${SIGNING_SECRET_MIN} characters (or null to remove it)` });
+    } else if (webhook.signingSecret !== undefined) {
       set.signingSecret = webhook.signingSecret === null ? null : encryptSecret(ctx.config, webhook.signingSecret);
     }
   }
@@ -150,11 +171,16 @@ function columnsFrom(ctx: WorkspaceContext, input: WorkflowInput): Partial<Workf
 }
 
 /**
- * Brings a row that is about to be ACTIVE into a runnable state: a WEBHOOK workflow needs a
- * lookup, and gets its token on first activation (kept through pauses so senders' URLs
- * keep working).
+ * Brings a row that is about to be ACTIVE into a runnable state: its send steps name
+ * templates of this workspace and of their channel (checked on activation and when the
+ * steps of an ACTIVE workflow change), a WEBHOOK workflow needs a lookup, and gets its
+ * token on first activation (kept through pauses so senders' URLs keep working).
  */
-function activationColumns(row: WorkflowRow): Partial<WorkflowRow> {
+function activationColumns(ctx: WorkspaceContext, row: WorkflowRow, checkTemplates: boolean): Partial<WorkflowRow> {
+  if (checkTemplates) {
+    const errors = sendStepTemplateErrors(ctx, row.steps);
+    if (errors.length) throw new ValidationError('validation_failed', 'The workflow cannot be activated: a send step names a missing template or one of another channel', errors);
+  }
   if (row.triggerSource !== 'WEBHOOK') return {};
   if (!row.webhookLookup) {
     throw new ValidationError('webhook_lookup_required', 'A WEBHOOK workflow needs webhook.lookup (email, phone or contactId) before it can be ACTIVE', [
@@ -190,7 +216,7 @@ export function createWorkflow(ctx: WorkspaceContext, input: WorkflowInput & { n
       .returning()
       .get();
     if (input.status && input.status !== 'DRAFT') {
-      const extra = input.status === 'ACTIVE' ? activationColumns(row) : {};
+      const extra = input.status === 'ACTIVE' ? activationColumns(tx, row, true) : {};
       row = tx.db.update(workflows).set({ status: input.status, ...extra }).where(eq(workflows.id, row.id)).returning().get()!;
     }
     auditChanges(tx, undefined, row, input);
@@ -203,7 +229,7 @@ export function updateWorkflow(ctx: WorkspaceContext, id: number, input: Workflo
   return withTransaction(ctx, (tx) => {
     const before = findRow(tx, id);
     const merged = { ...before, ...set, ...(input.status ? { status: input.status } : {}) };
-    const extra = merged.status === 'ACTIVE' ? activationColumns(merged) : {};
+    const extra = merged.status === 'ACTIVE' ? activationColumns(tx, merged, input.status === 'ACTIVE' || input.steps !== undefined) : {};
     const row = tx.db
       .update(workflows)
       .set({ ...set, ...(input.status ? { status: input.status } : {}), ...extra, updatedAt: nowIso() })

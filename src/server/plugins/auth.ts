@@ -4,6 +4,7 @@ import type { Actor, SystemContext, WorkspaceContext } from '../../core/context.
 import type { Db } from '../../core/db/connection.js';
 import type { Plan, Role } from '../../core/db/schema.js';
 import { ForbiddenError, PlanError } from '../../core/errors.js';
+import { takeOrThrow, WindowCounter, type WindowRule } from '../../core/rateLimit.js';
 import { planAtLeast, roleAtLeast } from '../../core/roles.js';
 import { authenticate, type Principal } from '../../core/services/auth.js';
 
@@ -11,7 +12,15 @@ import { authenticate, type Principal } from '../../core/services/auth.js';
  * What a route requires of its caller, declared in the route's `config.access`:
  * `'public'`, or the minimum role and, where a feature is plan-gated, the minimum plan.
  */
-export type Access = 'public' | { role: Role; plan?: Plan; superAdmin?: boolean };
+export type Access = 'public' | { role: Role; plan?: Plan; superAdmin?: boolean; limit?: CallerLimit };
+
+/**
+ * Per-caller rate limits of costly routes: `render` (template previews and test emails,
+ * which render Liquid) and `runs` (runs started by hand: automation runs and replays).
+ */
+export type CallerLimit = 'render' | 'runs';
+
+const LIMIT_WHAT: Record<CallerLimit, string> = { render: 'previews and test emails', runs: 'runs started by hand (runs and replays)' };
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -33,6 +42,11 @@ export function actorOf(principal: Principal): Actor {
 }
 
 export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Config }): void {
+  const calls = new WindowCounter();
+  const limits: Record<CallerLimit, WindowRule> = {
+    render: { limit: deps.config.renderRateLimit, windowMs: 60_000 },
+    runs: { limit: deps.config.runStartRateLimit, windowMs: 60_000 },
+  };
   app.decorateRequest('principal', null);
   app.decorateRequest('workspaceCtx', function (this: FastifyRequest): WorkspaceContext {
     const p = this.principal;
@@ -60,6 +74,10 @@ export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Confi
     if (!roleAtLeast(principal.role, access.role)) throw new ForbiddenError(`This needs the ${access.role} role or above; you have ${principal.role}`);
     if (access.plan && !planAtLeast(principal.plan, access.plan)) {
       throw new PlanError(`This needs the ${access.plan} plan or above; this workspace is on ${principal.plan}`);
+    }
+    if (access.limit) {
+      const caller = principal.kind === 'user' ? `user:${principal.userId}` : `key:${principal.apiKeyId}`;
+      takeOrThrow(calls, `${access.limit}:${caller}`, limits[access.limit], LIMIT_WHAT[access.limit]);
     }
   });
 }

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
-import { login, logout, refresh, REFRESH_TOKEN_DAYS, type LoginThrottle } from '../../core/services/auth.js';
+import { changePassword, login, logout, refresh, type LoginThrottle } from '../../core/services/auth.js';
 import type { App } from '../app.js';
 import { Plan, Role, User } from '../schemas.js';
 
@@ -9,13 +9,14 @@ export const REFRESH_COOKIE = 'svc_refresh';
 const TokenResponse = { token: Type.String(), expiresIn: Type.Integer() };
 
 export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publicUrl: string }): Promise<void> {
-  function setRefreshCookie(reply: FastifyReply, token: string): void {
+  /** The cookie lives as long as the session may (its absolute end), never longer. */
+  function setRefreshCookie(reply: FastifyReply, token: string, maxAge: number): void {
     reply.setCookie(REFRESH_COOKIE, token, {
       httpOnly: true,
       sameSite: 'strict',
       path: '/auth',
       secure: reply.request.protocol === 'https' || opts.publicUrl.startsWith('https:'),
-      maxAge: REFRESH_TOKEN_DAYS * 86_400,
+      maxAge,
     });
   }
 
@@ -43,7 +44,7 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
     },
     async (req, reply) => {
       const result = await login(req.systemCtx(), opts.throttle, req.body);
-      setRefreshCookie(reply, result.refreshToken);
+      setRefreshCookie(reply, result.refreshToken, result.refreshMaxAge);
       return { token: result.token, expiresIn: result.expiresIn, user: result.user, workspace: result.workspace };
     },
   );
@@ -53,8 +54,26 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
     { config: { access: 'public' }, schema: { response: { 200: Type.Object(TokenResponse) } } },
     async (req, reply) => {
       const result = await refresh(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
-      setRefreshCookie(reply, result.refreshToken);
+      setRefreshCookie(reply, result.refreshToken, result.refreshMaxAge);
       return { token: result.token, expiresIn: result.expiresIn };
+    },
+  );
+
+  // A user changes their own password; their other sessions end, this one stays.
+  app.post(
+    '/auth/password',
+    {
+      config: { access: { role: 'VIEWER' } },
+      schema: {
+        body: Type.Object(
+          { currentPassword: Type.String({ minLength: 1, maxLength: 1024 }), newPassword: Type.String({ minLength: 1, maxLength: 1024 }) },
+          { additionalProperties: false },
+        ),
+      },
+    },
+    async (req, reply) => {
+      await changePassword(req.workspaceCtx(), opts.throttle, req.principal!, req.body);
+      return reply.code(204).send();
     },
   );
 

@@ -80,7 +80,7 @@ export async function automationRoutes(app: App): Promise<void> {
   app.post(
     '/automations/:id/runs',
     {
-      config: { access: write },
+      config: { access: { ...write, limit: 'runs' } },
       schema: {
         params: IdParams,
         body: Type.Object({ contactId: Type.Integer({ minimum: 1 }), trigger: Type.Optional(FreeObject) }, { additionalProperties: false }),

@@ -7,8 +7,11 @@ import { BillingPlan, Checkout, CheckoutInput } from '../schemas.js';
 
 interface StripeEvent {
   type?: unknown;
-  data?: { object?: { id?: unknown; client_reference_id?: unknown; metadata?: { checkoutId?: unknown } } };
+  data?: { object?: { id?: unknown; payment_status?: unknown; metadata?: { checkoutId?: unknown } } };
 }
+
+/** The events after which a Checkout Session may be paid (its payment_status says whether it is). */
+const COMPLETING_EVENTS = new Set(['checkout.session.completed', 'checkout.session.async_payment_succeeded']);
 
 function toCheckoutId(value: unknown): number | undefined {
   const s = typeof value === 'number' ? String(value) : typeof value === 'string' ? value : '';
@@ -48,12 +51,19 @@ export async function billingRoutes(app: App, opts: { config: Config }): Promise
       } catch {
         throw new BadRequestError('invalid_json', 'The body is not valid JSON');
       }
-      if (!event || typeof event !== 'object' || event.type !== 'checkout.session.completed') return { received: true, ignored: true };
+      if (!event || typeof event !== 'object' || typeof event.type !== 'string' || !COMPLETING_EVENTS.has(event.type)) return { received: true, ignored: true };
       const session = event.data?.object;
-      const sessionId = typeof session?.id === 'string' ? session.id : undefined;
-      const checkoutId = toCheckoutId(session?.metadata?.checkoutId) ?? toCheckoutId(session?.client_reference_id);
+      const sessionId = typeof session?.id === 'string' && session.id ? session.id : undefined;
+      // A completed session is not a payment: delayed methods (bank debits) complete the
+      // session as "unpaid" and pay later, in checkout.session.async_payment_succeeded.
+      const paymentStatus = session?.payment_status;
+      if (!sessionId || (paymentStatus !== 'paid' && paymentStatus !== 'no_payment_required')) {
+        req.log.info({ type: event.type, sessionId, paymentStatus }, 'stripe checkout session not paid; plan unchanged');
+        return { received: true, ignored: true };
+      }
+      const checkoutId = toCheckoutId(session?.metadata?.checkoutId);
       const outcome = completeStripeCheckout(req.systemCtx({ type: 'SYSTEM', id: null, label: 'stripe' }), { sessionId, checkoutId });
-      req.log.info({ sessionId, checkoutId, outcome }, 'stripe checkout.session.completed');
+      req.log.info({ type: event.type, sessionId, checkoutId, outcome }, 'stripe checkout session paid');
       return { received: true };
     });
   });

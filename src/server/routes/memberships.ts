@@ -1,15 +1,20 @@
 import { Type } from '@sinclair/typebox';
 import {
   acceptInvitation,
-  addMembership,
   changeMembershipRole,
   createInvitation,
+  inviteMember,
   listMemberships,
   removeMembership,
 } from '../../core/services/memberships.js';
+import type { WorkspaceContext } from '../../core/context.js';
+import type { InvitationEmail } from '../../core/services/memberships.js';
 import { deliverWithRetries } from '../../engine/deliver.js';
 import type { App } from '../app.js';
 import { IdParams, InvitationAccepted, InvitationAcceptInput, InvitationCreated, ListQuery, Membership, MembershipInput, pageOf, Role } from '../schemas.js';
+
+/** An invitation as answered by POST /memberships: no token (it went by email). */
+const InvitationSent = Type.Object({ id: Type.Integer(), email: Type.String(), role: Role, expiresAt: Type.String() });
 
 const read = { role: 'VIEWER' as const };
 const admin = { role: 'ADMIN' as const };
@@ -28,8 +33,32 @@ export async function membershipRoutes(app: App): Promise<void> {
     listMemberships(req.workspaceCtx(), req.query),
   );
 
-  app.post('/memberships', { config: { access: admin }, schema: { body: MembershipInput, response: { 201: Membership } } }, async (req, reply) =>
-    reply.code(201).send(addMembership(req.workspaceCtx(), req.body, req.principal!.role)),
+  /** Sends (and retries) an invitation email after the answer; the token is redacted from the stored copy. */
+  function sendInvitationEmail(ctx: WorkspaceContext, email: InvitationEmail, invitationId: number, log: { warn: (o: object, m: string) => void; error: (o: object, m: string) => void }): void {
+    const tracked = deliverWithRetries(
+      { db: ctx.db, config: ctx.config },
+      { workspaceId: ctx.workspaceId, channel: 'EMAIL', to: email.to, rendered: email.rendered, secrets: email.secrets },
+      { signal: closing.signal },
+    )
+      .then((outcome) => {
+        if (outcome.status === 'FAILED') log.warn({ attemptId: outcome.attemptId, error: outcome.error, invitationId }, 'invitation email not delivered');
+      })
+      .catch((err) => log.error({ err, invitationId }, 'invitation email delivery crashed'))
+      .finally(() => inFlight.delete(tracked));
+    inFlight.add(tracked);
+  }
+
+  // 202: the person becomes a member when they accept the emailed invitation. The answer
+  // is the same whether or not the email has an account, and carries no token.
+  app.post(
+    '/memberships',
+    { config: { access: admin }, schema: { body: MembershipInput, response: { 202: InvitationSent } } },
+    async (req, reply) => {
+      const ctx = req.workspaceCtx();
+      const { invitation, email } = inviteMember(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
+      sendInvitationEmail(ctx, email, invitation.id, req.log);
+      return reply.code(202).send(invitation);
+    },
   );
 
   app.patch(
@@ -49,13 +78,7 @@ export async function membershipRoutes(app: App): Promise<void> {
     async (req, reply) => {
       const ctx = req.workspaceCtx();
       const { invitation, email } = createInvitation(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
-      const tracked = deliverWithRetries({ db: ctx.db, config: ctx.config }, { workspaceId: ctx.workspaceId, channel: 'EMAIL', to: email.to, rendered: email.rendered }, { signal: closing.signal })
-        .then((outcome) => {
-          if (outcome.status === 'FAILED') req.log.warn({ attemptId: outcome.attemptId, error: outcome.error, invitationId: invitation.id }, 'invitation email not delivered');
-        })
-        .catch((err) => req.log.error({ err, invitationId: invitation.id }, 'invitation email delivery crashed'))
-        .finally(() => inFlight.delete(tracked));
-      inFlight.add(tracked);
+      sendInvitationEmail(ctx, email, invitation.id, req.log);
       return reply.code(201).send(invitation);
     },
   );

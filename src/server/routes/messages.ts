@@ -34,7 +34,7 @@ export async function messageRoutes(app: App): Promise<void> {
 
   app.post(
     '/messages/test-email',
-    { config: { access: write }, schema: { body: TestEmailBody, response: { 202: TestEmailAccepted } } },
+    { config: { access: { ...write, limit: 'render' } }, schema: { body: TestEmailBody, response: { 202: TestEmailAccepted } } },
     async (req, reply) => {
       const { accepted, done } = await startTestEmail(req.workspaceCtx(), req.body, { signal: closing.signal });
       const tracked = done

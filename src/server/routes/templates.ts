@@ -101,7 +101,7 @@ export async function templateRoutes(app: App): Promise<void> {
   app.post(
     '/templates/:id/preview',
     {
-      config: { access: read },
+      config: { access: { ...read, limit: 'render' } },
       schema: { params: IdParams, body: PreviewBody, response: { 200: TemplatePreview } },
       preValidation: async (req) => {
         if (req.body === undefined) req.body = {};

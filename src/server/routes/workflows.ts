@@ -1,4 +1,6 @@
 import { Type } from '@sinclair/typebox';
+import type { Role } from '../../core/db/schema.js';
+import { roleAtLeast } from '../../core/roles.js';
 import { getRun, listRuns } from '../../core/services/runs.js';
 import { listWebhookEvents, replayWebhookEvent } from '../../core/services/webhooks.js';
 import { createWorkflow, getWorkflow, listWorkflows, updateWorkflow } from '../../core/services/workflows.js';
@@ -42,11 +44,14 @@ const workflowFields = {
   webhook: Type.Optional(WebhookInput),
 };
 
+/** Whether a role sees webhook URLs whole (MEMBER and above; a VIEWER sees them masked). */
+const mayWrite = (role: Role) => roleAtLeast(role, write.role);
+
 const RunParams = Type.Object({ runId: IdParams.properties.id });
 
 export async function workflowRoutes(app: App): Promise<void> {
   app.get('/workflows', { config: { access: read }, schema: { querystring: ListQuery, response: { 200: pageOf(Workflow) } } }, async (req) =>
-    listWorkflows(req.workspaceCtx(), req.query),
+    listWorkflows(req.workspaceCtx(), req.query, { maskUrl: !mayWrite(req.principal!.role) }),
   );
 
   app.post(
@@ -62,7 +67,7 @@ export async function workflowRoutes(app: App): Promise<void> {
   );
 
   app.get('/workflows/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Workflow } } }, async (req) =>
-    getWorkflow(req.workspaceCtx(), req.params.id),
+    getWorkflow(req.workspaceCtx(), req.params.id, { maskUrl: !mayWrite(req.principal!.role) }),
   );
 
   app.patch(
@@ -103,7 +108,7 @@ export async function workflowRoutes(app: App): Promise<void> {
 
   app.post(
     '/webhook-events/:id/replay',
-    { config: { access: write }, schema: { params: IdParams, response: { 202: RunStarted } } },
+    { config: { access: { ...write, limit: 'runs' } }, schema: { params: IdParams, response: { 202: RunStarted } } },
     async (req, reply) => reply.code(202).send(replayWebhookEvent(req.workspaceCtx(), req.params.id)),
   );
 }
