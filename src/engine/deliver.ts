@@ -222,7 +222,7 @@ function testEmailSource(ctx: WorkspaceContext, input: TestEmailInput): Record<s
 export async function startTestEmail(
   ctx: WorkspaceContext,
   input: TestEmailInput,
-  opts: { signal?: AbortSignal } = {},
+  opts: { signal?: AbortSignal; render?: typeof renderContent } = {},
 ): Promise<{ accepted: TestEmailAccepted; done: Promise<DeliveryOutcome> }> {
   const to = normalizeEmail(input.to);
   if (!to) throw new ValidationError('validation_failed', 'The test email is invalid', [{ path: '/to', message: 'must be an email address' }]);
@@ -230,7 +230,7 @@ export async function startTestEmail(
   const workspace = getWorkspace(ctx, ctx.workspaceId);
   let rendered: Record<string, unknown>;
   try {
-    rendered = await renderContent(source, { contact: {}, trigger: input.data ?? {}, workspace: { id: workspace.id, name: workspace.name }, run: null, extra: { data: input.data ?? {} } });
+    rendered = await (opts.render ?? renderContent)(source, { contact: {}, trigger: input.data ?? {}, workspace: { id: workspace.id, name: workspace.name }, run: null, extra: { data: input.data ?? {} } });
   } catch (err) {
     if (!(err instanceof RenderError)) throw err;
     const path = input.templateId !== undefined ? '/templateId' : (err.path ?? '/');

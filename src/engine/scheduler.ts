@@ -33,7 +33,7 @@ export interface EngineOptions {
 }
 
 /** The bundled worker sits beside dist/svc.js; from source it is worker.ts next to this file. */
-function workerFile(): string {
+export function workerFile(): string {
   const js = fileURLToPath(new URL('./worker.js', import.meta.url));
   if (existsSync(js)) return js;
   return fileURLToPath(new URL('./worker.ts', import.meta.url));

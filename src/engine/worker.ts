@@ -7,6 +7,7 @@ import { openDatabase } from '../core/db/connection.js';
 import { setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import type { LeasedRun } from './committer.js';
 import { RunExecutor, type RunOutcome } from './executor.js';
+import { RenderError, renderContent, type RenderContext } from './render.js';
 
 export interface RunTask {
   runs: LeasedRun[];
@@ -66,4 +67,22 @@ export default async function executeRuns(task: RunTask): Promise<RunOutcome[]> 
         }),
     ),
   );
+}
+
+/** A render for the API (a preview, a test email), done off the main thread (RenderPool). */
+export interface RenderTask {
+  content: Record<string, unknown>;
+  ctx: RenderContext;
+}
+
+/** A render's result; a RenderError crosses the thread boundary as data. */
+export type RenderAnswer = { rendered: Record<string, unknown> } | { error: { message: string; path: string | undefined } };
+
+export async function render(task: RenderTask): Promise<RenderAnswer> {
+  try {
+    return { rendered: await renderContent(task.content, task.ctx) };
+  } catch (err) {
+    if (err instanceof RenderError) return { error: { message: err.message, path: err.path } };
+    throw err;
+  }
 }

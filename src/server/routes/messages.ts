@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { DeliveryStatus } from '../../core/db/schema.js';
 import { getDeliveryAttempt, listDeliveryAttempts } from '../../core/services/deliveries.js';
 import { startTestEmail } from '../../engine/deliver.js';
+import type { RenderPool } from '../../engine/renderPool.js';
 import { closeSmtpTransports } from '../../engine/providers/smtp.js';
 import type { App } from '../app.js';
 import { DeliveryAttempt, DeliveryStatus as DeliveryStatusSchema, FreeObject, IdParams, PageQuery, pageOf, TestEmailAccepted } from '../schemas.js';
@@ -21,7 +22,7 @@ const TestEmailBody = Type.Object(
   { additionalProperties: false },
 );
 
-export async function messageRoutes(app: App): Promise<void> {
+export async function messageRoutes(app: App, opts: { renderPool: RenderPool }): Promise<void> {
   // Test emails are sent (and retried) after the 202; closing the server stops the waiting
   // between tries and lets tries in flight finish.
   const closing = new AbortController();
@@ -36,7 +37,7 @@ export async function messageRoutes(app: App): Promise<void> {
     '/messages/test-email',
     { config: { access: { ...write, limit: 'render' } }, schema: { body: TestEmailBody, response: { 202: TestEmailAccepted } } },
     async (req, reply) => {
-      const { accepted, done } = await startTestEmail(req.workspaceCtx(), req.body, { signal: closing.signal });
+      const { accepted, done } = await startTestEmail(req.workspaceCtx(), req.body, { signal: closing.signal, render: (content, ctx) => opts.renderPool.render(content, ctx) });
       const tracked = done
         .then((outcome) => {
           if (outcome.status === 'FAILED') req.log.warn({ attemptId: outcome.attemptId, error: outcome.error }, 'test email not delivered');

@@ -5,7 +5,8 @@ import { getContact } from '../../core/services/contacts.js';
 import { createTemplate, deleteTemplate, getTemplate, listTemplates, updateTemplate } from '../../core/services/templates.js';
 import { getWorkspace } from '../../core/services/workspaces.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../../core/validation.js';
-import { RenderError, renderContent, type RenderContext } from '../../engine/render.js';
+import { RenderError, type RenderContext } from '../../engine/render.js';
+import type { RenderPool } from '../../engine/renderPool.js';
 import type { App } from '../app.js';
 import { FreeObject, IdParams, PageQuery, pageOf, Template, TemplateChannel, TemplatePreview } from '../schemas.js';
 
@@ -23,7 +24,7 @@ const PreviewBody = Type.Object(
  * Renders a template as a run would: the same variables (a contact as the engine sees it,
  * the given trigger body, the workspace), with run = null since no run exists.
  */
-async function previewTemplate(ctx: WorkspaceContext, id: number, input: { contactId?: number | undefined; trigger?: Record<string, unknown> | undefined }) {
+async function previewTemplate(ctx: WorkspaceContext, renderPool: RenderPool, id: number, input: { contactId?: number | undefined; trigger?: Record<string, unknown> | undefined }) {
   const template = getTemplate(ctx, id);
   const trigger = input.trigger ?? {};
   if (jsonDepthExceeds(trigger, MAX_JSON_DEPTH)) {
@@ -37,7 +38,7 @@ async function previewTemplate(ctx: WorkspaceContext, id: number, input: { conta
   const { id: workspaceId, name, plan } = getWorkspace(ctx, ctx.workspaceId);
   const renderCtx: RenderContext = { contact, trigger, workspace: { id: workspaceId, name, plan }, run: null };
   try {
-    return { channel: template.channel, rendered: await renderContent(template.content, renderCtx) };
+    return { channel: template.channel, rendered: await renderPool.render(template.content, renderCtx) };
   } catch (err) {
     if (!(err instanceof RenderError)) throw err;
     throw new ValidationError('template_render_error', `The template could not be rendered: ${err.message}`, [
@@ -46,7 +47,7 @@ async function previewTemplate(ctx: WorkspaceContext, id: number, input: { conta
   }
 }
 
-export async function templateRoutes(app: App): Promise<void> {
+export async function templateRoutes(app: App, opts: { renderPool: RenderPool }): Promise<void> {
   app.get(
     '/templates',
     {
@@ -107,6 +108,6 @@ export async function templateRoutes(app: App): Promise<void> {
         if (req.body === undefined) req.body = {};
       },
     },
-    async (req) => previewTemplate(req.workspaceCtx(), req.params.id, req.body),
+    async (req) => previewTemplate(req.workspaceCtx(), opts.renderPool, req.params.id, req.body),
   );
 }

@@ -1,0 +1,33 @@
+import { Piscina } from 'piscina';
+import { RateLimitError } from '../core/errors.js';
+import type { RenderContext } from './render.js';
+import { RenderError } from './render.js';
+import { workerFile } from './scheduler.js';
+import type { RenderAnswer, RenderTask } from './worker.js';
+
+/** Renders waiting for a thread before more are refused (429): a queue, not a backlog. */
+const MAX_QUEUE = 64;
+
+/**
+ * Renders templates for the API (previews, test emails) in a worker thread of its own, with
+ * the same time and size budget as runs, so a hostile template keeps that thread busy for
+ * at most its budget and never stalls the event loop that parses webhooks. The thread
+ * starts on the first render and ends after a minute without one.
+ */
+export class RenderPool {
+  private pool: Piscina | undefined;
+
+  async render(content: Record<string, unknown>, ctx: RenderContext): Promise<Record<string, unknown>> {
+    this.pool ??= new Piscina({ filename: workerFile(), minThreads: 0, maxThreads: 1, idleTimeout: 60_000, maxQueue: MAX_QUEUE });
+    if (this.pool.queueSize >= MAX_QUEUE) throw new RateLimitError('rate_limited', 'Too many templates are being rendered; retry in a second', 1);
+    const answer = (await this.pool.run({ content, ctx } satisfies RenderTask, { name: 'render' })) as RenderAnswer;
+    if ('error' in answer) throw new RenderError(answer.error.message, answer.error.path);
+    return answer.rendered;
+  }
+
+  async close(): Promise<void> {
+    const pool = this.pool;
+    this.pool = undefined;
+    await pool?.destroy();
+  }
+}

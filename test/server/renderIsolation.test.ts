@@ -1,0 +1,60 @@
+/**
+ * Previews and test emails render in a thread of their own (issue 8, item 5): a template
+ * that burns its whole render budget, previewed in a loop by a VIEWER, does not slow the
+ * webhooks of another workspace, which the main thread goes on parsing.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { assertProblem, build } from '../helpers.js';
+
+// An empty loop: no output to hit the size limit, only the time budget stops it.
+const HOSTILE = '{% for i in (1..100000000) %}{% endfor %}done';
+
+test('while a hostile template is previewed in a loop, webhook p99 of another workspace stays under 100 ms', async (t) => {
+  const s = await build(t, { env: { SVC_RENDER_RATE_LIMIT: '1000000', SVC_WEBHOOK_RATE_LIMIT: '1000000' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const template = await s.request('POST', '/templates', { token, body: { name: 'hostile', channel: 'SMS', content: { text: HOSTILE } } });
+  assert.equal(template.status, 201, template.text);
+  const viewer = await s.userWithRole('VIEWER');
+
+  // One preview on its own: refused by the budget, as a 422 naming the field.
+  const started = Date.now();
+  const first = await s.request('POST', `/templates/${template.body.id}/preview`, { token: viewer.token, body: {} });
+  assertProblem(first, 422, 'template_render_error');
+  assert.ok(Date.now() - started < 5_000, 'the render budget ends a hostile preview');
+
+  const other = await s.otherWorkspace();
+  const wf = await s.request('POST', '/workflows', {
+    token: other.token,
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  const path = new URL(wf.body.webhook.url).pathname;
+
+  let previewing = true;
+  let previews = 0;
+  const loops = Array.from({ length: 3 }, async () => {
+    while (previewing) {
+      const res = await s.request('POST', `/templates/${template.body.id}/preview`, { token: viewer.token, body: {} });
+      assert.ok(res.status === 422 || res.status === 429, `preview answered ${res.status}`);
+      previews++;
+    }
+  });
+  // Let the render thread get busy, then time webhooks one after another.
+  await new Promise((r) => setTimeout(r, 300));
+  const latencies: number[] = [];
+  const until = Date.now() + 4_000;
+  for (let i = 0; Date.now() < until; i++) {
+    const t0 = performance.now();
+    const res = await s.request('POST', path, { body: { email: `c${i}@example.com` } });
+    latencies.push(performance.now() - t0);
+    assert.equal(res.status, 202, res.text);
+  }
+  previewing = false;
+  await Promise.all(loops);
+  latencies.sort((a, b) => a - b);
+  const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+  assert.ok(previews >= 3, `the previews kept the render thread busy (${previews})`);
+  assert.ok(latencies.length >= 50, `${latencies.length} webhooks in 4 s`);
+  assert.ok(p99 < 100, `webhook p99 ${p99.toFixed(1)} ms over ${latencies.length} requests while previews rendered`);
+});
