@@ -4,7 +4,7 @@
 // Prints runs/s from the first call to the last answer, the most calls the service saw at
 // once, the server's peak RSS and its CPU time per run.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import autocannon from 'autocannon';
-import { json, peakRssMb, startProcess, stop } from './lib.js';
+import { cpuMs, json, peakRssMb, startProcess, stop } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const RUNS = Number(process.argv[2] ?? process.env.BENCH_RUNS ?? 5_000);
@@ -53,12 +53,6 @@ async function slowService() {
       server.close();
     },
   };
-}
-
-/** User plus system CPU time of a process so far, in milliseconds (from /proc). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
 function finished(dbFile: string): { done: number; failed: number } {

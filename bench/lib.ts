@@ -40,6 +40,12 @@ export function stop(child: ChildProcess): Promise<void> {
   });
 }
 
+/** User plus system CPU time of a process so far, in milliseconds (from /proc). */
+export function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+}
+
 /** Peak resident set size of a process, from /proc (VmHWM), in MB. */
 export function peakRssMb(pid: number): number {
   try {

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { json, load, peakRssMb, startProcess, stop, type LoadResult } from './lib.js';
+import { cpuMs, json, load, peakRssMb, startProcess, stop, type LoadResult } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -39,13 +39,21 @@ function median(values: number[]): number {
  * Both servers stay up and are measured in alternating rounds, so that a busy moment of
  * the machine hits both alike; the ratio reported is the median of the rounds' ratios.
  */
-async function compare(targets: { name: string; url: string; headers: Record<string, string> }[]): Promise<LoadResult[][]> {
+async function compare(targets: { name: string; url: string; headers: Record<string, string>; pid: number }[]): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
   for (const t of targets) await load({ url: t.url, body, headers: t.headers, seconds: WARMUP, connections: CONNECTIONS });
   const results: LoadResult[][] = targets.map(() => []);
+  // Server CPU time (user + system) per answered request: what a busy load generator
+  // sharing the machine cannot distort, unlike req/s.
+  const cpuUs: number[][] = targets.map(() => []);
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [i, t] of targets.entries()) results[i]!.push(await load({ url: t.url, body, headers: t.headers, seconds: SECONDS, connections: CONNECTIONS }));
+    for (const [i, t] of targets.entries()) {
+      const before = cpuMs(t.pid);
+      const r = await load({ url: t.url, body, headers: t.headers, seconds: SECONDS, connections: CONNECTIONS });
+      results[i]!.push(r);
+      cpuUs[i]!.push(((cpuMs(t.pid) - before) * 1000) / Math.max(1, r.requests));
+    }
   }
-  return results;
+  return { results, cpuUs };
 }
 
 function summary(results: LoadResult[]): LoadResult {
@@ -88,9 +96,12 @@ async function main(): Promise<void> {
         },
         login.token,
       );
-      const [bareRounds, svcRounds] = await compare([
-        { name: 'bare', url: `${bare.match[1]}/bare`, headers: { 'content-type': 'application/json' } },
-        { name: 'svc', url: wf.webhook.url, headers: { 'content-type': 'application/json', 'x-service-signature': signature } },
+      const {
+        results: [bareRounds, svcRounds],
+        cpuUs: [bareCpu, svcCpu],
+      } = await compare([
+        { name: 'bare', url: `${bare.match[1]}/bare`, headers: { 'content-type': 'application/json' }, pid: bare.child.pid! },
+        { name: 'svc', url: wf.webhook.url, headers: { 'content-type': 'application/json', 'x-service-signature': signature }, pid: svc.child.pid! },
       ]);
       const ratios = bareRounds!.map((b, i) => svcRounds![i]!.rps / b.rps);
       console.log(`webhook ingest: ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s after ${WARMUP} s warm-up, node ${process.version}`);
@@ -98,6 +109,7 @@ async function main(): Promise<void> {
       console.log(row('svc', summary(svcRounds!), peakRssMb(svc.child.pid!)));
       console.log(`ratio svc/bare per round: ${ratios.map((r) => r.toFixed(2)).join(', ')}`);
       console.log(`ratio svc/bare (median): ${median(ratios).toFixed(2)} (target >= 0.35)`);
+      console.log(`server CPU per request (median of rounds): bare ${median(bareCpu!).toFixed(0)} µs, svc ${median(svcCpu!).toFixed(0)} µs`);
       if (summary(svcRounds!).errors || summary(svcRounds!).non2xx) console.log('WARNING: svc answered errors or non-2xx responses');
     } finally {
       await Promise.all([stop(bare.child), stop(svc.child)]);

@@ -28,6 +28,14 @@ export interface Config {
   readonly webhookRateLimit: number;
   readonly webhookBodyLimit: number;
   readonly webhookEventRetentionDays: number;
+  /** Days a finished run (COMPLETED or FAILED) is kept; 0 keeps runs for ever. */
+  readonly runRetentionDays: number;
+  /** Days a finished delivery attempt (SENT or FAILED) is kept; 0 keeps them for ever. */
+  readonly deliveryRetentionDays: number;
+  /** Days an audit entry is kept; 0 keeps them for ever. */
+  readonly auditRetentionDays: number;
+  /** Days a session is kept after its end (its refresh tokens then fail as unknown). */
+  readonly sessionRetentionDays: number;
   readonly loginRateLimit: number;
   /** Template previews and test emails per caller (user or API key) per minute. */
   readonly renderRateLimit: number;
@@ -266,6 +274,10 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
+    runRetentionDays: toInt('runRetentionDays', pick(env.SVC_RUN_RETENTION_DAYS, file.runRetentionDays), 90, 0, 36500),
+    deliveryRetentionDays: toInt('deliveryRetentionDays', pick(env.SVC_DELIVERY_RETENTION_DAYS, file.deliveryRetentionDays), 90, 0, 36500),
+    auditRetentionDays: toInt('auditRetentionDays', pick(env.SVC_AUDIT_RETENTION_DAYS, file.auditRetentionDays), 400, 0, 36500),
+    sessionRetentionDays: toInt('sessionRetentionDays', pick(env.SVC_SESSION_RETENTION_DAYS, file.sessionRetentionDays), 7, 0, 3650),
     engine: toBool('engine', pick(env.SVC_ENGINE, file.engine), true),
     workers: toInt('workers', pick(env.SVC_WORKERS, file.workers), Math.max(1, availableParallelism()), 1, 64),
     httpAllowPrivate: toBool('httpAllowPrivate', pick(env.SVC_HTTP_ALLOW_PRIVATE, file.httpAllowPrivate), false),

@@ -1,6 +1,6 @@
 import { and, desc, eq, lt, type SQL } from 'drizzle-orm';
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
-import { decodeCursor, toPage, type Page } from './pagination.js';
+import { approximateSize, decodeCursor, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
 import { processWriteLock } from './db/writeLock.js';
@@ -68,13 +68,32 @@ type PagedTable = SQLiteTable & { id: SQLiteColumn; workspaceId: SQLiteColumn; $
  * conditions: the listing every collection endpoint shares.
  */
 export function selectPage<T extends PagedTable, R>(ctx: WorkspaceContext, table: T, page: PageRequest, shape: (row: T['$inferSelect']) => R, ...conditions: (SQL | undefined)[]): Page<R> {
-  const before = decodeCursor(page.cursor);
-  const rows = ctx.db
-    .select()
-    .from(table as SQLiteTable)
-    .where(inWorkspace(ctx, table.workspaceId, before ? lt(table.id, before) : undefined, ...conditions))
-    .orderBy(desc(table.id))
-    .limit(page.limit + 1)
-    .all() as T['$inferSelect'][];
-  return toPage(rows, page.limit, shape);
+  // Rows are read in chunks sized by the largest row seen so far, so that a page of big
+  // rows stops at MAX_PAGE_BYTES without reading the rest, and a page of small rows takes
+  // one or two queries.
+  const rows: T['$inferSelect'][] = [];
+  let cursor = decodeCursor(page.cursor);
+  let bytes = 0;
+  let largest = 0; // the largest row seen; before any, a first chunk of 8 rows
+  for (;;) {
+    const want = page.limit + 1 - rows.length;
+    const chunk = largest === 0 ? Math.min(want, 8) : Math.max(1, Math.min(want, Math.floor((MAX_PAGE_BYTES - bytes) / largest)));
+    const got = ctx.db
+      .select()
+      .from(table as SQLiteTable)
+      .where(inWorkspace(ctx, table.workspaceId, cursor ? lt(table.id, cursor) : undefined, ...conditions))
+      .orderBy(desc(table.id))
+      .limit(chunk)
+      .all() as T['$inferSelect'][];
+    for (const row of got) {
+      const size = approximateSize(row as Record<string, unknown>);
+      largest = Math.max(largest, size);
+      // Over the budget: this row starts the next page (the page keeps at least one row).
+      if (rows.length > 0 && bytes + size > MAX_PAGE_BYTES) return toPage([...rows, row], rows.length, shape);
+      bytes += size;
+      rows.push(row);
+    }
+    if (got.length < chunk || rows.length > page.limit) return toPage(rows, page.limit, shape);
+    cursor = rows[rows.length - 1]!.id;
+  }
 }

@@ -2,6 +2,23 @@ import { BadRequestError } from './errors.js';
 
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 200;
+/**
+ * The most row data one page holds, whatever its limit: a page stops early (with a
+ * nextCursor) rather than build 200 one-MiB bodies in memory. A page always has one row.
+ */
+export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
+
+/** About how many bytes a row takes in an answer: its strings, buffers and JSON values. */
+export function approximateSize(row: Record<string, unknown>): number {
+  let n = 16;
+  for (const v of Object.values(row)) {
+    if (typeof v === 'string') n += v.length + 8;
+    else if (Buffer.isBuffer(v)) n += v.length * 2; // a body is answered as JSON or text, often escaped
+    else if (v !== null && typeof v === 'object') n += JSON.stringify(v).length + 8;
+    else n += 16;
+  }
+  return n;
+}
 
 export interface Page<T> {
   data: T[];

@@ -22,10 +22,12 @@ import { adminRoutes } from './routes/admin.js';
 import { billingRoutes } from './routes/billing.js';
 import { membershipRoutes } from './routes/memberships.js';
 import { messageRoutes } from './routes/messages.js';
+import { RenderPool } from '../engine/renderPool.js';
 import { settingsRoutes } from './routes/settings.js';
 import { WriteBatcher } from '../core/db/batcher.js';
 import { Engine, type EngineOptions } from '../engine/scheduler.js';
-import { pruneWebhookEvents, WebhookReceiver } from '../core/services/webhooks.js';
+import { WebhookReceiver } from '../core/services/webhooks.js';
+import { pruneAll, Pruner } from '../core/services/retention.js';
 
 export interface AppDeps {
   config: Config;
@@ -172,8 +174,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(billingRoutes, { config });
   await app.register(membershipRoutes);
   await app.register(settingsRoutes);
-  await app.register(messageRoutes);
-  await app.register(templateRoutes);
+  // Previews and test emails render in a thread of their own, never on the event loop.
+  const renderPool = new RenderPool();
+  app.addHook('onClose', () => renderPool.close());
+  await app.register(messageRoutes, { renderPool });
+  await app.register(templateRoutes, { renderPool });
 
   const batcher = new WriteBatcher(deps.db);
   const receiver = new WebhookReceiver(deps.db, config, batcher);
@@ -181,14 +186,17 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   app.decorate('engine', engine);
   await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke() });
 
-  // Received webhook events are kept for the retention period, then pruned.
+  // What the retention settings no longer keep is pruned at start and every 10 minutes, in
+  // small batches through the group commit, so requests go on between batches.
+  const pruner = new Pruner(deps.db, config);
+  let pruning: Promise<void> | undefined;
   const prune = () => {
-    try {
-      const removed = pruneWebhookEvents(deps.db, config.webhookEventRetentionDays);
-      if (removed) app.log.info({ removed }, 'pruned old webhook events');
-    } catch (err) {
-      app.log.warn({ err }, 'could not prune webhook events');
-    }
+    pruning ??= pruneAll(pruner, (work) => batcher.run(work))
+      .then((deleted) => {
+        if (Object.values(deleted).some((n) => n > 0)) app.log.info({ deleted }, 'pruned what the retention settings no longer keep');
+      })
+      .catch((err: unknown) => app.log.warn({ err }, 'pruning failed; it is tried again in 10 minutes'))
+      .finally(() => (pruning = undefined));
   };
   const pruneTimer = setInterval(prune, 10 * 60_000).unref();
   app.addHook('onReady', async () => {
@@ -197,6 +205,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   app.addHook('onClose', async () => {
     clearInterval(pruneTimer);
+    await pruning;
     await engine?.stop();
     batcher.close();
   });

@@ -69,7 +69,12 @@ export const sessions = sqliteTable(
     rotatedAt: text('rotated_at'),
     revokedAt: text('revoked_at'),
   },
-  (t) => [uniqueIndex('sessions_token_hash_unique').on(t.tokenHash), index('sessions_family_idx').on(t.familyId)],
+  (t) => [
+    uniqueIndex('sessions_token_hash_unique').on(t.tokenHash),
+    index('sessions_family_idx').on(t.familyId),
+    // Retention prunes sessions some days after their end.
+    index('sessions_expires_idx').on(t.expiresAt),
+  ],
 );
 
 export const apiKeys = sqliteTable(
@@ -108,7 +113,11 @@ export const auditLogs = sqliteTable(
     ip: text('ip'),
     metadata: text('metadata', { mode: 'json' }).$type<Record<string, unknown>>().notNull().default({}),
   },
-  (t) => [index('audit_logs_workspace_idx').on(t.workspaceId, t.id)],
+  (t) => [
+    index('audit_logs_workspace_idx').on(t.workspaceId, t.id),
+    // Retention prunes by age.
+    index('audit_logs_at_idx').on(t.at),
+  ],
 );
 
 export const contacts = sqliteTable(
@@ -240,6 +249,8 @@ export const workflowRuns = sqliteTable(
     index('workflow_runs_due_idx').on(t.status, t.runAt),
     // Fair claiming walks the workspaces that have QUEUED runs and takes the oldest of each.
     index('workflow_runs_ready_idx').on(t.status, t.workspaceId, t.runAt, t.id),
+    // Retention prunes finished runs by age.
+    index('workflow_runs_finished_idx').on(t.finishedAt),
   ],
 );
 
@@ -352,6 +363,8 @@ export const deliveryAttempts = sqliteTable(
     index('delivery_attempts_workspace_idx').on(t.workspaceId, t.id),
     index('delivery_attempts_run_step_idx').on(t.runId, t.stepIndex),
     index('delivery_attempts_status_idx').on(t.workspaceId, t.status),
+    // Retention prunes attempts by age.
+    index('delivery_attempts_created_idx').on(t.createdAt),
   ],
 );
 

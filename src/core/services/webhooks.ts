@@ -1,5 +1,5 @@
 import { createHash, createHmac } from 'node:crypto';
-import { eq, lt } from 'drizzle-orm';
+import { eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import type { Config } from '../config.js';
 import { inWorkspace, selectPage, withTransaction, type WorkspaceContext } from '../context.js';
@@ -573,11 +573,5 @@ const UNVERIFIED_LEGACY_CODES = new Set(['invalid_idempotency_key', 'webhook_not
 function signatureHeld(event: typeof webhookEvents.$inferSelect): boolean {
   if (event.bodySha256 !== null || event.code === SIGNATURE_INVALID) return false;
   return !(event.bodySize === null && event.code !== null && UNVERIFIED_LEGACY_CODES.has(event.code));
-}
-
-/** Deletes received events older than the retention period; returns how many. */
-export function pruneWebhookEvents(db: Db, retentionDays: number, now = Date.now()): number {
-  const cutoff = new Date(now - retentionDays * 86_400_000).toISOString();
-  return db.delete(webhookEvents).where(lt(webhookEvents.receivedAt, cutoff)).run().changes;
 }
 

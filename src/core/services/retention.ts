@@ -1,0 +1,91 @@
+import type { Statement } from 'better-sqlite3';
+import type { Config } from '../config.js';
+import type { Db } from '../db/connection.js';
+
+/** Rows deleted per statement: small enough that a batch holds the write lock briefly. */
+export const PRUNE_BATCH = 500;
+const DAY_MS = 86_400_000;
+
+/** What one kind of pruning deletes: rows older than the cutoff its setting gives. */
+interface PruneRule {
+  what: 'runs' | 'deliveryAttempts' | 'auditEntries' | 'sessions' | 'webhookEvents';
+  /** The cutoff (ISO time) for now, or null when the setting keeps these rows for ever. */
+  cutoff(config: Config, now: number): string | null;
+  sql: string;
+}
+
+const before = (days: number, now: number) => new Date(now - days * DAY_MS).toISOString();
+
+const RULES: PruneRule[] = [
+  {
+    what: 'runs',
+    cutoff: (c, now) => (c.runRetentionDays > 0 ? before(c.runRetentionDays, now) : null),
+    sql: `DELETE FROM workflow_runs WHERE id IN (SELECT id FROM workflow_runs WHERE finished_at < @cutoff AND status IN ('COMPLETED', 'FAILED') LIMIT ${PRUNE_BATCH})`,
+  },
+  {
+    what: 'deliveryAttempts',
+    cutoff: (c, now) => (c.deliveryRetentionDays > 0 ? before(c.deliveryRetentionDays, now) : null),
+    sql: `DELETE FROM delivery_attempts WHERE id IN (SELECT id FROM delivery_attempts WHERE created_at < @cutoff AND status IN ('SENT', 'FAILED') LIMIT ${PRUNE_BATCH})`,
+  },
+  {
+    what: 'auditEntries',
+    cutoff: (c, now) => (c.auditRetentionDays > 0 ? before(c.auditRetentionDays, now) : null),
+    sql: `DELETE FROM audit_logs WHERE id IN (SELECT id FROM audit_logs WHERE at < @cutoff LIMIT ${PRUNE_BATCH})`,
+  },
+  {
+    // A session's expires_at is its family's absolute end; kept a few days past it.
+    what: 'sessions',
+    cutoff: (c, now) => before(c.sessionRetentionDays, now),
+    sql: `DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at < @cutoff LIMIT ${PRUNE_BATCH})`,
+  },
+  {
+    what: 'webhookEvents',
+    cutoff: (c, now) => before(c.webhookEventRetentionDays, now),
+    sql: `DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events WHERE received_at < @cutoff LIMIT ${PRUNE_BATCH})`,
+  },
+];
+
+export type PruneCounts = Record<PruneRule['what'], number>;
+
+/**
+ * Deletes what the retention settings no longer keep, a batch of at most PRUNE_BATCH rows
+ * per kind per call, so each call is one short write. Call it again while `more` is true.
+ */
+export class Pruner {
+  private readonly statements: { rule: PruneRule; stmt: Statement<{ cutoff: string }> }[];
+
+  constructor(
+    db: Db,
+    private readonly config: Config,
+  ) {
+    this.statements = RULES.map((rule) => ({ rule, stmt: db.$client.prepare<{ cutoff: string }>(rule.sql) }));
+  }
+
+  /** One batch of each kind (run it inside the caller's write transaction). */
+  batch(now = Date.now()): { deleted: PruneCounts; more: boolean } {
+    const deleted = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0 };
+    let more = false;
+    for (const { rule, stmt } of this.statements) {
+      const cutoff = rule.cutoff(this.config, now);
+      if (cutoff === null) continue;
+      const n = stmt.run({ cutoff }).changes;
+      deleted[rule.what] = n;
+      if (n >= PRUNE_BATCH) more = true;
+    }
+    return { deleted, more };
+  }
+}
+
+/**
+ * Prunes until nothing is left to prune, one small transaction per batch through `write`
+ * (the server's group commit), yielding between batches so requests go on being served.
+ */
+export async function pruneAll(pruner: Pruner, write: <T>(work: () => T) => Promise<T>, now = Date.now()): Promise<PruneCounts> {
+  const total = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0 };
+  for (;;) {
+    const { deleted, more } = await write(() => pruner.batch(now));
+    for (const k of Object.keys(total) as (keyof PruneCounts)[]) total[k] += deleted[k];
+    if (!more) return total;
+    await new Promise((r) => setImmediate(r));
+  }
+}
