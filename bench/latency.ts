@@ -1,6 +1,8 @@
 // npm run bench:latency [runs] [ms]: runs whose one step waits on the outside world.
 // Webhook-started runs of a workflow with one http_request step to a local service that
-// answers after `ms` milliseconds; the server runs with its defaults (the built bundle).
+// answers after `ms` milliseconds; the server (the built bundle) runs with its defaults,
+// except that one workspace may use all of the node's run slots (SVC_WORKSPACE_CONCURRENCY
+// = SVC_RUN_CONCURRENCY = 1000), since all the runs here are of one workspace.
 // Prints runs/s from the first call to the last answer, the most calls the service saw at
 // once, the server's peak RSS and its CPU time per run.
 import { execFileSync } from 'node:child_process';
@@ -68,7 +70,7 @@ function finished(dbFile: string): { done: number; failed: number } {
 async function main(): Promise<void> {
   const service = await slowService();
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-latency-'));
-  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '100000000', SVC_HTTP_ALLOWED_HOSTS: service.host };
+  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_HTTP_ALLOWED_HOSTS: service.host, SVC_WORKSPACE_CONCURRENCY: process.env.SVC_WORKSPACE_CONCURRENCY ?? '1000' };
   const svc = { child: undefined as import('node:child_process').ChildProcess | undefined };
   try {
     execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], { env, input: PASSWORD, stdio: ['pipe', 'ignore', 'inherit'] });
@@ -107,7 +109,7 @@ async function main(): Promise<void> {
     const cpu = cpuMs(svc.child.pid!) - cpuBefore;
     const { failed } = finished(join(dataDir, 'svc.db'));
     const s = service.stats();
-    console.log(`latency: ${RUNS} webhook-started runs, one http_request step answered after ${DELAY_MS} ms, default settings`);
+    console.log(`latency: ${RUNS} webhook-started runs, one http_request step answered after ${DELAY_MS} ms; default settings except SVC_WORKSPACE_CONCURRENCY=${env.SVC_WORKSPACE_CONCURRENCY} (so one workspace may fill the node's slots)`);
     console.log(`  ${Math.round(s.answered / s.seconds)} runs/s (first call to last answer, ${s.seconds.toFixed(1)} s), ${failed} failed   (target >= 1000 at 200 ms)`);
     console.log(`  at most ${s.most} calls in flight at once   (target >= 200)`);
     console.log(`  webhooks accepted at ${Math.round(intake.requests.average)} req/s; server CPU ${(cpu / RUNS * 1000).toFixed(0)} µs per run (intake and execution)`);
