@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import autocannon from 'autocannon';
-import { cpuMs, json, peakRssMb, startProcess, stop } from './lib.js';
+import { cpuMs, json, peakRssMb, rssMb, startProcess, stop } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const RUNS = Number(process.argv[2] ?? process.env.BENCH_RUNS ?? 5_000);
@@ -100,7 +100,10 @@ async function main(): Promise<void> {
     const intake = await autocannon({ url: base + path, connections: 50, amount: RUNS, requests });
     if (intake.non2xx || intake.errors) throw new Error(`webhooks: ${intake.non2xx} non-2xx answers, ${intake.errors} errors`);
     const waitStarted = Date.now();
+    // RSS while the runs execute after the intake is over: runs in flight, not requests.
+    let rssExecuting = 0;
     for (;;) {
+      rssExecuting = Math.max(rssExecuting, rssMb(svc.child.pid!));
       const { done } = finished(join(dataDir, 'svc.db'));
       if (done >= RUNS) break;
       if (Date.now() - waitStarted > 300_000) throw new Error(`only ${done} of ${RUNS} runs finished after 300 s`);
@@ -113,7 +116,7 @@ async function main(): Promise<void> {
     console.log(`  ${Math.round(s.answered / s.seconds)} runs/s (first call to last answer, ${s.seconds.toFixed(1)} s), ${failed} failed   (target >= 1000 at 200 ms)`);
     console.log(`  at most ${s.most} calls in flight at once   (target >= 200)`);
     console.log(`  webhooks accepted at ${Math.round(intake.requests.average)} req/s; server CPU ${(cpu / RUNS * 1000).toFixed(0)} µs per run (intake and execution)`);
-    console.log(`  peak RSS ${peakRssMb(svc.child.pid!)} MB`);
+    console.log(`  peak RSS ${peakRssMb(svc.child.pid!)} MB (intake and execution); at most ${rssExecuting} MB while executing after the intake`);
   } finally {
     if (svc.child) await stop(svc.child);
     service.close();

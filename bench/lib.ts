@@ -46,6 +46,15 @@ export function cpuMs(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
 }
 
+/** Resident set size of a process now (VmRSS), in MB. */
+export function rssMb(pid: number): number {
+  try {
+    return Math.round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024);
+  } catch {
+    return NaN;
+  }
+}
+
 /** Peak resident set size of a process, from /proc (VmHWM), in MB. */
 export function peakRssMb(pid: number): number {
   try {
