@@ -2,9 +2,8 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { SMTPServer } from 'smtp-server';
-import { closeSmtpTransports } from '../../src/engine/providers/smtp.js';
 import { build, waitForRun } from '../helpers.js';
+import { smtpSink } from '../smtpSink.js';
 
 /** A run through a real provider: the engine renders, sends, retries and records. */
 async function setUp(t: TestContext, channel: 'EMAIL' | 'SMS', settings: Record<string, unknown>, content: Record<string, unknown>, stepType: string) {
@@ -52,27 +51,7 @@ async function fakeSmsApi(t: TestContext, answer: (n: number) => { status: numbe
 const smsSettings = (baseUrl: string) => ({ provider: 'twilio', settings: { baseUrl, accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: 'secret-token' } });
 
 test('a run sends its email through a real SMTP server with the rendered content', async (t) => {
-  const received: string[] = [];
-  const smtp = new SMTPServer({
-    closeTimeout: 200, // pooled connections of the server under test are cut, not awaited for 30 s
-    secure: false,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
-    onData(stream, _session, cb) {
-      let raw = '';
-      stream.on('data', (c: Buffer) => (raw += c.toString()));
-      stream.on('end', () => {
-        received.push(raw);
-        cb();
-      });
-    },
-  });
-  await new Promise<void>((r) => smtp.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    closeSmtpTransports();
-    await new Promise<void>((r) => smtp.close(() => r()));
-  });
-  const port = (smtp.server.address() as AddressInfo).port;
+  const { port, received } = await smtpSink(t);
   const { s, token, post } = await setUp(
     t,
     'EMAIL',
@@ -84,8 +63,8 @@ test('a run sends its email through a real SMTP server with the rendered content
   const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
   assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
   assert.equal(received.length, 1);
-  assert.match(received[0]!, /Subject: Order A-9 confirmed/);
-  assert.match(received[0]!, /Thanks Ann!/);
+  assert.match(received[0]!.raw, /Subject: Order A-9 confirmed/);
+  assert.match(received[0]!.raw, /Thanks Ann!/);
   const attempts = await s.request('GET', `/messages/delivery-attempts?runId=${runId}`, { token });
   assert.equal(attempts.body.data[0].provider, 'smtp');
   assert.equal(attempts.body.data[0].status, 'SENT');

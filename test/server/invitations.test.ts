@@ -6,50 +6,19 @@
  * email the SMTP server received.
  */
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
-import { SMTPServer } from 'smtp-server';
 import { createUser } from '../../src/core/services/users.js';
-import { closeSmtpTransports } from '../../src/engine/providers/smtp.js';
 import { assertProblem, build, type TestServer } from '../helpers.js';
+import { smtpSink, type SinkMail } from '../smtpSink.js';
 
 const PUBLIC_URL = 'https://svc.example.test';
-
-interface Received {
-  to: string[];
-  raw: string;
-}
-
-async function smtpServer(t: TestContext): Promise<{ port: number; received: Received[] }> {
-  const received: Received[] = [];
-  const smtp = new SMTPServer({
-    closeTimeout: 200, // pooled connections of the server under test are cut, not awaited for 30 s
-    secure: false,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
-    onData(stream, session, cb) {
-      let raw = '';
-      stream.on('data', (c: Buffer) => (raw += c.toString()));
-      stream.on('end', () => {
-        received.push({ to: session.envelope.rcptTo.map((r) => r.address), raw });
-        cb();
-      });
-    },
-  });
-  await new Promise<void>((r) => smtp.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    closeSmtpTransports();
-    await new Promise<void>((r) => smtp.close(() => r()));
-  });
-  return { port: (smtp.server.address() as AddressInfo).port, received };
-}
 
 /** The text of a received message with quoted-printable soft breaks and escapes undone. */
 function bodyText(raw: string): string {
   return raw.replace(/=\r?\n/g, '').replace(/=([0-9A-F]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
-async function waitForMail(received: Received[], to: string): Promise<string> {
+async function waitForMail(received: SinkMail[], to: string): Promise<string> {
   for (let i = 0; i < 500; i++) {
     const found = received.find((m) => m.to.includes(to));
     if (found) return bodyText(found.raw);
@@ -58,8 +27,8 @@ async function waitForMail(received: Received[], to: string): Promise<string> {
   assert.fail(`no email to ${to} reached the SMTP server`);
 }
 
-async function setUp(t: TestContext): Promise<{ s: TestServer; token: string; received: Received[] }> {
-  const { port, received } = await smtpServer(t);
+async function setUp(t: TestContext): Promise<{ s: TestServer; token: string; received: SinkMail[] }> {
+  const { port, received } = await smtpSink(t);
   // The SMTP server is on loopback: allow it explicitly, as an operator would.
   const s = await build(t, { env: { SVC_PUBLIC_URL: PUBLIC_URL, SVC_HTTP_ALLOWED_HOSTS: `127.0.0.1:${port}` } });
   const token = await s.login(s.owner.email, s.owner.password);
@@ -150,30 +119,10 @@ test('invitation emails: sent with the token and an accept link; stored and list
 
 test('a provider error that quotes the message is redacted too', async (t) => {
   // An SMTP server that refuses the message, quoting a line of it back in its reply.
-  const received: string[] = [];
-  const smtp = new SMTPServer({
-    closeTimeout: 200, // pooled connections of the server under test are cut, not awaited for 30 s
-    secure: false,
-    disabledCommands: ['STARTTLS', 'AUTH'],
-    logger: false,
-    onData(stream, _session, cb) {
-      let raw = '';
-      stream.on('data', (c: Buffer) => (raw += c.toString()));
-      stream.on('end', () => {
-        received.push(raw);
-        const line = bodyText(raw).split(/\r?\n/).find((l) => l.includes('/invite#')) ?? 'no link';
-        const err = new Error(`rejected content: ${line}`) as Error & { responseCode: number };
-        err.responseCode = 554;
-        cb(err);
-      });
-    },
+  const { port, received } = await smtpSink(t, (mail) => {
+    const line = bodyText(mail.raw).split(/\r?\n/).find((l) => l.includes('/invite#')) ?? 'no link';
+    return Object.assign(new Error(`rejected content: ${line}`), { responseCode: 554 });
   });
-  await new Promise<void>((r) => smtp.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    closeSmtpTransports();
-    await new Promise<void>((r) => smtp.close(() => r()));
-  });
-  const port = (smtp.server.address() as AddressInfo).port;
   const s = await build(t, { env: { SVC_PUBLIC_URL: PUBLIC_URL, SVC_HTTP_ALLOWED_HOSTS: `127.0.0.1:${port}`, SVC_DELIVERY_MAX_ATTEMPTS: '1' } });
   const token = await s.login(s.owner.email, s.owner.password);
   const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: { host: '127.0.0.1', port, secure: false, from: 'team@example.test' } } } });
