@@ -10,7 +10,7 @@ import type { Plan, Role } from '../src/core/db/schema.js';
 import { mintApiKey } from '../src/core/services/apiKeys.js';
 import { createUser } from '../src/core/services/users.js';
 import { createWorkspace } from '../src/core/services/workspaces.js';
-import { buildApp, type App } from '../src/server/app.js';
+import { buildApp, type App, type AppDeps } from '../src/server/app.js';
 import { freePort } from '../src/cli/serve.js';
 import type { EngineOptions } from '../src/engine/scheduler.js';
 
@@ -82,7 +82,7 @@ export async function request(base: string, method: string, path: string, opts: 
  * workspace and OWNER created by the same code as `svc init`, and a real Fastify server
  * listening on 127.0.0.1. Everything is closed and deleted after the test.
  */
-export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.ProcessEnv; engine?: boolean | EngineOptions } = {}): Promise<TestServer> {
+export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.ProcessEnv; engine?: boolean | EngineOptions; onRoute?: AppDeps['onRoute'] } = {}): Promise<TestServer> {
   const dataDir = tempDir(t);
   const env = { ...(opts.env ?? {}) };
   const init = await initialiseDataFolder(
@@ -93,7 +93,7 @@ export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.Pr
   );
   const config = loadConfig({ dataDir, port: await freePort('127.0.0.1') }, env);
   const { db } = openMigrated(config);
-  const app = await buildApp({ config, db, logger: false, ...(opts.engine ? { engine: opts.engine } : {}) });
+  const app = await buildApp({ config, db, logger: false, ...(opts.engine ? { engine: opts.engine } : {}), ...(opts.onRoute ? { onRoute: opts.onRoute } : {}) });
   const address = await app.listen({ host: '127.0.0.1', port: config.port });
   t.after(async () => {
     await app.close();

@@ -8,13 +8,13 @@ import { registerServe } from './serve.js';
 import { registerAdmin, registerUser } from './user.js';
 import { registerWorkspace } from './workspace.js';
 import { registerRuns, registerWebhook, registerWorkflow } from './workflow.js';
+import { VERSION } from '../core/version.js';
 
-declare const SVC_VERSION: string | undefined;
 
 export function buildProgram(): Command {
   const program = new Command('svc')
     .description('svc: self-hosted customer messaging and automation')
-    .version(typeof SVC_VERSION === 'string' ? SVC_VERSION : 'dev')
+    .version(VERSION)
     .option('--data-dir <dir>', 'data folder (default $SVC_DATA_DIR, else ./data)')
     .option('--json', 'print one JSON document on stdout')
     .exitOverride();

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import cookie from '@fastify/cookie';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type RouteOptions } from 'fastify';
 import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import { LoginThrottle } from '../core/services/auth.js';
@@ -22,6 +22,8 @@ import { adminRoutes } from './routes/admin.js';
 import { billingRoutes } from './routes/billing.js';
 import { membershipRoutes } from './routes/memberships.js';
 import { messageRoutes } from './routes/messages.js';
+import { registerOpenApi } from './openapi.js';
+import { VERSION } from '../core/version.js';
 import { RenderPool } from '../engine/renderPool.js';
 import { settingsRoutes } from './routes/settings.js';
 import { WriteBatcher } from '../core/db/batcher.js';
@@ -38,6 +40,8 @@ export interface AppDeps {
   logTo?: 'stdout' | 'stderr';
   /** Execute runs in this process (svc serve does; API-only tests need not). */
   engine?: boolean | EngineOptions;
+  /** Told of every route as it is registered (tests compare the route table with the OpenAPI document). */
+  onRoute?: (route: RouteOptions) => void;
 }
 
 declare module 'fastify' {
@@ -150,6 +154,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  if (deps.onRoute) app.addHook('onRoute', deps.onRoute);
   app.setValidatorCompiler(validatorCompilers());
   // Only JSON is accepted; text/plain would otherwise slip past as a string body.
   app.removeContentTypeParser('text/plain');
@@ -161,6 +166,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   registerErrorHandling(app);
   await app.register(cookie);
   registerAuth(app, { db: deps.db, config });
+  // Before the routes, so that the OpenAPI document sees every one of them.
+  await registerOpenApi(app, { version: VERSION, publicUrl: config.publicUrl });
 
   const throttle = new LoginThrottle(config.loginRateLimit);
   await app.register(healthRoutes);
