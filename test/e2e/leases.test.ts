@@ -2,10 +2,11 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { test, type TestContext } from 'node:test';
+import { test } from 'node:test';
 import Database from 'better-sqlite3';
-import { runCli, startServe, tempDir, type ServeProcess } from '../cli/helpers.js';
+import { startServe, type ServeProcess } from '../cli/helpers.js';
 import { request } from '../helpers.js';
+import { initFolder, login } from './folder.js';
 import { slowService, type SlowService } from '../slowService.js';
 
 /**
@@ -13,21 +14,6 @@ import { slowService, type SlowService } from '../slowService.js';
  * SIGTERM and killed with SIGKILL while hundreds of runs wait on a slow local service.
  * The service counts the calls of each run: none may be executed twice, none left stuck.
  */
-
-const PASSWORD = 'leases-password-1';
-
-async function initFolder(t: TestContext): Promise<string> {
-  const dataDir = tempDir(t, 'svc-leases-');
-  const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', 'ops@example.com', '--password-stdin'], { stdin: PASSWORD });
-  assert.equal(init.code, 0, init.stderr);
-  return dataDir;
-}
-
-async function login(server: ServeProcess): Promise<string> {
-  const res = await request(server.url, 'POST', '/auth/login', { body: { email: 'ops@example.com', password: PASSWORD } });
-  assert.equal(res.status, 200, res.text);
-  return res.body.token;
-}
 
 async function workflow(server: ServeProcess, token: string, steps: unknown[]): Promise<string> {
   const wf = await request(server.url, 'POST', '/workflows', {
@@ -82,7 +68,7 @@ const env = (service: SlowService, extra: NodeJS.ProcessEnv = {}) => ({
 
 test('two svc serve processes on one data folder, steps 3x the lease: every run executes once', async (t) => {
   const service = await slowService(t, 3_000);
-  const dataDir = await initFolder(t);
+  const dataDir = await initFolder(t, 'svc-leases-');
   const e = env(service, { SVC_RUN_LEASE_SECONDS: '1' });
   const one = await startServe(t, dataDir, ['--port', '0'], { env: e });
   const two = await startServe(t, dataDir, ['--port', '0'], { env: e });
@@ -96,7 +82,7 @@ test('two svc serve processes on one data folder, steps 3x the lease: every run 
 
 test('SIGTERM with 200 runs in flight: they finish within the grace period, none twice, none stuck', async (t) => {
   const service = await slowService(t, 1_000);
-  const dataDir = await initFolder(t);
+  const dataDir = await initFolder(t, 'svc-leases-');
   const server = await startServe(t, dataDir, ['--port', '0'], { env: env(service) });
   const token = await login(server);
   const path = await workflow(server, token, [slowCall(service), { type: 'add_tags', tags: ['done'] }]);
@@ -110,7 +96,7 @@ test('SIGTERM with 200 runs in flight: they finish within the grace period, none
 
 test('SIGTERM with runs longer than the grace period: the rest are released at once and resumed by the next process', async (t) => {
   const service = await slowService(t, 4_000);
-  const dataDir = await initFolder(t);
+  const dataDir = await initFolder(t, 'svc-leases-');
   const e = env(service, { SVC_SHUTDOWN_GRACE: '1' });
   const first = await startServe(t, dataDir, ['--port', '0'], { env: e });
   const token = await login(first);
@@ -158,7 +144,7 @@ test('kill -9 with 500 runs in flight: every accepted run completes after a rest
   });
   const twilioHost = `127.0.0.1:${(twilio.address() as AddressInfo).port}`;
 
-  const dataDir = await initFolder(t);
+  const dataDir = await initFolder(t, 'svc-leases-');
   // 500 calls at once to one host: above the default per-host cap of 256 per thread.
   const e = env(service, { SVC_RUN_LEASE_SECONDS: '2', SVC_HTTP_ALLOWED_HOSTS: `${service.host},${twilioHost}`, SVC_OUTBOUND_PER_HOST_CONCURRENCY: '500' });
   const first = await startServe(t, dataDir, ['--port', '0'], { env: e });

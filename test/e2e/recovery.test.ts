@@ -2,23 +2,9 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
-import { runCli, startServe, tempDir, type ServeProcess } from '../cli/helpers.js';
+import { startServe } from '../cli/helpers.js';
 import { request } from '../helpers.js';
-
-const PASSWORD = 'recovery-password-1';
-
-async function initFolder(t: Parameters<typeof tempDir>[0]) {
-  const dataDir = tempDir(t, 'svc-recovery-');
-  const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', 'ops@example.com', '--password-stdin'], { stdin: PASSWORD });
-  assert.equal(init.code, 0, init.stderr);
-  return dataDir;
-}
-
-async function login(server: ServeProcess): Promise<string> {
-  const res = await request(server.url, 'POST', '/auth/login', { body: { email: 'ops@example.com', password: PASSWORD } });
-  assert.equal(res.status, 200, res.text);
-  return res.body.token;
-}
+import { initFolder, login } from './folder.js';
 
 async function waitForRun(url: string, token: string, runId: number, statuses: string[], timeoutMs = 30_000): Promise<any> {
   const started = Date.now();
@@ -43,7 +29,7 @@ async function workflow(url: string, token: string, steps: unknown[]) {
 }
 
 test('a wait survives a restart and the run completes on time', async (t) => {
-  const dataDir = await initFolder(t);
+  const dataDir = await initFolder(t, 'svc-recovery-');
   const env = { SVC_LOG_LEVEL: 'warn' };
   const first = await startServe(t, dataDir, ['--port', '0'], { env });
   const token = await login(first);
@@ -77,7 +63,7 @@ test('kill -9 in the middle of a run: the run is taken up again, nothing is lost
   t.after(() => new Promise<void>((r) => hook.close(() => r())).then(() => hook.closeAllConnections()));
   const hookAddress = `127.0.0.1:${(hook.address() as AddressInfo).port}`;
 
-  const dataDir = await initFolder(t);
+  const dataDir = await initFolder(t, 'svc-recovery-');
   const env = { SVC_LOG_LEVEL: 'warn', SVC_RUN_LEASE_SECONDS: '2', SVC_HTTP_ALLOWED_HOSTS: hookAddress };
   const first = await startServe(t, dataDir, ['--port', '0'], { env });
   const token = await login(first);

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import Database from 'better-sqlite3';
-import { runCli, startServe, tempDir } from '../cli/helpers.js';
+import { startServe } from '../cli/helpers.js';
+import { initFolder } from './folder.js';
 
 const DAY = 86_400_000;
 const ago = (days: number) => new Date(Date.now() - days * DAY).toISOString();
@@ -53,9 +54,7 @@ function count(file: string, sql: string): number {
 }
 
 test('svc serve prunes old finished runs, attempts, audit entries and sessions in batches, and keeps the rest', async (t) => {
-  const dataDir = tempDir(t, 'svc-retention-');
-  const init = await runCli(dataDir, ['init', '--yes', '--email', 'ops@example.com', '--password-stdin'], { stdin: 'retention-password-1' });
-  assert.equal(init.code, 0, init.stderr);
+  const dataDir = await initFolder(t, 'svc-retention-');
   const file = join(dataDir, 'svc.db');
   fill(file);
   const auditBefore = count(file, 'SELECT COUNT(*) AS n FROM audit_logs');
@@ -81,9 +80,7 @@ test('svc serve prunes old finished runs, attempts, audit entries and sessions i
 });
 
 test('a retention of 0 keeps runs, attempts and audit entries for ever', async (t) => {
-  const dataDir = tempDir(t, 'svc-retention-');
-  const init = await runCli(dataDir, ['init', '--yes', '--email', 'ops@example.com', '--password-stdin'], { stdin: 'retention-password-1' });
-  assert.equal(init.code, 0, init.stderr);
+  const dataDir = await initFolder(t, 'svc-retention-');
   const file = join(dataDir, 'svc.db');
   fill(file);
   const server = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_ENGINE: 'false', SVC_RUN_RETENTION_DAYS: '0', SVC_DELIVERY_RETENTION_DAYS: '0', SVC_AUDIT_RETENTION_DAYS: '0' } });
