@@ -1,12 +1,8 @@
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createSecureContext, createServer as createTlsServer } from 'node:tls';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { HttpRequestError, httpPolicyFrom, isBlockedAddress, safeRequest, type HttpPolicy } from '../../src/engine/http.js';
+import { sniServer } from '../tlsServer.js';
 
 // ---------------------------------------------------------------------------------------
 // Local servers (127.0.0.1, or dual-stack :: where noted); nothing outside is contacted.
@@ -202,30 +198,7 @@ describe('resolution happens in the connector', () => {
   });
 
   test('https keeps SNI on the host name and verifies the certificate against it', async (t) => {
-    const dir = mkdtempSync(join(tmpdir(), 'svc-http-tls-'));
-    t.after(() => rmSync(dir, { recursive: true, force: true }));
-    try {
-      execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=sni.test', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' });
-    } catch {
-      t.skip('openssl is not available');
-      return;
-    }
-    const seen: string[] = [];
-    const key = readFileSync(join(dir, 'key.pem'));
-    const cert = readFileSync(join(dir, 'cert.pem'));
-    const tls = createTlsServer({
-      key,
-      cert,
-      // Called with the ClientHello's server name, before the client rejects the certificate.
-      SNICallback: (servername, cb) => {
-        seen.push(servername);
-        cb(null, createSecureContext({ key, cert }));
-      },
-    });
-    tls.on('tlsClientError', () => undefined);
-    await new Promise<void>((resolve) => tls.listen(0, '127.0.0.1', resolve));
-    t.after(() => new Promise<void>((resolve) => tls.close(() => resolve())));
-    const port = (tls.address() as { port: number }).port;
+    const { port, seen } = await sniServer(t, 'sni.test');
     const err = await refused(
       safeRequest({ method: 'GET', url: `https://sni.test:${port}/` }, policy({ allowPrivate: true }), { lookup: async () => [{ address: '127.0.0.1', family: 4 }] }),
       'network',

@@ -8,21 +8,15 @@
 import assert from 'node:assert/strict';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { after, afterEach, test } from 'node:test';
+import { test } from 'node:test';
 import { SMTPServer } from 'smtp-server';
 import { HttpRequestError, safeRequest } from '../../src/engine/http.js';
 import { closeOutbound, parseRetryAfter } from '../../src/engine/outbound.js';
 import { providerFor, type SendResult } from '../../src/engine/providers/index.js';
 import { closeSmtpTransports } from '../../src/engine/providers/smtp.js';
+import { outboundHooks } from '../outboundHooks.js';
 
-const closers: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  closeSmtpTransports();
-  await closeOutbound();
-});
-after(async () => {
-  await Promise.all(closers.map((c) => c()));
-});
+const closers = outboundHooks();
 
 const OPEN = { allowPrivate: true, allowedHosts: [], perHostConcurrency: 64 };
 

@@ -7,27 +7,16 @@
  */
 import assert from 'node:assert/strict';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer as createNetServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createSecureContext, createServer as createTlsServer } from 'node:tls';
-import { after, afterEach, test } from 'node:test';
+import { test } from 'node:test';
 import { SMTPServer } from 'smtp-server';
 import { HttpRequestError, safeRequest, type HttpPolicy } from '../../src/engine/http.js';
-import { checkLiteral, closeOutbound, OutboundError, resolveChecked, STRICT_OUTBOUND_POLICY, type OutboundPolicy } from '../../src/engine/outbound.js';
+import { checkLiteral, OutboundError, resolveChecked, STRICT_OUTBOUND_POLICY, type OutboundPolicy } from '../../src/engine/outbound.js';
 import { providerFor, type SendOptions, type SendResult } from '../../src/engine/providers/index.js';
-import { closeSmtpTransports } from '../../src/engine/providers/smtp.js';
+import { outboundHooks } from '../outboundHooks.js';
+import { sniServer } from '../tlsServer.js';
 
-const closers: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  closeSmtpTransports();
-  await closeOutbound();
-});
-after(async () => {
-  await Promise.all(closers.map((c) => c()));
-});
+const closers = outboundHooks();
 
 /** A TCP listener on 127.0.0.1 that only counts connections. */
 async function trap(): Promise<{ port: number; connections: () => number }> {
@@ -194,24 +183,7 @@ test('a name that only resolves to loopback stays refused for SMTP even on a lis
 });
 
 test('SMTP over implicit TLS connects to the checked address and still names the host (SNI)', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'svc-smtp-tls-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' });
-  const key = readFileSync(join(dir, 'key.pem'));
-  const cert = readFileSync(join(dir, 'cert.pem'));
-  const seen: string[] = [];
-  const server = createTlsServer({
-    key,
-    cert,
-    SNICallback: (servername, cb) => {
-      seen.push(servername);
-      cb(null, createSecureContext({ key, cert }));
-    },
-  });
-  server.on('tlsClientError', () => undefined);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  closers.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
-  const port = (server.address() as AddressInfo).port;
+  const { port, seen } = await sniServer(t, 'localhost');
   const r = await providerFor('smtp').send(email, { host: 'localhost', port, secure: true, requireTLS: false, from: 'shop@example.com' }, {}, opts(policy({ allowedHosts: [`localhost:${port}`] }), 2000));
   // The self-signed certificate is refused (verification stays on): a permanent TLS failure.
   assert.deepEqual(r, { ok: false, transient: false, error: 'smtp: TLS failed, the certificate was not accepted (ETLS)' });
