@@ -5,7 +5,7 @@ import { RenderError } from './render.js';
 import { workerFile } from './scheduler.js';
 import type { RenderAnswer, RenderTask } from './worker.js';
 
-/** Renders waiting for a thread before more are refused (429): a queue, not a backlog. */
+/** Renders waiting for the thread before more are refused (429, checked before each run): a queue, not a backlog. */
 const MAX_QUEUE = 64;
 
 /**
@@ -18,7 +18,7 @@ export class RenderPool {
   private pool: Piscina | undefined;
 
   async render(content: Record<string, unknown>, ctx: RenderContext): Promise<Record<string, unknown>> {
-    this.pool ??= new Piscina({ filename: workerFile(), minThreads: 0, maxThreads: 1, idleTimeout: 60_000, maxQueue: MAX_QUEUE });
+    this.pool ??= new Piscina({ filename: workerFile(), minThreads: 0, maxThreads: 1, idleTimeout: 60_000 });
     if (this.pool.queueSize >= MAX_QUEUE) throw new RateLimitError('rate_limited', 'Too many templates are being rendered; retry in a second', 1);
     const answer = (await this.pool.run({ content, ctx } satisfies RenderTask, { name: 'render' })) as RenderAnswer;
     if ('error' in answer) throw new RenderError(answer.error.message, answer.error.path);
