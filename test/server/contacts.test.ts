@@ -732,7 +732,7 @@ test('deeply nested attributes (well under 1 MiB) are answered with 201 or a 4xx
   ];
   let n = 0;
   for (const [name, open, close, depth] of cases) {
-    const deep = open.repeat(depth) + '1' + close.repeat(depth);
+    const deep = `${open.repeat(depth)}1${close.repeat(depth)}`;
     for (const [method, path] of [
       ['POST', '/contacts'],
       ['PATCH', `/contacts/${base.id}`],

@@ -113,7 +113,7 @@ test('GET /tags: bad limit or cursor is 400 like every list; unknown parameters 
     'dDE6', // "t1:" with an empty key
     contactsCursor,
     Buffer.from('t2:one').toString('base64url'),
-    Buffer.from('t1:one').toString('base64url') + '=',
+    `${Buffer.from('t1:one').toString('base64url')}=`,
     Buffer.concat([Buffer.from('t1:'), Buffer.from([0xff, 0xfe])]).toString('base64url'),
     Buffer.from(`t1:${'x'.repeat(129)}`).toString('base64url'),
     '%00',

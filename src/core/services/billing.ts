@@ -1,11 +1,12 @@
-import { and, count, eq, gte, isNull } from 'drizzle-orm';
+import { and, count, eq, isNull } from 'drizzle-orm';
 import { createCheckoutSession, StripeError } from '../../engine/stripe.js';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
-import { apiKeys, checkouts, contacts, memberships, templates, workflowRuns, workflows, type Plan, type Role } from '../db/schema.js';
+import { apiKeys, checkouts, memberships, runMonthCounts, templates, workflows, workspaceCounters, type Plan, type Role } from '../db/schema.js';
 import { AppError, ConflictError, NotFoundError, ValidationError } from '../errors.js';
 import { minimumPlanForKeyRole, planAtLeast } from '../roles.js';
 import { getWorkspace, setWorkspacePlan } from './workspaces.js';
+import { assertNotSandbox } from './sandbox.js';
 
 export type PaidPlan = Exclude<Plan, 'STARTER'>;
 
@@ -52,12 +53,14 @@ export function getPlan(ctx: WorkspaceContext): PlanView {
     plan,
     features: featuresOf(plan),
     usage: {
-      contacts: n(ctx.db.select({ n: count() }).from(contacts).where(inWorkspace(ctx, contacts.workspaceId))),
+      // Contacts and runs are counted by triggers as rows come and go (migration 0008): a
+      // million contacts would otherwise be counted on every call.
+      contacts: n(ctx.db.select({ n: workspaceCounters.contacts }).from(workspaceCounters).where(inWorkspace(ctx, workspaceCounters.workspaceId))),
       workflows: n(ctx.db.select({ n: count() }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId))),
       templates: n(ctx.db.select({ n: count() }).from(templates).where(inWorkspace(ctx, templates.workspaceId))),
       apiKeys: n(ctx.db.select({ n: count() }).from(apiKeys).where(inWorkspace(ctx, apiKeys.workspaceId, isNull(apiKeys.revokedAt)))),
       members: n(ctx.db.select({ n: count() }).from(memberships).where(inWorkspace(ctx, memberships.workspaceId))),
-      runsThisMonth: n(ctx.db.select({ n: count() }).from(workflowRuns).where(inWorkspace(ctx, workflowRuns.workspaceId, gte(workflowRuns.createdAt, startOfMonthIso())))),
+      runsThisMonth: n(ctx.db.select({ n: runMonthCounts.runs }).from(runMonthCounts).where(inWorkspace(ctx, runMonthCounts.workspaceId, eq(runMonthCounts.month, startOfMonthIso().slice(0, 7))))),
     },
   };
 }
@@ -73,6 +76,7 @@ function checkoutView(row: typeof checkouts.$inferSelect): CheckoutView {
  */
 export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidPlan }): Promise<CheckoutView> {
   const { config } = ctx;
+  assertNotSandbox(ctx.db, ctx.workspaceId, 'A checkout');
   const current = getWorkspace(ctx, ctx.workspaceId).plan;
   if (input.plan === current) {
     throw new ValidationError('plan_unchanged', `This workspace is already on ${current}`, [{ path: '/plan', message: `must differ from the current plan ${current}` }]);

@@ -1,8 +1,8 @@
-import { and, asc, count, desc, eq, gt, inArray, lt, min, or, sql } from 'drizzle-orm';
+import { and, asc, desc, eq, gt, inArray, lt, or, sql, type SQL } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type WorkspaceContext } from '../context.js';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
-import { contacts, contactTags } from '../db/schema.js';
+import { contacts, contactTags, tagCounts } from '../db/schema.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail, normalizePhone } from '../validation.js';
@@ -47,15 +47,23 @@ function view(row: ContactRow, tags: string[]): ContactView {
   };
 }
 
+/**
+ * The tags of a page of contacts (exported so that tests can EXPLAIN it). The workspace is
+ * checked on each row (`+workspace_id`), not used to pick the index: otherwise SQLite walked
+ * the workspace's whole tag index (every `vip` of a million contacts) for 50 contacts.
+ */
+export function contactTagsQuery(ctx: WorkspaceContext, ids: number[]) {
+  return ctx.db
+    .select({ contactId: contactTags.contactId, name: contactTags.name })
+    .from(contactTags)
+    .where(and(sql`+${contactTags.workspaceId} = ${ctx.workspaceId}`, inArray(contactTags.contactId, ids)))
+    .orderBy(asc(contactTags.tagKey));
+}
+
 function tagsFor(ctx: WorkspaceContext, ids: number[]): Map<number, string[]> {
   const map = new Map<number, string[]>();
   if (!ids.length) return map;
-  const rows = ctx.db
-    .select({ contactId: contactTags.contactId, name: contactTags.name })
-    .from(contactTags)
-    .where(inWorkspace(ctx, contactTags.workspaceId, inArray(contactTags.contactId, ids)))
-    .orderBy(asc(contactTags.tagKey))
-    .all();
+  const rows = contactTagsQuery(ctx, ids).all();
   for (const r of rows) map.set(r.contactId, [...(map.get(r.contactId) ?? []), r.name]);
   return map;
 }
@@ -84,14 +92,15 @@ export function normalizeTags(tags: string[], path = '/tags'): string[] {
   return [...seen.values()];
 }
 
-interface Normalized {
+export interface Normalized {
   email?: string | null;
   phone?: string | null;
   firstName?: string | null;
   lastName?: string | null;
 }
 
-function normalizeInput(ctx: WorkspaceContext, input: ContactInput): Normalized {
+/** The same normalisation for POST/PATCH /contacts and for imports: throws ValidationError with every field at fault. */
+export function normalizeInput(ctx: Pick<WorkspaceContext, 'config'>, input: ContactInput): Normalized {
   const errors: FieldError[] = [];
   const out: Normalized = {};
   if (input.email !== undefined) {
@@ -224,32 +233,87 @@ function escapeLike(s: string): string {
   return s.replace(/[\\%_]/g, (c) => `\\${c}`);
 }
 
-export function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Page<ContactView> {
+/**
+ * The trigram index matches substrings of 3 characters or more. A shorter `q` (one or two
+ * characters) cannot use it: it is matched with LIKE while walking the workspace's contacts
+ * newest first, which is quick when the characters are common (the page fills at once)
+ * and reads the whole workspace when they are rare.
+ */
+export const SEARCH_MIN_INDEXED_LENGTH = 3;
+
+/** An FTS5 query: the workspace's marker in `ws`, and the text as one quoted phrase in the contact columns. */
+function ftsQuery(ctx: WorkspaceContext, q: string): string {
+  return `ws : "w${ctx.workspaceId}w" AND {email phone first_name last_name} : "${q.replace(/"/g, '""')}"`;
+}
+
+/**
+ * The query a page of GET /contacts runs (exported so that tests can EXPLAIN it): newest
+ * first, seeking below the cursor. One filter drives through its index: email or phone
+ * (unique indexes), else `q` (the trigram index), else a tag (`contact_tags (workspace_id,
+ * tag_key, contact_id)`); when it is the only filter its subquery stops after a page's worth
+ * of ids. The other filters are checked on the driver's rows: a tag and `q` by a lookup per
+ * row (the tag's primary key, the trigram index at that rowid), never by a second list.
+ */
+export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter) {
   const before = decodeCursor(filter.cursor);
-  const conditions = [before ? lt(contacts.id, before) : undefined];
+  const take = filter.limit + 1;
+  const q = filter.q?.trim() ?? '';
+  const indexedQ = [...q].length >= SEARCH_MIN_INDEXED_LENGTH ? q : undefined;
+  const shortQ = q !== '' && indexedQ === undefined ? q : undefined;
+  const tagKey = filter.tag?.trim().toLowerCase();
+  const alone = [filter.email, filter.phone, tagKey, indexedQ, shortQ].filter((f) => f !== undefined).length === 1;
+  const driver = filter.email !== undefined || filter.phone !== undefined ? 'unique' : indexedQ !== undefined ? 'q' : tagKey !== undefined ? 'tag' : 'list';
+  const conditions: (SQL | undefined)[] = [before ? lt(contacts.id, before) : undefined];
   if (filter.email !== undefined) conditions.push(eq(contacts.email, normalizeEmail(filter.email) ?? filter.email.trim().toLowerCase()));
   if (filter.phone !== undefined) conditions.push(eq(contacts.phone, normalizePhone(filter.phone, ctx.config.defaultPhoneRegion) ?? filter.phone.trim()));
-  if (filter.tag !== undefined) {
+  if (tagKey !== undefined && driver === 'tag') {
     const tagged = ctx.db
       .select({ id: contactTags.contactId })
       .from(contactTags)
-      .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, filter.tag.trim().toLowerCase())));
-    conditions.push(inArray(contacts.id, tagged));
+      .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey), before ? lt(contactTags.contactId, before) : undefined))
+      .orderBy(desc(contactTags.contactId));
+    conditions.push(inArray(contacts.id, alone ? tagged.limit(take) : tagged));
+  } else if (tagKey !== undefined) {
+    conditions.push(sql`EXISTS (SELECT 1 FROM ${contactTags} WHERE ${contactTags.contactId} = ${contacts.id} AND ${contactTags.tagKey} = ${tagKey})`);
   }
-  if (filter.q !== undefined && filter.q.trim() !== '') {
-    const pattern = `%${escapeLike(filter.q.trim().toLowerCase())}%`;
+  if (indexedQ !== undefined && driver === 'q') {
+    const below = before ? sql` AND rowid < ${before}` : sql``;
+    const limit = alone ? sql` LIMIT ${take}` : sql``;
+    conditions.push(sql`${contacts.id} IN (SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)}${below} ORDER BY rowid DESC${limit})`);
+  } else if (indexedQ !== undefined) {
+    conditions.push(sql`EXISTS (SELECT 1 FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)} AND rowid = ${contacts.id})`);
+  }
+  if (shortQ !== undefined) {
+    const pattern = `%${escapeLike(shortQ.toLowerCase())}%`;
     const likeEsc = (col: SQLiteColumn) => sql`lower(${col}) LIKE ${pattern} ESCAPE '\\'`;
     conditions.push(or(likeEsc(contacts.email), likeEsc(contacts.phone), likeEsc(contacts.firstName), likeEsc(contacts.lastName)));
   }
-  const rows = ctx.db
+  return ctx.db
     .select()
     .from(contacts)
-    .where(inWorkspace(ctx, contacts.workspaceId, and(...conditions)))
+    .where(inWorkspace(ctx, contacts.workspaceId, ...conditions))
     .orderBy(desc(contacts.id))
-    .limit(filter.limit + 1)
-    .all();
+    .limit(take);
+}
+
+export function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Page<ContactView> {
+  const rows = contactListQuery(ctx, filter).all();
   const tags = tagsFor(ctx, rows.slice(0, filter.limit).map((r) => r.id));
   return toPage(rows, filter.limit, (r) => view(r, tags.get(r.id) ?? []));
+}
+
+/**
+ * Every contact the filters select, newest first, read in keyset pages of `chunk` so that
+ * memory stays constant however many there are (the export streams from this).
+ */
+export function* iterateContacts(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'limit' | 'cursor'>, chunk = 1000): Generator<ContactView[]> {
+  let cursor: string | undefined;
+  for (;;) {
+    const page = listContacts(ctx, { ...filter, limit: chunk, ...(cursor ? { cursor } : {}) });
+    if (page.data.length) yield page.data;
+    if (!page.nextCursor) return;
+    cursor = page.nextCursor;
+  }
 }
 
 export function addTags(ctx: WorkspaceContext, id: number, tags: string[]): ContactView {
@@ -300,18 +364,25 @@ export function decodeTagCursor(cursor: string | undefined): string | undefined 
   return key;
 }
 
-/** Tag names in this workspace with how many contacts carry each, by name (case-insensitively), paged. */
+/**
+ * Tag names in this workspace with how many contacts carry each, by name (case-insensitively),
+ * paged. The counts are kept by triggers in tag_counts (migration 0008), so a page reads
+ * its rows only, however many contacts carry the tags.
+ */
 export function listTags(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<{ name: string; count: number }> {
-  const after = decodeTagCursor(opts.cursor);
-  const rows = ctx.db
-    .select({ key: contactTags.tagKey, name: min(contactTags.name).mapWith(String), count: count() })
-    .from(contactTags)
-    .where(inWorkspace(ctx, contactTags.workspaceId, after === undefined ? undefined : gt(contactTags.tagKey, after)))
-    .groupBy(contactTags.tagKey)
-    .orderBy(asc(contactTags.tagKey))
-    .limit(opts.limit + 1)
-    .all();
+  const rows = tagListQuery(ctx, opts).all();
   const more = rows.length > opts.limit;
   const page = more ? rows.slice(0, opts.limit) : rows;
   return { data: page.map(({ name, count }) => ({ name, count })), nextCursor: more ? encodeTagCursor(page[page.length - 1]!.key) : null };
+}
+
+/** The query a page of GET /tags runs (exported so that tests can EXPLAIN it). */
+export function tagListQuery(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }) {
+  const after = decodeTagCursor(opts.cursor);
+  return ctx.db
+    .select({ key: tagCounts.tagKey, name: tagCounts.name, count: tagCounts.contacts })
+    .from(tagCounts)
+    .where(inWorkspace(ctx, tagCounts.workspaceId, after === undefined ? undefined : gt(tagCounts.tagKey, after), gt(tagCounts.contacts, 0)))
+    .orderBy(asc(tagCounts.tagKey))
+    .limit(opts.limit + 1);
 }

@@ -122,7 +122,8 @@ export function listDeliveryAttempts(ctx: WorkspaceContext, filter: DeliveryAtte
   return selectPage(
     ctx,
     deliveryAttempts,
-    filter,
+    // One run's attempts are few: walk them (and sort them), not the workspace's.
+    { ...filter, workspaceScope: filter.runId !== undefined ? 'row' : 'index' },
     deliveryAttemptView,
     filter.runId !== undefined ? eq(deliveryAttempts.runId, filter.runId) : undefined,
     filter.status !== undefined ? eq(deliveryAttempts.status, filter.status) : undefined,

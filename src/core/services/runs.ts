@@ -1,5 +1,5 @@
-import { eq } from 'drizzle-orm';
-import { inWorkspace, selectPage, type WorkspaceContext } from '../context.js';
+import { eq, type SQL } from 'drizzle-orm';
+import { inWorkspace, selectPage, type PageRequest, type WorkspaceContext } from '../context.js';
 import { workflowRuns, workflows, type RunStatus, type StepState } from '../db/schema.js';
 import { NotFoundError } from '../errors.js';
 import type { Page } from '../pagination.js';
@@ -11,6 +11,8 @@ export interface RunStepView {
   startedAt: string | null;
   finishedAt: string | null;
   error?: string;
+  /** For an automation's run: the graph node this step was compiled from. */
+  nodeId?: string;
 }
 
 export interface RunView {
@@ -41,6 +43,7 @@ export function runView(row: RunRow): RunView {
       const state = row.stepStates[index];
       return {
         index,
+        ...(typeof step.nodeId === 'string' ? { nodeId: step.nodeId } : {}),
         type: step.type,
         status: state?.status ?? 'PENDING',
         startedAt: state?.startedAt ?? null,
@@ -64,7 +67,38 @@ export function getRun(ctx: WorkspaceContext, runId: number): RunView {
 export function listRuns(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined; status?: RunStatus | undefined }): Page<RunView> {
   const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  return selectPage(ctx, workflowRuns, opts, runView, eq(workflowRuns.workflowId, workflowId), opts.status ? eq(workflowRuns.status, opts.status) : undefined);
+  return selectPage(ctx, workflowRuns, { ...opts, workspaceScope: 'row' }, runView, ...runFilterConditions({ workflowId, status: opts.status }));
+}
+
+export interface RunFilter extends PageRequest {
+  status?: RunStatus | undefined;
+  workflowId?: number | undefined;
+  automationId?: number | undefined;
+  contactId?: number | undefined;
+}
+
+/** The conditions of GET /runs (exported with the statement for tests that EXPLAIN it). */
+export function runFilterConditions(filter: Omit<RunFilter, 'limit' | 'cursor'>): (SQL | undefined)[] {
+  return [
+    filter.status !== undefined ? eq(workflowRuns.status, filter.status) : undefined,
+    filter.workflowId !== undefined ? eq(workflowRuns.workflowId, filter.workflowId) : undefined,
+    filter.automationId !== undefined ? eq(workflowRuns.automationId, filter.automationId) : undefined,
+    filter.contactId !== undefined ? eq(workflowRuns.contactId, filter.contactId) : undefined,
+  ];
+}
+
+/**
+ * Every run of the workspace, newest first, with optional filters (GET /runs). An id of
+ * another workspace (or of nothing) in a filter simply matches no run: the filters are
+ * conditions on this workspace's runs, so nothing about other workspaces can be learnt.
+ */
+export function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter): Page<RunView> {
+  return selectPage(ctx, workflowRuns, { ...filter, workspaceScope: runScope(filter) }, runView, ...runFilterConditions(filter));
+}
+
+/** With a workflow, automation or contact named, its index is the one to walk (see PageRequest). */
+export function runScope(filter: Omit<RunFilter, 'limit' | 'cursor'>): PageRequest['workspaceScope'] {
+  return filter.workflowId !== undefined || filter.automationId !== undefined || filter.contactId !== undefined ? 'row' : 'index';
 }
 
 /** The workspace a run belongs to, for operator commands that name it by id alone. */

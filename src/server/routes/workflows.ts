@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { Role } from '../../core/db/schema.js';
 import { roleAtLeast } from '../../core/roles.js';
-import { getRun, listRuns } from '../../core/services/runs.js';
+import { getRun, listRuns, listWorkspaceRuns } from '../../core/services/runs.js';
 import { listWebhookEvents, replayWebhookEvent } from '../../core/services/webhooks.js';
 import { createWorkflow, getWorkflow, listWorkflows, updateWorkflow } from '../../core/services/workflows.js';
 import type { App } from '../app.js';
@@ -94,6 +94,28 @@ export async function workflowRoutes(app: App): Promise<void> {
       },
     },
     async (req) => listRuns(req.workspaceCtx(), req.params.id, req.query as Parameters<typeof listRuns>[2]),
+  );
+
+  // Every run of the workspace (the console's run list), newest first, with filters.
+  app.get(
+    '/runs',
+    {
+      config: { access: read },
+      schema: {
+        querystring: Type.Object(
+          {
+            ...PageQuery,
+            status: Type.Optional(RunStatus),
+            workflowId: Type.Optional(IdParams.properties.id),
+            automationId: Type.Optional(IdParams.properties.id),
+            contactId: Type.Optional(IdParams.properties.id),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: pageOf(Run) },
+      },
+    },
+    async (req) => listWorkspaceRuns(req.workspaceCtx(), req.query as Parameters<typeof listWorkspaceRuns>[1]),
   );
 
   app.get('/runs/:runId', { config: { access: read }, schema: { params: RunParams, response: { 200: Run } } }, async (req) =>

@@ -1,0 +1,210 @@
+// npm run bench:scale [contacts]: reads at scale and a bulk import (issue 9, items 1-3 and 5).
+// One database holds a workspace of `contacts` (default 1,000,000; 10% tagged vip) and a
+// workspace of 1,000, each with as many runs, webhook events, delivery attempts and audit
+// entries as it has contacts, seeded by plain SQL (bench/seed.ts). The built server (bin/svc,
+// engine off: only reads are measured) answers each read of the table in turn, one request
+// at a time; p50/p99 are measured by the client over BENCH_READS requests (default 200).
+// Then a fresh server imports an NDJSON file of `contacts` contacts through
+// POST /contacts/import, and its time to COMPLETED and the server's peak RSS are printed.
+// BENCH_SKIP_IMPORT=1 or BENCH_SKIP_READS=1 leave a part out.
+import { execFileSync, spawn } from 'node:child_process';
+import { createWriteStream, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { json, peakRssMb, startProcess, stop } from './lib.js';
+import { seedActivity, seedContacts, seedWorkflow } from './seed.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const BIG = Number(process.argv[2] ?? process.env.BENCH_CONTACTS ?? 1_000_000);
+const SMALL = 1_000;
+const READS = Number(process.env.BENCH_READS ?? 200);
+const PASSWORD = 'bench-password-123';
+
+if (!Number.isInteger(BIG) || BIG < SMALL) {
+  console.error('usage: npm run bench:scale [contacts]   (default 1000000, at least 1000)');
+  process.exit(2);
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** One GET at a time (keep-alive), timed by the client; returns [p50, p99] in ms. */
+async function measure(base: string, token: string, paths: () => string, n = READS): Promise<[number, number]> {
+  const times: number[] = [];
+  for (let i = 0; i < n + 10; i++) {
+    const t0 = performance.now();
+    const res = await fetch(base + paths(), { headers: { authorization: `Bearer ${token}` } });
+    await res.arrayBuffer();
+    if (res.status !== 200) throw new Error(`GET ${paths()}: ${res.status}`);
+    if (i >= 10) times.push(performance.now() - t0); // the first ten warm up
+  }
+  times.sort((a, b) => a - b);
+  return [percentile(times, 50), percentile(times, 99)];
+}
+
+/** Follows nextCursor from `start` for `pages` pages of 200, timing each page. */
+async function walkPages(base: string, token: string, start: string, pages: number): Promise<number[]> {
+  const times: number[] = [];
+  let cursor: string | null = start;
+  for (let i = 0; i < pages && cursor !== null; i++) {
+    const t0 = performance.now();
+    const res = await fetch(`${base}/contacts?limit=200${cursor ? `&cursor=${cursor}` : ''}`, { headers: { authorization: `Bearer ${token}` } });
+    const body = (await res.json()) as { nextCursor: string | null };
+    times.push(performance.now() - t0);
+    cursor = body.nextCursor;
+  }
+  return times;
+}
+
+const cursorAt = (id: number) => Buffer.from(`v1:${id}`).toString('base64url');
+const fmt = (n: number) => n.toFixed(1).padStart(6);
+
+async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, bigWs: number, smallWs: number): Promise<void> {
+  const server = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
+  const base = server.match[1]!;
+  try {
+    const big = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: bigWs })).token as string;
+    const small = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: smallWs })).token as string;
+    const db = new Database(dbFile, { readonly: true });
+    const ids = (ws: number) => db.prepare('SELECT min(id) AS lo, max(id) AS hi FROM contacts WHERE workspace_id = ?').get(ws) as { lo: number; hi: number };
+    const wf = (ws: number) => (db.prepare('SELECT id FROM workflows WHERE workspace_id = ?').get(ws) as { id: number }).id;
+    const sizes = [
+      { name: `${SMALL.toLocaleString('en')}`, token: small, ws: smallWs, n: SMALL, prefix: 'small', ids: ids(smallWs), wf: wf(smallWs) },
+      { name: `${BIG.toLocaleString('en')}`, token: big, ws: bigWs, n: BIG, prefix: 'big', ids: ids(bigWs), wf: wf(bigWs) },
+    ];
+    db.close();
+    let k = 0;
+    const rows: [string, (s: (typeof sizes)[number]) => string][] = [
+      ['GET /contacts?limit=50 (first page)', () => '/contacts?limit=50'],
+      ['GET /contacts?q=Smith77', () => '/contacts?q=Smith77'],
+      ['GET /contacts?q=user<n>@ (one match)', (s) => `/contacts?q=${encodeURIComponent(`user${(++k % s.n) + 1}@`)}`],
+      ['GET /contacts?tag=vip', () => '/contacts?tag=vip'],
+      ['GET /contacts?email=...', (s) => `/contacts?email=user${(++k % s.n) + 1}@${s.prefix}.example`],
+      ['GET /contacts?limit=200&cursor=<anywhere>', (s) => `/contacts?limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`],
+      ['GET /contacts?tag=vip&limit=200&cursor=<anywhere>', (s) => `/contacts?tag=vip&limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`],
+      ['GET /tags', () => '/tags'],
+      ['GET /billing/plan', () => '/billing/plan'],
+      ['GET /runs?limit=50', () => '/runs?limit=50'],
+      ['GET /runs?status=FAILED', () => '/runs?status=FAILED'],
+      ['GET /workflows/:id/runs', (s) => `/workflows/${s.wf}/runs`],
+      ['GET /workflows/:id/webhook-events', (s) => `/workflows/${s.wf}/webhook-events`],
+      ['GET /messages/delivery-attempts', () => '/messages/delivery-attempts'],
+      ['GET /audit-logs', () => '/audit-logs'],
+      ['GET /audit-logs?action=contact.updated', () => '/audit-logs?action=contact.updated'],
+    ];
+    console.log(`\nreads, ${READS} requests each, one at a time (ms)`);
+    console.log(`${'read'.padEnd(50)} ${sizes.map((s) => `${s.name} p50 / p99`.padStart(24)).join(' ')}   ratio p99`);
+    for (const [label, path] of rows) {
+      const results: [number, number][] = [];
+      for (const s of sizes) results.push(await measure(base, s.token, () => path(s)));
+      const ratio = results[1]![1] / results[0]![1];
+      console.log(`${label.padEnd(50)} ${results.map(([a, b]) => `${fmt(a)} / ${fmt(b)}`.padStart(24)).join(' ')}   ${ratio.toFixed(1)}x`);
+    }
+    const pages = await walkPages(base, big, '', 20);
+    const deep = await walkPages(base, big, cursorAt(sizes[1]!.ids.lo + Math.floor(BIG / 2)), 20);
+    console.log(`following nextCursor, 20 pages of 200 from the start: up to ${fmt(Math.max(...pages))} ms a page; from the middle: up to ${fmt(Math.max(...deep))} ms`);
+  } finally {
+    await stop(server.child);
+  }
+}
+
+/** An NDJSON file of n contacts: email, names, 10% vip, a phone on 10%, one attribute. */
+async function writeImportFile(file: string, n: number): Promise<void> {
+  const out = createWriteStream(file);
+  let chunk = '';
+  for (let i = 1; i <= n; i++) {
+    const phone = i % 10 === 0 ? `,"phone":"+1613${String(2_000_000 + (i % 7_000_000)).padStart(7, '0')}"` : '';
+    chunk += `{"email":"import${i}@example.org"${phone},"firstName":"Grace${i}","lastName":"Hopper${i}","tags":${i % 10 === 0 ? '["vip"]' : '[]'},"attributes":{"plan":"p${i % 7}"}}\n`;
+    if (chunk.length > 1 << 20) {
+      if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()));
+      chunk = '';
+    }
+  }
+  out.end(chunk);
+  await new Promise<void>((r) => out.once('finish', () => r()));
+}
+
+async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: string, workspaceId: number): Promise<void> {
+  const file = join(dataDir, 'import.ndjson');
+  await writeImportFile(file, BIG);
+  const size = statSync(file).size;
+  const server = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
+  const base = server.match[1]!;
+  try {
+    const token = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId })).token as string;
+    const started = performance.now();
+    // curl keeps sending after the early 202 (Node's http client stops writing once it has
+    // a complete answer); it streams the file from disk with its declared length.
+    const accepted = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const curl = spawn('curl', ['-sS', '-w', '\n%{http_code}', '-X', 'POST', '-H', `authorization: Bearer ${token}`, '-H', 'content-type: application/x-ndjson', '-T', file, `${base}/contacts/import`]);
+      let out = '';
+      curl.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+      curl.on('error', reject);
+      curl.on('exit', () => {
+        const cut = out.lastIndexOf('\n');
+        resolve({ status: Number(out.slice(cut + 1)), body: out.slice(0, cut) });
+      });
+    });
+    if (accepted.status !== 202) throw new Error(`import answered ${accepted.status}: ${accepted.body}`);
+    const id = JSON.parse(accepted.body).id as number;
+    let job: { status: string; created: number; errorCount: number; failure: unknown };
+    for (;;) {
+      job = await json(`${base}/contacts/imports/${id}`, 'GET', undefined, token);
+      if (job.status !== 'RUNNING') break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const seconds = (performance.now() - started) / 1000;
+    console.log(
+      `\nimport of ${BIG.toLocaleString('en')} contacts (NDJSON, ${(size / 1e6).toFixed(0)} MB, POST /contacts/import): ${job.status}, ${job.created} created, ${job.errorCount} refused, ${seconds.toFixed(1)} s, server peak RSS ${peakRssMb(server.child.pid!)} MB`,
+    );
+    if (job.failure) console.log(JSON.stringify(job.failure));
+  } finally {
+    await stop(server.child);
+  }
+}
+
+async function main(): Promise<void> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-scale-'));
+  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_ENGINE: 'false' };
+  const svcBin = join(root, 'bin', 'svc');
+  console.log(`bench:scale on ${cpus().length} CPUs (${cpus()[0]?.model.trim()}), ${(totalmem() / 2 ** 30).toFixed(0)} GB; Node ${process.version}`);
+  try {
+    const init = JSON.parse(
+      execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], { env, input: PASSWORD, stdio: ['pipe', 'pipe', 'inherit'] }).toString(),
+    );
+    const bigWs = init.workspace.id as number;
+    const make = (name: string) => (JSON.parse(execFileSync(svcBin, ['workspace', 'create', '--name', name, '--plan', 'PRO', '--json'], { env }).toString()) as { id: number }).id;
+    const smallWs = make('small');
+    const importWs = make('import');
+    const dbFile = join(dataDir, 'svc.db');
+    const db = new Database(dbFile);
+    db.pragma('journal_mode = WAL');
+    db.pragma('cache_size = -262144');
+    const userId = (db.prepare('SELECT id FROM users WHERE email = ?').get('bench@example.com') as { id: number }).id;
+    const member = db.prepare("INSERT INTO memberships (workspace_id, user_id, role) VALUES (?, ?, 'OWNER')");
+    member.run(smallWs, userId);
+    member.run(importWs, userId);
+    if (!process.env.BENCH_SKIP_READS) {
+      let t0 = performance.now();
+      for (let done = 0; done < BIG; done += 100_000) seedContacts(db, bigWs, Math.min(100_000, BIG - done), { prefix: 'big', offset: done });
+      seedContacts(db, smallWs, SMALL, { prefix: 'small', offset: BIG });
+      console.log(`seeded ${BIG.toLocaleString('en')} + ${SMALL.toLocaleString('en')} contacts in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+      t0 = performance.now();
+      const bigWf = seedWorkflow(db, bigWs);
+      for (let done = 0; done < BIG; done += 100_000) seedActivity(db, bigWs, bigWf, Math.min(100_000, BIG - done));
+      seedActivity(db, smallWs, seedWorkflow(db, smallWs), SMALL);
+      console.log(`seeded ${BIG.toLocaleString('en')} + ${SMALL.toLocaleString('en')} runs, webhook events, delivery attempts and audit entries in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+    }
+    db.pragma('wal_checkpoint(TRUNCATE)');
+    db.close();
+    if (!process.env.BENCH_SKIP_READS) await reads(svcBin, env, dbFile, bigWs, smallWs);
+    if (!process.env.BENCH_SKIP_IMPORT) await bulkImport(svcBin, env, dataDir, importWs);
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,122 @@
+import { createReadStream, createWriteStream, statSync } from 'node:fs';
+import { extname } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { Command } from 'commander';
+import { IMPORT_MODES, type ImportFormat, type ImportMode } from '../core/db/schema.js';
+import { exportContacts, importContacts, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
+import { getWorkspace } from '../core/services/workspaces.js';
+import { CliError, globals, output, parseId, withSession } from './io.js';
+
+function formatOf(file: string, given: string | undefined): ImportFormat {
+  const format = given ?? ({ '.csv': 'csv', '.ndjson': 'ndjson', '.jsonl': 'ndjson' } as Record<string, string>)[extname(file).toLowerCase()];
+  if (format !== 'csv' && format !== 'ndjson') throw new CliError(given ? `--format must be ndjson or csv, got "${given}"` : `cannot tell the format of "${file}" from its name: give --format ndjson or --format csv`);
+  return format;
+}
+
+function modeOf(given: string): ImportMode {
+  if (!(IMPORT_MODES as readonly string[]).includes(given)) throw new CliError(`--mode must be one of ${IMPORT_MODES.join(', ')}, got "${given}"`);
+  return given as ImportMode;
+}
+
+/** A one-line progress bar redrawn in place on a terminal's stderr (never when output is for a script). */
+function progressBar(enabled: boolean) {
+  let last = 0;
+  return {
+    update(p: { bytesRead: number; bytesTotal: number | null; lines: number; created: number; updated: number; errorCount: number }) {
+      if (!enabled || Date.now() - last < 100) return;
+      last = Date.now();
+      const width = 30;
+      const ratio = p.bytesTotal ? Math.min(1, p.bytesRead / p.bytesTotal) : 0;
+      const bar = p.bytesTotal ? `[${'#'.repeat(Math.round(ratio * width)).padEnd(width, '.')}] ${(ratio * 100).toFixed(0).padStart(3)}% ` : '';
+      process.stderr.write(`\r${bar}${p.lines} lines, ${p.created} created, ${p.updated} updated, ${p.errorCount} errors`);
+    },
+    done() {
+      if (enabled && last) process.stderr.write('\n');
+    },
+  };
+}
+
+function describe(job: ImportJobView): string {
+  const lines = [
+    `import ${job.id}: ${job.status}${job.failure ? ` (${job.failure.code}: ${job.failure.detail})` : ''}`,
+    `  ${job.created} created, ${job.updated} updated, ${job.skipped} skipped, ${job.errorCount} refused, ${job.lines} lines`,
+  ];
+  for (const e of job.errors.slice(0, 20)) lines.push(`  line ${e.line}${e.field ? ` ${e.field}` : ''}: ${e.reason}`);
+  if (job.errorCount > 20) lines.push(`  ... and ${job.errorCount - 20} more (--json lists the first ${job.errors.length})`);
+  return lines.join('\n');
+}
+
+export function registerContacts(program: Command): void {
+  const contacts = program.command('contacts').description('import and export contacts');
+
+  contacts
+    .command('import')
+    .description('import contacts from an NDJSON or CSV file (- for standard input), streamed; the same rules as POST /contacts/import')
+    .argument('<file>', 'the file (.ndjson, .jsonl or .csv), or - for standard input')
+    .requiredOption('--workspace <id>', 'workspace id')
+    .option('--format <format>', 'ndjson or csv (default: from the file name)')
+    .option('--mode <mode>', 'create, update or upsert', 'upsert')
+    .action((file: string, opts: { workspace: string; format?: string; mode: string }, cmd: Command) =>
+      withSession(cmd, async ({ ctx, config, inWorkspace }) => {
+        const workspaceId = parseId(opts.workspace, 'workspace id');
+        getWorkspace(ctx, workspaceId); // 404 before anything is read
+        const format = formatOf(file, opts.format);
+        const mode = modeOf(opts.mode);
+        const stdin = file === '-';
+        let size: number | null = null;
+        if (!stdin) {
+          try {
+            size = statSync(file).size;
+          } catch {
+            throw new CliError(`cannot read ${file}`);
+          }
+        }
+        const bar = progressBar(!globals(cmd).json && !!process.stderr.isTTY);
+        const source = stdin ? process.stdin : createReadStream(file, { highWaterMark: 256 * 1024 });
+        const job = await importContacts(inWorkspace(workspaceId), source, { format, mode, bytesTotal: size, maxBytes: config.importMaxBytes }, { onProgress: (p) => bar.update(p) });
+        bar.done();
+        output(cmd, job, () => describe(job));
+        if (job.status !== 'COMPLETED') process.exitCode = 1;
+      }),
+    );
+
+  contacts
+    .command('export')
+    .description('export contacts as NDJSON or CSV (newest first), to standard output or --out FILE; both import back')
+    .requiredOption('--workspace <id>', 'workspace id')
+    .option('--format <format>', 'ndjson or csv', 'ndjson')
+    .option('--out <file>', 'write to this file instead of standard output')
+    .option('--tag <tag>', 'only contacts with this tag')
+    .option('--q <text>', 'only contacts whose email, phone or name contains this')
+    .option('--email <email>', 'only the contact with this email')
+    .option('--phone <phone>', 'only the contact with this phone')
+    .action((opts: { workspace: string; format: string; out?: string; tag?: string; q?: string; email?: string; phone?: string }, cmd: Command) =>
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
+        const workspaceId = parseId(opts.workspace, 'workspace id');
+        getWorkspace(ctx, workspaceId);
+        if (opts.format !== 'ndjson' && opts.format !== 'csv') throw new CliError(`--format must be ndjson or csv, got "${opts.format}"`);
+        const format = opts.format as ExportFormat;
+        const filter = {
+          ...(opts.tag !== undefined ? { tag: opts.tag } : {}),
+          ...(opts.q !== undefined ? { q: opts.q } : {}),
+          ...(opts.email !== undefined ? { email: opts.email } : {}),
+          ...(opts.phone !== undefined ? { phone: opts.phone } : {}),
+        };
+        let count = 0;
+        async function* counting() {
+          for await (const chunk of exportContacts(inWorkspace(workspaceId), format, filter)) {
+            count += format === 'csv' ? chunk.split('\r\n').length - 1 : chunk.split('\n').length - 1;
+            yield chunk;
+          }
+        }
+        if (!opts.out) {
+          await pipeline(Readable.from(counting()), process.stdout, { end: false });
+          return;
+        }
+        await pipeline(Readable.from(counting()), createWriteStream(opts.out, { mode: 0o600 }));
+        const contactsWritten = format === 'csv' ? count - 1 : count;
+        output(cmd, { file: opts.out, format, contacts: contactsWritten }, `${contactsWritten} contacts written to ${opts.out} (${format})`);
+      }),
+    );
+}

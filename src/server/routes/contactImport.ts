@@ -1,0 +1,148 @@
+import type { IncomingMessage } from 'node:http';
+import { Readable } from 'node:stream';
+import { Type } from '@sinclair/typebox';
+import { AppError } from '../../core/errors.js';
+import { IMPORT_MODES, type ImportFormat } from '../../core/db/schema.js';
+import { checkDeclaredLength, exportContacts, getImport, listImports, runImport, startImport } from '../../core/services/contactImport.js';
+import type { App } from '../app.js';
+import { IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
+
+const read = { role: 'VIEWER' as const };
+const write = { role: 'MEMBER' as const };
+
+const MEDIA: Record<string, ImportFormat> = { 'application/x-ndjson': 'ndjson', 'text/csv': 'csv' };
+
+const ImportJob = Type.Object({
+  id: Type.Integer(),
+  status: Type.Union([Type.Literal('RUNNING'), Type.Literal('COMPLETED'), Type.Literal('FAILED')]),
+  format: Type.Union([Type.Literal('ndjson'), Type.Literal('csv')]),
+  mode: Type.Union(IMPORT_MODES.map((m) => Type.Literal(m))),
+  created: Type.Integer(),
+  updated: Type.Integer(),
+  skipped: Type.Integer(),
+  errorCount: Type.Integer(),
+  errors: Type.Array(Type.Object({ line: Type.Integer(), field: Nullable(Type.String()), reason: Type.String() })),
+  lines: Type.Integer(),
+  bytesRead: Type.Integer(),
+  bytesTotal: Nullable(Type.Integer()),
+  failure: Nullable(Type.Object({ code: Type.String(), detail: Type.String() })),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+  finishedAt: Nullable(Type.String()),
+});
+
+function declaredLength(req: IncomingMessage): number | null {
+  const raw = req.headers['content-length'];
+  if (raw === undefined) return null;
+  const n = Number(raw);
+  return Number.isSafeInteger(n) && n >= 0 ? n : null;
+}
+
+/**
+ * Bulk import and export of contacts (issue 9.1, 9.2; API.md section 7). The import body is
+ * never parsed by Fastify: NDJSON and CSV reach the service as the request stream, through
+ * parsers registered in this plugin only, so the JSON routes keep their body limit and
+ * parsers. Registered in app.ts.
+ */
+export async function contactImportRoutes(app: App): Promise<void> {
+  app.addContentTypeParser(Object.keys(MEDIA), (_req, payload, done) => done(null, payload));
+
+  app.post(
+    '/contacts/import',
+    {
+      config: { access: write },
+      schema: {
+        description:
+          'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed. Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
+        consumes: Object.keys(MEDIA),
+        querystring: Type.Object({ mode: Type.Optional(Type.Union(IMPORT_MODES.map((m) => Type.Literal(m)), { default: 'upsert' })) }, { additionalProperties: false }),
+        response: { 200: ImportJob, 202: ImportJob },
+      },
+    },
+    async (req, reply) => {
+      const media = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+      const format = MEDIA[media];
+      if (!format) throw new AppError(415, 'unsupported_media_type', 'Send the file as Content-Type: application/x-ndjson or text/csv');
+      const { config } = req.workspaceCtx();
+      const declared = declaredLength(req.raw);
+      try {
+        checkDeclaredLength(declared, config.importMaxBytes);
+      } catch (err) {
+        // Do not read a body that will not be used: answer and close the connection.
+        reply.header('connection', 'close');
+        throw err;
+      }
+      // After a 202 the request is no longer Node's to abort: a connection that closes before
+      // the body's end must still end the read, so that the job says so.
+      const socket = req.raw.socket;
+      const onClose = () => {
+        if (!req.raw.complete) req.raw.destroy(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+      };
+      socket.once('close', onClose);
+      req.raw.once('close', () => socket.off('close', onClose)); // a kept-alive socket serves other requests
+      const ctx = req.workspaceCtx();
+      const opts = { format, mode: (req.query as { mode?: 'create' | 'update' | 'upsert' }).mode ?? 'upsert', bytesTotal: declared, maxBytes: config.importMaxBytes };
+      const job = startImport(ctx, opts);
+      const body = req.body as Readable;
+      const hooks = { onError: (err: unknown) => req.log.error({ err, importId: job.id }, 'contact import failed') };
+      if (declared !== null && declared <= config.importSyncBytes) {
+        const done = await runImport(ctx, job.id, body, opts, hooks);
+        if (done.failure?.code === 'import_too_large') {
+          reply.header('connection', 'close');
+          throw new AppError(413, 'import_too_large', done.failure.detail);
+        }
+        return reply.code(200).send(done);
+      }
+      // A large or unsized upload: reading starts now (before the answer), and goes on after
+      // the 202; the job records progress and the outcome.
+      void runImport(ctx, job.id, body, opts, hooks).then(
+        (done) => {
+          // Stop an upload that will not be read further.
+          if (done.status === 'FAILED' && !req.raw.complete) req.raw.destroy();
+        },
+        (err: unknown) => hooks.onError(err),
+      );
+      return reply.code(202).header('location', `/contacts/imports/${job.id}`).send(job);
+    },
+  );
+
+  app.get(
+    '/contacts/imports',
+    { config: { access: read }, schema: { querystring: Type.Object(PageQuery, { additionalProperties: false }), response: { 200: pageOf(ImportJob) } } },
+    async (req) => listImports(req.workspaceCtx(), req.query),
+  );
+
+  app.get('/contacts/imports/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: ImportJob } } }, async (req) =>
+    getImport(req.workspaceCtx(), req.params.id),
+  );
+
+  app.get(
+    '/contacts/export',
+    {
+      config: { access: read },
+      schema: {
+        description: 'The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object). Both import back.',
+        produces: ['application/x-ndjson', 'text/csv'],
+        querystring: Type.Object(
+          {
+            format: Type.Union([Type.Literal('ndjson'), Type.Literal('csv')], { default: 'ndjson' }),
+            tag: Type.Optional(Type.String({ maxLength: 64 })),
+            email: Type.Optional(Type.String({ maxLength: 320 })),
+            phone: Type.Optional(Type.String({ maxLength: 64 })),
+            q: Type.Optional(Type.String({ maxLength: 200 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.String({ description: 'NDJSON or CSV' }) },
+      },
+    },
+    async (req, reply) => {
+      const { format, ...filter } = req.query as { format: 'ndjson' | 'csv'; tag?: string; email?: string; phone?: string; q?: string };
+      const stream = Readable.from(exportContacts(req.workspaceCtx(), format, filter));
+      return reply
+        .type(format === 'csv' ? 'text/csv; charset=utf-8' : 'application/x-ndjson; charset=utf-8')
+        .header('content-disposition', `attachment; filename="contacts.${format}"`)
+        .send(stream as unknown as string); // a stream is sent as it is, never serialised
+    },
+  );
+}

@@ -1,0 +1,99 @@
+/**
+ * `svc contacts import FILE --workspace ID` and `svc contacts export` (issue 9.1, 9.2): real
+ * svc processes on a real data folder. The import streams the file through the same service
+ * as POST /contacts/import; the export's files import back into another workspace.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { runCli, show, tempDir } from './helpers.js';
+
+const PASSWORD = 'contacts-cli-pass-1';
+
+test('svc contacts import / export: NDJSON and CSV files, errors by line, --json, round trip into another workspace', async (t) => {
+  const dataDir = tempDir(t);
+  const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', 'ops@example.com', '--password-stdin', '--json'], { stdin: PASSWORD });
+  assert.equal(init.code, 0, show(init));
+  const ws = String(init.json().workspace.id);
+
+  const ndjson = join(dataDir, 'people.ndjson');
+  writeFileSync(
+    ndjson,
+    [
+      JSON.stringify({ email: 'Ada@Example.com', firstName: 'Ada', tags: ['vip'], attributes: { plan: 'pro' } }),
+      JSON.stringify({ email: 'nope', firstName: 'Bad' }),
+      JSON.stringify({ phone: '+1 613 555 0138', lastName: 'Phone' }),
+    ].join('\n'),
+  );
+  const imported = await runCli(dataDir, ['contacts', 'import', ndjson, '--workspace', ws, '--json']);
+  assert.equal(imported.code, 0, show(imported));
+  const job = imported.json();
+  assert.deepEqual([job.status, job.created, job.errorCount, job.errors[0].line, job.errors[0].field], ['COMPLETED', 2, 1, 2, 'email']);
+  assert.equal(imported.stderr, '', 'no progress bar when stderr is not a terminal');
+
+  const csv = join(dataDir, 'more.csv');
+  writeFileSync(csv, '\uFEFFemail,firstName,lastName,tags,city\r\nbob@example.com,Bob,"Builder, Jr.",vip;trade,"Paris\nFrance"\r\nada@example.com,Ada,Lovelace,,\r\n');
+  const human = await runCli(dataDir, ['contacts', 'import', csv, '--workspace', ws]);
+  assert.equal(human.code, 0, show(human));
+  assert.match(human.stdout, /import \d+: COMPLETED\n {2}1 created, 1 updated, 0 skipped, 0 refused, 4 lines/);
+
+  const createOnly = await runCli(dataDir, ['contacts', 'import', csv, '--workspace', ws, '--mode', 'create', '--json']);
+  assert.deepEqual([createOnly.json().created, createOnly.json().skipped], [0, 2]);
+
+  // Export to a file and to standard output, with the list's filters.
+  const out = join(dataDir, 'export.csv');
+  const exported = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--format', 'csv', '--out', out, '--json']);
+  assert.equal(exported.code, 0, show(exported));
+  assert.deepEqual(exported.json(), { file: out, format: 'csv', contacts: 3 });
+  assert.equal(readFileSync(out, 'utf8').split('\r\n')[0], 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');
+  const vip = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--tag', 'VIP']);
+  assert.equal(vip.code, 0, show(vip));
+  const vipRows = vip.stdout.trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(vipRows.map((c) => c.email), ['bob@example.com', 'ada@example.com']);
+  assert.deepEqual(vipRows[0].attributes, { city: 'Paris\nFrance' });
+
+  // Round trip: both exports import into a new workspace as the same contacts.
+  const ndOut = join(dataDir, 'export.ndjson');
+  assert.equal((await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--out', ndOut])).code, 0);
+  const all = (await runCli(dataDir, ['contacts', 'export', '--workspace', ws])).stdout.trim().split('\n').map((l) => JSON.parse(l));
+  const shape = (c: any) => ({ email: c.email, phone: c.phone, firstName: c.firstName, lastName: c.lastName, tags: c.tags, attributes: c.attributes });
+  for (const file of [out, ndOut]) {
+    const other = await runCli(dataDir, ['workspace', 'create', '--name', `copy ${file}`, '--json']);
+    const otherId = String(other.json().id);
+    const back = await runCli(dataDir, ['contacts', 'import', file, '--workspace', otherId, '--json']);
+    assert.equal(back.code, 0, show(back));
+    assert.deepEqual([back.json().created, back.json().errorCount], [3, 0]);
+    const copy = (await runCli(dataDir, ['contacts', 'export', '--workspace', otherId])).stdout.trim().split('\n').map((l) => JSON.parse(l));
+    // The export is newest first, so the copy was created in the other order.
+    assert.deepEqual(copy.map(shape).reverse(), all.map(shape), file);
+  }
+});
+
+test('svc contacts import / export refuse bad arguments with one line and a non-zero exit', async (t) => {
+  const dataDir = tempDir(t);
+  const init = await runCli(dataDir, ['init', '--yes', '--email', 'ops@example.com', '--password-stdin', '--json'], { stdin: PASSWORD });
+  const ws = String(init.json().workspace.id);
+  const txt = join(dataDir, 'people.txt');
+  writeFileSync(txt, 'email\nx@example.com\n');
+  const cases: [string[], RegExp][] = [
+    [['contacts', 'import', txt, '--workspace', ws], /--format ndjson or --format csv/],
+    [['contacts', 'import', txt, '--workspace', ws, '--format', 'xml'], /--format must be ndjson or csv/],
+    [['contacts', 'import', join(dataDir, 'missing.csv'), '--workspace', ws], /cannot read/],
+    [['contacts', 'import', txt, '--workspace', '999', '--format', 'csv'], /workspace/i],
+    [['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--mode', 'merge'], /--mode must be one of create, update, upsert/],
+    [['contacts', 'export', '--workspace', ws, '--format', 'xml'], /--format must be ndjson or csv/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await runCli(dataDir, args);
+    assert.notEqual(r.code, 0, show(r));
+    assert.match(r.stderr, message, show(r));
+    assert.equal(r.stderr.trim().split('\n').length, 1, show(r));
+  }
+  // A CSV with the right flag imports; an unreadable one says FAILED and exits non-zero.
+  assert.equal((await runCli(dataDir, ['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--json'])).json().created, 1);
+  writeFileSync(txt, 'email\n"unclosed@example.com\n');
+  const broken = await runCli(dataDir, ['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--json']);
+  assert.equal(broken.code, 1, show(broken));
+  assert.equal(broken.json().failure.code, 'invalid_csv');
+});

@@ -1,0 +1,201 @@
+/**
+ * Reads at scale (issue 9, item 3): on 100,000 contacts the list, tag and search queries run
+ * through their indexes, never a full scan of contacts or a sort of the workspace. The plans
+ * are those of the very statements the services run (their query builders, `.toSQL()`),
+ * asked of SQLite with EXPLAIN QUERY PLAN. The answers stay right: the same rows a plain scan
+ * finds, every contact once across the cursor pages, another workspace's rows never seen.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { eq } from 'drizzle-orm';
+import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
+import { pageQuery, type WorkspaceContext } from '../../src/core/context.js';
+import { auditLogs, deliveryAttempts, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
+import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
+import { runFilterConditions, runScope } from '../../src/core/services/runs.js';
+import { createWorkspace } from '../../src/core/services/workspaces.js';
+import { build, type TestServer } from '../helpers.js';
+
+const N = 100_000;
+
+function plan(s: TestServer, query: { toSQL(): { sql: string; params: unknown[] } }): string[] {
+  const { sql, params } = query.toSQL();
+  return (s.db.$client.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[]).map((r) => r.detail);
+}
+
+/** No full scan of contacts (in any form), no sort of the rows the list reads. */
+function assertSeeks(lines: string[], label: string): void {
+  const text = lines.join(' | ');
+  for (const line of lines) assert.doesNotMatch(line, /^SCAN (contacts|contact_tags)\b(?!_fts)/, `${label}: full scan in ${text}`);
+  assert.doesNotMatch(text, /TEMP B-TREE/, `${label}: sorts in ${text}`);
+}
+
+async function seeded(t: Parameters<typeof build>[0]) {
+  const s = await build(t);
+  const sys = { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  const other = createWorkspace(sys, { name: 'Other', plan: 'PRO' });
+  seedContacts(s.db.$client, s.workspaceId, N, { prefix: 'big' });
+  seedContacts(s.db.$client, other.id, 1000, { prefix: 'small' });
+  const ctx: WorkspaceContext = { ...sys, workspaceId: s.workspaceId };
+  const otherCtx: WorkspaceContext = { ...sys, workspaceId: other.id };
+  return { s, ctx, otherCtx, token: await s.login(s.owner.email, s.owner.password) };
+}
+
+/** Ids newest first that a plain scan finds, for comparison. */
+function bruteForce(s: TestServer, workspaceId: number, where: string, ...params: unknown[]): number[] {
+  return (s.db.$client.prepare(`SELECT id FROM contacts WHERE workspace_id = ? AND (${where}) ORDER BY id DESC`).all(workspaceId, ...params) as { id: number }[]).map(
+    (r) => r.id,
+  );
+}
+
+function walk(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'cursor'>): number[] {
+  const ids: number[] = [];
+  let cursor: string | undefined;
+  for (let pages = 0; ; pages++) {
+    assert.ok(pages < 2000, 'the walk ends');
+    const page = listContacts(ctx, { ...filter, ...(cursor ? { cursor } : {}) });
+    ids.push(...page.data.map((c) => c.id));
+    if (!page.nextCursor) return ids;
+    assert.equal(page.data.length, filter.limit, 'only a full page has a next cursor');
+    cursor = page.nextCursor;
+  }
+}
+
+test('contacts on 100,000: list, cursor, tag, email, phone and search queries seek through their indexes', async (t) => {
+  const { s, ctx } = await seeded(t);
+  const cursor = listContacts(ctx, { limit: 200, tag: 'vip' }).nextCursor!;
+  const mid = Buffer.from(`v1:${Math.floor(N / 2)}`).toString('base64url');
+  const cases: [string, ContactFilter, RegExp][] = [
+    ['first page', { limit: 50 }, /SEARCH contacts USING INDEX contacts_workspace_idx \(workspace_id=\?\)/],
+    ['a page in the middle', { limit: 200, cursor: mid }, /SEARCH contacts USING INDEX contacts_workspace_idx \(workspace_id=\? AND id<\?\)/],
+    ['tag', { limit: 50, tag: 'vip' }, /SEARCH contact_tags USING COVERING INDEX contact_tags_workspace_tag_contact_idx \(workspace_id=\? AND tag_key=\?\)/],
+    ['tag, next page', { limit: 200, tag: 'VIP', cursor }, /contact_tags_workspace_tag_contact_idx \(workspace_id=\? AND tag_key=\? AND contact_id<\?\)/],
+    ['q', { limit: 50, q: 'Smith77' }, /SCAN contacts_fts VIRTUAL TABLE INDEX \d+:M/],
+    ['q, next page', { limit: 50, q: 'Smith77', cursor: mid }, /SCAN contacts_fts VIRTUAL TABLE INDEX \d+:/],
+    ['email', { limit: 50, email: 'USER5@big.example' }, /contacts_workspace_email_unique \(workspace_id=\? AND email=\?\)/],
+    ['phone', { limit: 50, phone: '+15550000005' }, /contacts_workspace_phone_unique \(workspace_id=\? AND phone=\?\)/],
+    ['tag and q', { limit: 50, tag: 'vip', q: 'Smith77' }, /SEARCH contact_tags EXISTS USING COVERING INDEX/],
+    ['email, tag and q', { limit: 50, email: 'user10@big.example', tag: 'vip', q: 'Smith' }, /contacts_workspace_email_unique.*SCAN contacts_fts EXISTS/],
+  ];
+  for (const [label, filter, uses] of cases) {
+    const lines = plan(s, contactListQuery(ctx, filter));
+    assertSeeks(lines, label);
+    assert.match(lines.join(' | '), uses, `${label}: ${lines.join(' | ')}`);
+  }
+  // The tags of a page: by the contacts' primary key, never the workspace's tag index.
+  const pageTags = plan(s, contactTagsQuery(ctx, listContacts(ctx, { limit: 50 }).data.map((c) => c.id)));
+  assert.match(pageTags.join(' | '), /^SEARCH contact_tags USING INDEX sqlite_autoindex_contact_tags_1 \(contact_id=\?\)/, pageTags.join(' | '));
+  const tags = plan(s, tagListQuery(ctx, { limit: 50 }));
+  assert.match(tags.join(' | '), /^SEARCH tag_counts USING INDEX sqlite_autoindex_tag_counts_1 \(workspace_id=\?\)$/, tags.join(' | '));
+});
+
+test('contacts on 100,000: the indexed reads give the rows a scan gives, every one once across the pages, none of another workspace', async (t) => {
+  const { s, ctx, otherCtx, token } = await seeded(t);
+
+  // Every contact exactly once, newest first, across 500 pages.
+  const all = walk(ctx, { limit: 200 });
+  assert.equal(all.length, N);
+  assert.equal(new Set(all).size, N);
+  assert.deepEqual(all, bruteForce(s, ctx.workspaceId, '1'));
+
+  const vip = walk(ctx, { limit: 200, tag: 'Vip' });
+  assert.equal(vip.length, N / 10);
+  assert.deepEqual(vip, bruteForce(s, ctx.workspaceId, "id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')"));
+
+  const like = "lower(email) LIKE ? OR lower(phone) LIKE ? OR lower(first_name) LIKE ? OR lower(last_name) LIKE ?";
+  for (const q of ['Smith77', 'smith777', 'BIG.EXA', '5550001', 'ada9999', 'zzz', '"q"']) {
+    const p = `%${q.toLowerCase()}%`;
+    assert.deepEqual(walk(ctx, { limit: 200, q }), bruteForce(s, ctx.workspaceId, like, p, p, p, p), `q=${q}`);
+  }
+  // Shorter than a trigram: matched by LIKE over the workspace, the same rows.
+  for (const q of ['7', '77']) {
+    const p = `%${q}%`;
+    assert.deepEqual(walk(ctx, { limit: 200, q }).slice(0, 500), bruteForce(s, ctx.workspaceId, like, p, p, p, p).slice(0, 500), `q=${q}`);
+  }
+  // Combined filters.
+  const p = '%smith77%';
+  assert.deepEqual(walk(ctx, { limit: 50, q: 'smith77', tag: 'vip' }), bruteForce(s, ctx.workspaceId, `(${like}) AND id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')`, p, p, p, p));
+
+  // The other workspace: its own 11 Smith77s, never the big one's; and the big one never sees them.
+  const theirs = walk(otherCtx, { limit: 5, q: 'Smith77' });
+  assert.equal(theirs.length, 11);
+  assert.deepEqual(theirs, bruteForce(s, otherCtx.workspaceId, like, p, p, p, p));
+  assert.deepEqual(walk(ctx, { limit: 50, q: 'small.example' }), []);
+  assert.deepEqual(walk(otherCtx, { limit: 50, q: 'big.example' }), []);
+  assert.deepEqual(walk(ctx, { limit: 50, email: 'user5@small.example' }), []);
+
+  // Over HTTP: the counts come from the counters and match the rows.
+  const plan = await s.request('GET', '/billing/plan', { token });
+  assert.equal(plan.status, 200, plan.text);
+  assert.equal(plan.body.usage.contacts, N);
+  const tags = await s.request('GET', '/tags', { token });
+  assert.deepEqual(tags.body, { data: [{ name: 'vip', count: N / 10 }], nextCursor: null });
+  const page = await s.request('GET', '/contacts?q=Smith77&limit=3', { token });
+  assert.deepEqual(
+    page.body.data.map((c: any) => c.lastName),
+    ['Smith77999', 'Smith77998', 'Smith77997'],
+  );
+});
+
+test('the search index and the counters follow creates, edits, tag changes and deletes', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const made = await s.request('POST', '/contacts', { token, body: { email: 'grace@navy.example', firstName: 'Grace', lastName: 'Hopper', tags: ['Pioneer', 'vip'] } });
+  assert.equal(made.status, 201, made.text);
+  const search = async (q: string) => (await s.request('GET', `/contacts?q=${encodeURIComponent(q)}`, { token })).body.data.map((c: any) => c.id);
+  assert.deepEqual(await search('hopp'), [made.body.id]);
+  assert.deepEqual(await search('NAVY'), [made.body.id]);
+
+  const edited = await s.request('PATCH', `/contacts/${made.body.id}`, { token, body: { lastName: 'Murray', email: 'grace@yale.example' } });
+  assert.equal(edited.status, 200, edited.text);
+  assert.deepEqual(await search('hopp'), []);
+  assert.deepEqual(await search('navy'), []);
+  assert.deepEqual(await search('murr'), [made.body.id]);
+  assert.deepEqual(await search('yale'), [made.body.id]);
+
+  const usage = async () => (await s.request('GET', '/billing/plan', { token })).body.usage.contacts;
+  const tags = async () => (await s.request('GET', '/tags', { token })).body.data;
+  assert.equal(await usage(), 1);
+  assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 1 }, { name: 'vip', count: 1 }]);
+  const second = await s.request('POST', '/contacts', { token, body: { phone: '+16135550199', tags: ['PIONEER'] } });
+  assert.equal(await usage(), 2);
+  assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 2 }, { name: 'vip', count: 1 }]);
+  assert.equal((await s.request('DELETE', `/contacts/${made.body.id}/tags/VIP`, { token })).status, 204);
+  assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 2 }]);
+  assert.equal((await s.request('DELETE', `/contacts/${made.body.id}`, { token })).status, 204);
+  assert.equal(await usage(), 1);
+  assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 1 }]);
+  assert.deepEqual(await search('murr'), []);
+  assert.deepEqual(await search('5550199'), [second.body.id]);
+});
+
+test('runs, webhook events, delivery attempts and audit entries: every list and filter seeks in id order', async (t) => {
+  const s = await build(t);
+  const ctx: WorkspaceContext = { db: s.db, config: s.config, actor: { type: 'SYSTEM', id: null, label: 'test' }, ip: null, workspaceId: s.workspaceId };
+  const wf = seedWorkflow(s.db.$client, s.workspaceId);
+  seedActivity(s.db.$client, s.workspaceId, wf, 20_000);
+  const runs = (filter: Parameters<typeof runFilterConditions>[0]) => ({ scope: runScope(filter), conditions: runFilterConditions(filter) });
+  const cases: [string, Parameters<typeof pageQuery>[1], { scope?: 'index' | 'row'; conditions: (ReturnType<typeof eq> | undefined)[] }, RegExp][] = [
+    ['runs', workflowRuns, runs({}), /workflow_runs_workspace_idx \(workspace_id=\? AND id<\?\)/],
+    ['runs by status', workflowRuns, runs({ status: 'FAILED' }), /workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\? AND id<\?\)/],
+    ['runs of a workflow', workflowRuns, runs({ workflowId: wf }), /workflow_runs_workflow_idx \(workflow_id=\? AND id<\?\)/],
+    ['failed runs of a workflow', workflowRuns, runs({ workflowId: wf, status: 'FAILED' }), /workflow_runs_workflow_idx \(workflow_id=\? AND id<\?\)/],
+    ['runs of an automation', workflowRuns, runs({ automationId: 1 }), /workflow_runs_automation_idx \(automation_id=\? AND id<\?\)/],
+    ['runs of a contact', workflowRuns, runs({ contactId: 1, status: 'COMPLETED' }), /workflow_runs_contact_idx \(contact_id=\? AND id<\?\)/],
+    ['webhook events', webhookEvents, { scope: 'row', conditions: [eq(webhookEvents.workflowId, wf)] }, /webhook_events_workflow_idx \(workflow_id=\? AND id<\?\)/],
+    ['delivery attempts', deliveryAttempts, { conditions: [] }, /delivery_attempts_workspace_idx \(workspace_id=\? AND id<\?\)/],
+    ['delivery attempts by status', deliveryAttempts, { conditions: [eq(deliveryAttempts.status, 'FAILED')] }, /delivery_attempts_status_idx \(workspace_id=\? AND status=\? AND rowid<\?\)/],
+    ['audit', auditLogs, { conditions: [] }, /audit_logs_workspace_idx \(workspace_id=\? AND id<\?\)/],
+    ['audit by action', auditLogs, { conditions: [eq(auditLogs.action, 'contact.updated')] }, /audit_logs_workspace_action_idx \(workspace_id=\? AND action=\? AND rowid<\?\)/],
+  ];
+  for (const [label, table, { scope, conditions }, uses] of cases) {
+    const lines = plan(s, pageQuery(ctx, table as typeof workflowRuns, 10_000, 51, scope, ...conditions));
+    const text = lines.join(' | ');
+    assert.match(text, uses, `${label}: ${text}`);
+    assert.doesNotMatch(text, /TEMP B-TREE|^SCAN/, `${label}: ${text}`);
+  }
+  // The runs counter: the month's runs are counted as they are inserted.
+  const token = await s.login(s.owner.email, s.owner.password);
+  const usage = await s.request('GET', '/billing/plan', { token });
+  assert.equal(usage.body.usage.runsThisMonth, 20_000);
+});
