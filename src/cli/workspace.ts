@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import type { Plan } from '../core/db/schema.js';
 import { parsePlan } from '../core/roles.js';
 import { createWorkspace, getWorkspace, listWorkspaces, setWorkspacePlan, type WorkspaceView } from '../core/services/workspaces.js';
+import { ensureSandbox } from '../core/services/sandbox.js';
 import { CliError, output, parseId, table, withSession } from './io.js';
 
 export function requirePlan(value: string): Plan {
@@ -31,7 +32,7 @@ export function registerWorkspace(program: Command): void {
     .action((_opts: unknown, cmd: Command) =>
       withSession(cmd, ({ ctx }) => {
         const all = listWorkspaces(ctx);
-        output(cmd, all, () => table(all as unknown as Record<string, unknown>[], ['id', 'name', 'plan', 'createdAt']));
+        output(cmd, all, () => table(all as unknown as Record<string, unknown>[], ['id', 'name', 'plan', 'sandboxOf', 'createdAt']));
       }),
     );
 
@@ -42,6 +43,23 @@ export function registerWorkspace(program: Command): void {
       withSession(cmd, ({ ctx }) => {
         const w = getWorkspace(ctx, parseId(id, 'workspace id'));
         output(cmd, w, () => describe(w));
+      }),
+    );
+
+  ws.command('sandbox')
+    .description("create the workspace's sandbox (svc_test_ keys, nothing leaves the machine), or show it; --reset deletes its data")
+    .argument('<id>', 'workspace id (a sandbox id acts on that sandbox)')
+    .option('--reset', 'delete every contact, template, workflow, automation, run and delivery of the sandbox (its id and keys stay)')
+    .action((id: string, opts: { reset?: boolean }, cmd: Command) =>
+      withSession(cmd, ({ ctx }) => {
+        const { sandbox, created, reset } = ensureSandbox(ctx, parseId(id, 'workspace id'), { reset: opts.reset === true });
+        const what = created ? 'created' : reset ? 'reset' : 'exists:';
+        output(cmd, { ...sandbox, created, reset }, () =>
+          [
+            `${what} sandbox workspace ${sandbox.id} of workspace ${sandbox.liveWorkspaceId} (plan ${sandbox.plan})`,
+            `base URL ${sandbox.baseUrl}; mint its svc_test_ keys with: svc keys create --workspace ${sandbox.id} --role ADMIN --name NAME`,
+          ].join('\n'),
+        );
       }),
     );
 

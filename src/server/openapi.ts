@@ -120,7 +120,7 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
  * answer. Only the document is changed: the routes' own schemas, which validate and
  * serialise, are left as they are. Served at GET /openapi.json.
  */
-export async function registerOpenApi(app: App, opts: { version: string; publicUrl: string }): Promise<void> {
+export async function registerOpenApi(app: App, opts: { version: string; publicUrl: string; sandboxUrl?: string }): Promise<void> {
   await app.register(fastifySwagger, {
     openapi: {
       openapi: '3.1.0',
@@ -129,10 +129,13 @@ export async function registerOpenApi(app: App, opts: { version: string; publicU
         version: opts.version,
         description: 'Self-hosted customer messaging and automation: contacts, workflows started by inbound webhooks, templates, runs and deliveries.',
       },
-      servers: [{ url: opts.publicUrl }],
+      servers: [
+        { url: opts.publicUrl },
+        ...(opts.sandboxUrl && opts.sandboxUrl !== opts.publicUrl ? [{ url: opts.sandboxUrl, description: 'The sandbox: svc_test_ keys; nothing is sent from it' }] : []),
+      ],
       components: {
         securitySchemes: {
-          bearer: { type: 'http', scheme: 'bearer', description: 'An access token from POST /auth/login, or an API key (svc_live_...)' },
+          bearer: { type: 'http', scheme: 'bearer', description: 'An access token from POST /auth/login, or an API key (svc_live_..., or svc_test_... for the sandbox)' },
         },
       },
     },

@@ -12,13 +12,22 @@ export type Plan = (typeof PLANS)[number];
 export const ROLES = ['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'] as const;
 export type Role = (typeof ROLES)[number];
 
-export const workspaces = sqliteTable('workspaces', {
-  id: integer('id').primaryKey({ autoIncrement: true }),
-  name: text('name').notNull(),
-  plan: text('plan', { enum: PLANS }).notNull().default('STARTER'),
-  createdAt: createdAt(),
-  updatedAt: updatedAt(),
-});
+export const workspaces = sqliteTable(
+  'workspaces',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    name: text('name').notNull(),
+    plan: text('plan', { enum: PLANS }).notNull().default('STARTER'),
+    /**
+     * Set on a sandbox: the live workspace it is the twin of (one sandbox per workspace).
+     * A sandbox has its own data and `svc_test_` keys, and nothing leaves the machine from it.
+     */
+    sandboxOf: integer('sandbox_of').references((): AnySQLiteColumn => workspaces.id, { onDelete: 'cascade' }),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+  },
+  (t) => [uniqueIndex('workspaces_sandbox_of_unique').on(t.sandboxOf)],
+);
 
 export const users = sqliteTable(
   'users',
@@ -115,6 +124,9 @@ export const auditLogs = sqliteTable(
   },
   (t) => [
     index('audit_logs_workspace_idx').on(t.workspaceId, t.id),
+    // The action filter seeks (the rowid, which is the id, ends every index entry, so the
+    // entries of one action are in id order).
+    index('audit_logs_workspace_action_idx').on(t.workspaceId, t.action),
     // Retention prunes by age.
     index('audit_logs_at_idx').on(t.at),
   ],
@@ -138,6 +150,9 @@ export const contacts = sqliteTable(
   (t) => [
     uniqueIndex('contacts_workspace_email_unique').on(t.workspaceId, t.email),
     uniqueIndex('contacts_workspace_phone_unique').on(t.workspaceId, t.phone),
+    // The list order: one workspace's contacts, newest first, seeking to a cursor. Without
+    // it SQLite took the email index for `workspace_id = ?` and sorted the whole workspace.
+    index('contacts_workspace_idx').on(t.workspaceId, t.id),
   ],
 );
 
@@ -155,7 +170,49 @@ export const contactTags = sqliteTable(
     name: text('name').notNull(),
     createdAt: createdAt(),
   },
-  (t) => [primaryKey({ columns: [t.contactId, t.tagKey] }), index('contact_tags_workspace_tag_idx').on(t.workspaceId, t.tagKey)],
+  (t) => [
+    primaryKey({ columns: [t.contactId, t.tagKey] }),
+    // `?tag=` walks one tag's contacts newest first from a cursor, without touching contacts.
+    index('contact_tags_workspace_tag_contact_idx').on(t.workspaceId, t.tagKey, t.contactId),
+  ],
+);
+
+/**
+ * Counts kept incrementally by triggers (migration 0008) in the same transaction as the rows
+ * they count, so `/tags` and `/billing/plan` read one row instead of counting a million.
+ */
+export const tagCounts = sqliteTable(
+  'tag_counts',
+  {
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    tagKey: text('tag_key').notNull(),
+    /** The spelling shown: the one the tag was first added with (while any contact has it). */
+    name: text('name').notNull(),
+    contacts: integer('contacts').notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.workspaceId, t.tagKey] })],
+);
+
+export const workspaceCounters = sqliteTable('workspace_counters', {
+  workspaceId: integer('workspace_id')
+    .primaryKey()
+    .references(() => workspaces.id, { onDelete: 'cascade' }),
+  contacts: integer('contacts').notNull().default(0),
+});
+
+/** Runs started per workspace and UTC month (`YYYY-MM`); pruning runs does not lower it. */
+export const runMonthCounts = sqliteTable(
+  'run_month_counts',
+  {
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    month: text('month').notNull(),
+    runs: integer('runs').notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.workspaceId, t.month] })],
 );
 
 export const WORKFLOW_STATUSES = ['DRAFT', 'ACTIVE', 'PAUSED'] as const;
@@ -246,6 +303,11 @@ export const workflowRuns = sqliteTable(
   (t) => [
     index('workflow_runs_workflow_idx').on(t.workflowId, t.id),
     index('workflow_runs_automation_idx').on(t.automationId, t.id),
+    // GET /runs: the workspace's runs newest first, by status, by contact (the contact index
+    // also serves ON DELETE SET NULL when a contact is deleted).
+    index('workflow_runs_workspace_idx').on(t.workspaceId, t.id),
+    index('workflow_runs_workspace_status_idx').on(t.workspaceId, t.status, t.id),
+    index('workflow_runs_contact_idx').on(t.contactId, t.id),
     index('workflow_runs_due_idx').on(t.status, t.runAt),
     // Fair claiming walks the workspaces that have QUEUED runs and takes the oldest of each.
     index('workflow_runs_ready_idx').on(t.status, t.workspaceId, t.runAt, t.id),
@@ -411,9 +473,13 @@ export const checkouts = sqliteTable(
   (t) => [index('checkouts_workspace_idx').on(t.workspaceId, t.id), uniqueIndex('checkouts_provider_ref_unique').on(t.providerRef)],
 );
 
-/** A visual graph: `{nodes: [{id, type, data}], edges: [{from, to, branch?}]}`. */
+/**
+ * A visual graph: `{nodes: [{id, type, data, position?}], edges: [{from, to, branch?}]}`.
+ * A node's `position` is where the console's editor drew it: stored and returned, ignored
+ * by the engine.
+ */
 export interface AutomationGraph {
-  nodes: { id: string; type: string; data: Record<string, unknown> }[];
+  nodes: { id: string; type: string; data: Record<string, unknown>; position?: { x: number; y: number } }[];
   edges: { from: string; to: string; branch?: boolean }[];
 }
 
@@ -431,4 +497,78 @@ export const automations = sqliteTable(
     updatedAt: updatedAt(),
   },
   (t) => [index('automations_workspace_idx').on(t.workspaceId, t.id)],
+);
+
+export const IMPORT_STATUSES = ['RUNNING', 'COMPLETED', 'FAILED'] as const;
+export type ImportStatus = (typeof IMPORT_STATUSES)[number];
+export const IMPORT_MODES = ['create', 'update', 'upsert'] as const;
+export type ImportMode = (typeof IMPORT_MODES)[number];
+export const IMPORT_FORMATS = ['ndjson', 'csv'] as const;
+export type ImportFormat = (typeof IMPORT_FORMATS)[number];
+
+/** One row an import refused: its line in the file, the field at fault (if one), why. */
+export interface ImportRowError {
+  line: number;
+  field: string | null;
+  reason: string;
+}
+
+/**
+ * A contact import (POST /contacts/import, `svc contacts import`). Its counts are written in
+ * the same transaction as each batch of contacts, so they always say what is committed. A
+ * RUNNING job whose process stopped beating is reported FAILED `interrupted`.
+ */
+export const contactImports = sqliteTable(
+  'contact_imports',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    status: text('status', { enum: IMPORT_STATUSES }).notNull().default('RUNNING'),
+    format: text('format', { enum: IMPORT_FORMATS }).notNull(),
+    mode: text('mode', { enum: IMPORT_MODES }).notNull(),
+    created: integer('created').notNull().default(0),
+    updated: integer('updated').notNull().default(0),
+    skipped: integer('skipped').notNull().default(0),
+    errorCount: integer('error_count').notNull().default(0),
+    /** The first 100 refused rows. */
+    errors: text('errors', { mode: 'json' }).$type<ImportRowError[]>().notNull().default([]),
+    /** Lines of the file committed so far (a client that resends can start after them). */
+    lines: integer('lines').notNull().default(0),
+    bytesRead: integer('bytes_read').notNull().default(0),
+    /** The declared length, when there was one. */
+    bytesTotal: integer('bytes_total'),
+    /** Why a FAILED job stopped: a stable code and a sentence. */
+    failureCode: text('failure_code'),
+    failureDetail: text('failure_detail'),
+    createdAt: createdAt(),
+    updatedAt: updatedAt(),
+    /** Written every few seconds by the process running the job. */
+    heartbeatAt: text('heartbeat_at').notNull().default(now),
+    finishedAt: text('finished_at'),
+  },
+  (t) => [index('contact_imports_workspace_idx').on(t.workspaceId, t.id), index('contact_imports_status_idx').on(t.status)],
+);
+
+/**
+ * What an http_request step of a sandbox run would have sent: recorded instead of sent
+ * (GET /sandbox/requests), since nothing leaves the machine from a sandbox.
+ */
+export const sandboxRequests = sqliteTable(
+  'sandbox_requests',
+  {
+    id: integer('id').primaryKey({ autoIncrement: true }),
+    workspaceId: integer('workspace_id')
+      .notNull()
+      .references(() => workspaces.id, { onDelete: 'cascade' }),
+    runId: integer('run_id'),
+    stepIndex: integer('step_index'),
+    method: text('method').notNull(),
+    url: text('url').notNull(),
+    headers: text('headers', { mode: 'json' }).$type<Record<string, string>>().notNull().default({}),
+    body: text('body'),
+    createdAt: createdAt(),
+  },
+  (t) => [index('sandbox_requests_workspace_idx').on(t.workspaceId, t.id), index('sandbox_requests_created_idx').on(t.createdAt)],
 );

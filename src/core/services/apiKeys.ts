@@ -16,6 +16,13 @@ import { getWorkspace } from './workspaces.js';
  */
 const KEY_RE = /^(svc_(?:live|test)_)([0-9A-Za-z]{32})([0-9A-Za-z]{6})$/;
 const LIVE_PREFIX = 'svc_live_';
+/** Keys of a sandbox workspace: the prefix says which side a key acts on. */
+const TEST_PREFIX = 'svc_test_';
+
+/** Whether a well-formed key is a sandbox (`svc_test_`) key. */
+export function isTestKey(key: string): boolean {
+  return key.startsWith(TEST_PREFIX);
+}
 const LAST_USED_WRITE_INTERVAL_MS = 60_000;
 
 export interface ApiKeyView {
@@ -73,7 +80,7 @@ export function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: R
     if (!planAtLeast(workspace.plan, needed)) {
       throw new PlanError(`${input.role} keys need the ${needed} plan or above; this workspace is on ${workspace.plan}`);
     }
-    const key = generateApiKey();
+    const key = generateApiKey(workspace.sandboxOf === null ? LIVE_PREFIX : TEST_PREFIX);
     const prefix = key.slice(0, LIVE_PREFIX.length + 4);
     const row = tx.db.insert(apiKeys).values({ workspaceId: ctx.workspaceId, name, role: input.role, prefix, keyHash: hashApiKey(key) }).returning().get();
     recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'api_key.created', target: { type: 'api_key', id: row.id }, metadata: { name, role: input.role, prefix } });
@@ -111,6 +118,8 @@ export interface ApiKeyIdentity {
   role: Role;
   plan: Plan;
   revoked: boolean;
+  /** The key's workspace is a sandbox. */
+  sandbox: boolean;
 }
 
 /**
@@ -120,13 +129,13 @@ export interface ApiKeyIdentity {
  */
 export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyIdentity | undefined {
   const row = ctx.db
-    .select({ id: apiKeys.id, workspaceId: apiKeys.workspaceId, name: apiKeys.name, role: apiKeys.role, revokedAt: apiKeys.revokedAt, plan: workspaces.plan })
+    .select({ id: apiKeys.id, workspaceId: apiKeys.workspaceId, name: apiKeys.name, role: apiKeys.role, revokedAt: apiKeys.revokedAt, plan: workspaces.plan, sandboxOf: workspaces.sandboxOf })
     .from(apiKeys)
     .innerJoin(workspaces, eq(workspaces.id, apiKeys.workspaceId))
     .where(eq(apiKeys.keyHash, hashApiKey(key)))
     .get();
   if (!row) return undefined;
-  return { id: row.id, workspaceId: row.workspaceId, name: row.name, role: row.role, plan: row.plan, revoked: row.revokedAt !== null };
+  return { id: row.id, workspaceId: row.workspaceId, name: row.name, role: row.role, plan: row.plan, revoked: row.revokedAt !== null, sandbox: row.sandboxOf !== null };
 }
 
 // Per database, so that several servers in one process (the tests) keep separate books.
@@ -139,7 +148,10 @@ const lastTouchedByDb = new WeakMap<object, Map<number, number>>();
  */
 export function touchApiKey(ctx: Pick<SystemContext, 'db'>, id: number, now = new Date()): void {
   let lastTouched = lastTouchedByDb.get(ctx.db.$client);
-  if (!lastTouched) lastTouchedByDb.set(ctx.db.$client, (lastTouched = new Map()));
+  if (!lastTouched) {
+    lastTouched = new Map();
+    lastTouchedByDb.set(ctx.db.$client, lastTouched);
+  }
   const previous = lastTouched.get(id);
   if (previous !== undefined && now.getTime() - previous < LAST_USED_WRITE_INTERVAL_MS) return;
   lastTouched.set(id, now.getTime());

@@ -8,6 +8,7 @@ import { CHANNELS, channelSettings, PROVIDERS, type Channel, type ProviderName }
 import { ValidationError, type FieldError } from '../errors.js';
 import { decryptSecret, encryptSecret } from '../secrets.js';
 import { normalizeEmail } from '../validation.js';
+import { isSandboxWorkspace } from './sandbox.js';
 
 /**
  * Which provider delivers each channel of a workspace, with its settings and (encrypted)
@@ -325,6 +326,8 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Cha
  * the delivery engine. Throws ChannelUnusableError when stored credentials cannot be read.
  */
 export function resolveChannel(db: Db, config: Pick<Config, 'secrets'>, workspaceId: number, channel: Channel): ResolvedChannel {
+  // Nothing leaves the machine from a sandbox: whatever its settings say, every channel is the outbox.
+  if (isSandboxWorkspace(db, workspaceId)) return { provider: 'outbox', settings: {}, credentials: {} };
   const row = db
     .select()
     .from(channelSettings)

@@ -514,7 +514,7 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
 export function listWebhookEvents(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined }): Page<WebhookEventView> {
   const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  return selectPage(ctx, webhookEvents, opts, eventView, eq(webhookEvents.workflowId, workflowId));
+  return selectPage(ctx, webhookEvents, { ...opts, workspaceScope: 'row' }, eventView, eq(webhookEvents.workflowId, workflowId));
 }
 
 /** The workspace an event belongs to, for operator commands that name it by id alone. */

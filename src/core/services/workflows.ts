@@ -17,6 +17,7 @@ import { encryptSecret } from '../secrets.js';
 import { validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 import { normalizeTags } from './contacts.js';
+import { baseUrlOf } from './sandbox.js';
 import { sendStepTemplateErrors } from './templates.js';
 
 export const WEBHOOK_TOKEN_LENGTH = 30;
@@ -106,14 +107,16 @@ function findRow(ctx: WorkspaceContext, id: number): WorkflowRow {
 
 /** `opts.maskUrl`: the caller may read but not write workflows (VIEWER); see maskWebhookUrl. */
 export function getWorkflow(ctx: WorkspaceContext, id: number, opts: { maskUrl?: boolean } = {}): WorkflowView {
-  const view = workflowView(findRow(ctx, id), ctx.config.publicUrl);
-  return opts.maskUrl ? maskWebhookUrl(view, ctx.config.publicUrl) : view;
+  const baseUrl = baseUrlOf(ctx);
+  const view = workflowView(findRow(ctx, id), baseUrl);
+  return opts.maskUrl ? maskWebhookUrl(view, baseUrl) : view;
 }
 
 export function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { maskUrl?: boolean } = {}): Page<WorkflowView> {
+  const baseUrl = baseUrlOf(ctx);
   return selectPage(ctx, workflows, page, (r) => {
-    const view = workflowView(r, ctx.config.publicUrl);
-    return opts.maskUrl ? maskWebhookUrl(view, ctx.config.publicUrl) : view;
+    const view = workflowView(r, baseUrl);
+    return opts.maskUrl ? maskWebhookUrl(view, baseUrl) : view;
   });
 }
 
@@ -220,7 +223,7 @@ export function createWorkflow(ctx: WorkspaceContext, input: WorkflowInput & { n
       row = tx.db.update(workflows).set({ status: input.status, ...extra }).where(eq(workflows.id, row.id)).returning().get()!;
     }
     auditChanges(tx, undefined, row, input);
-    return workflowView(row, ctx.config.publicUrl);
+    return workflowView(row, baseUrlOf(ctx));
   });
 }
 
@@ -237,7 +240,7 @@ export function updateWorkflow(ctx: WorkspaceContext, id: number, input: Workflo
       .returning()
       .get()!;
     auditChanges(tx, before, row, input);
-    return workflowView(row, ctx.config.publicUrl);
+    return workflowView(row, baseUrlOf(ctx));
   });
 }
 

@@ -1,19 +1,21 @@
-import { desc, eq } from 'drizzle-orm';
+import { desc, eq, or } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { nowIso, withTransaction, type SystemContext } from '../context.js';
 import { workspaces, type Plan } from '../db/schema.js';
-import { NotFoundError, ValidationError } from '../errors.js';
+import { AppError, NotFoundError, ValidationError } from '../errors.js';
 
 export interface WorkspaceView {
   id: number;
   name: string;
   plan: Plan;
+  /** For a sandbox: the live workspace it is the twin of; null for a live workspace. */
+  sandboxOf: number | null;
   createdAt: string;
   updatedAt: string;
 }
 
 function view(row: typeof workspaces.$inferSelect): WorkspaceView {
-  return { id: row.id, name: row.name, plan: row.plan, createdAt: row.createdAt, updatedAt: row.updatedAt };
+  return { id: row.id, name: row.name, plan: row.plan, sandboxOf: row.sandboxOf, createdAt: row.createdAt, updatedAt: row.updatedAt };
 }
 
 export function validateWorkspaceName(name: string): string {
@@ -46,7 +48,10 @@ export function getWorkspace(ctx: Pick<SystemContext, 'db'>, id: number): Worksp
 export function setWorkspacePlan(ctx: SystemContext, id: number, plan: Plan): WorkspaceView {
   return withTransaction(ctx, (tx) => {
     const before = getWorkspace(tx, id);
-    const row = tx.db.update(workspaces).set({ plan, updatedAt: nowIso() }).where(eq(workspaces.id, id)).returning().get();
+    if (before.sandboxOf !== null) throw new AppError(422, 'not_in_sandbox', `Workspace ${id} is a sandbox: it follows the plan of workspace ${before.sandboxOf}`);
+    // A sandbox is on its live twin's plan, so what is tried there behaves the same live.
+    const rows = tx.db.update(workspaces).set({ plan, updatedAt: nowIso() }).where(or(eq(workspaces.id, id), eq(workspaces.sandboxOf, id))).returning().all();
+    const row = rows.find((r) => r.id === id);
     if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
     recordAudit(tx, { workspaceId: id, action: 'workspace.plan_changed', target: { type: 'workspace', id }, metadata: { from: before.plan, to: plan } });
     return view(row);

@@ -3,10 +3,11 @@ import type { Config } from '../../core/config.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../../core/context.js';
 import type { Db } from '../../core/db/connection.js';
 import type { Plan, Role } from '../../core/db/schema.js';
-import { ForbiddenError, PlanError } from '../../core/errors.js';
+import { ForbiddenError, PlanError, UnauthorizedError } from '../../core/errors.js';
 import { takeOrThrow, WindowCounter, type WindowRule } from '../../core/rateLimit.js';
 import { planAtLeast, roleAtLeast } from '../../core/roles.js';
 import { authenticate, type Principal } from '../../core/services/auth.js';
+import { sandboxHostMatcher } from '../../core/services/sandbox.js';
 
 /**
  * What a route requires of its caller, declared in the route's `config.access`:
@@ -43,6 +44,7 @@ export function actorOf(principal: Principal): Actor {
 
 export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Config }): void {
   const calls = new WindowCounter();
+  const onSandboxAddress = sandboxHostMatcher(deps.config);
   const limits: Record<CallerLimit, WindowRule> = {
     render: { limit: deps.config.renderRateLimit, windowMs: 60_000 },
     runs: { limit: deps.config.runStartRateLimit, windowMs: 60_000 },
@@ -70,6 +72,11 @@ export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Confi
     if (access === undefined || access === 'public') return;
     const principal = await authenticate(deps, req.headers.authorization);
     req.principal = principal;
+    // On the sandbox address only sandbox credentials work, so a client pointed at the
+    // sandbox can never act on live data by a key mix-up.
+    if (!principal.sandbox && onSandboxAddress(req.host)) {
+      throw new UnauthorizedError('live_credentials_on_sandbox', 'This is the sandbox address: use a svc_test_ key, or a session switched into the sandbox');
+    }
     if (access.superAdmin && !(principal.kind === 'user' && principal.isSuperAdmin)) throw new ForbiddenError('Only super-admins may do this');
     if (!roleAtLeast(principal.role, access.role)) throw new ForbiddenError(`This needs the ${access.role} role or above; you have ${principal.role}`);
     if (access.plan && !planAtLeast(principal.plan, access.plan)) {

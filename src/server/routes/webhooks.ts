@@ -2,10 +2,12 @@ import rateLimit from '@fastify/rate-limit';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import type { Config } from '../../core/config.js';
+import type { StorageHealth } from '../../core/db/storage.js';
 import { AppError } from '../../core/errors.js';
+import { hasSandboxAddress, sandboxHostMatcher } from '../../core/services/sandbox.js';
 import { SIGNATURE_HEADER, type ReceivedRequest, type WebhookReceiver, type WebhookTarget } from '../../core/services/webhooks.js';
 import type { App } from '../app.js';
-import { problem, sendProblem } from '../plugins/errors.js';
+import { problem, sendProblem, sendStorageFull } from '../plugins/errors.js';
 import { RunStarted } from '../schemas.js';
 
 declare module 'fastify' {
@@ -34,8 +36,16 @@ function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
  * webhookUrlForRouting in app.ts), so it is counted and answered like any unknown token.
  * The body is taken as raw bytes so the signature covers exactly what was sent.
  */
-export async function webhookRoutes(app: App, opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void }): Promise<void> {
+export async function webhookRoutes(
+  app: App,
+  opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void; storage?: StorageHealth; isSandbox?: (workspaceId: number) => boolean },
+): Promise<void> {
   const { config, receiver } = opts;
+  // With a sandbox address of its own, a sandbox workflow's URL answers only there and a live
+  // one's only on the main address: a sender pointed at the sandbox never starts a live run.
+  const isSandbox = hasSandboxAddress(config) ? opts.isSandbox : undefined;
+  const onSandboxAddress = sandboxHostMatcher(config);
+  const otherSide = (target: WebhookTarget, host: string): boolean => !!isSandbox && isSandbox(target.workspaceId) !== onSandboxAddress(host);
 
   await app.register(rateLimit, {
     global: false,
@@ -53,6 +63,7 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
     if (err instanceof AppError) error = err;
     else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = receiver.tooLarge();
     else if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) error = new AppError(err.statusCode, 'bad_request', 'The request could not be read');
+    else if (opts.storage?.noteFailure(err)) return sendStorageFull(reply);
     else {
       req.log.error({ err }, 'webhook failed');
       return sendProblem(reply, problem(500, 'internal_error', 'An internal error occurred; retry with backoff'));
@@ -76,11 +87,13 @@ export async function webhookRoutes(app: App, opts: { config: Config; receiver: 
       // Runs after the rate limit (onRequest) and before the body is read.
       preParsing: async (req, _reply, payload) => {
         const length = Number(req.headers['content-length']);
-        req.webhookTarget = await receiver.admit(
+        const target = await receiver.admit(
           (req.params as { token: string }).token,
           { contentType: req.headers['content-type'] ?? null, contentLength: Number.isFinite(length) ? length : null },
           received(req, null),
         );
+        if (otherSide(target, req.host)) throw new AppError(404, 'webhook_not_found', 'No active webhook workflow has this URL');
+        req.webhookTarget = target;
         return payload;
       },
     },
