@@ -9,6 +9,7 @@ import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../c
 import { createAttempt, emailTemplateContent, markAttempt } from '../core/services/deliveries.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { normalizeEmail } from '../core/validation.js';
+import { countDelivery } from './counters.js';
 import { outboundPolicyFrom, type OutboundPolicy } from './outbound.js';
 import { providerFor, type SendResult } from './providers/index.js';
 import { RenderError, renderContent } from './render.js';
@@ -79,7 +80,10 @@ const HOUR_MS = 3_600_000;
 const policies = new WeakMap<Config, OutboundPolicy>();
 function outboundOf(config: Config): OutboundPolicy {
   let policy = policies.get(config);
-  if (!policy) policies.set(config, (policy = outboundPolicyFrom(config)));
+  if (!policy) {
+    policy = outboundPolicyFrom(config);
+    policies.set(config, policy);
+  }
   return policy;
 }
 
@@ -108,6 +112,7 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     if (!(err instanceof ChannelUnusableError)) throw err;
     const failed = createAttempt(db, { ...row, provider: err.provider, status: 'FAILED', error: err.message });
     deps.onRecorded?.(failed.id, 'FAILED');
+    countDelivery(input.channel, err.provider, 'FAILED');
     return { attemptId: failed.id, status: 'FAILED', transient: false, error: err.message };
   }
 
@@ -120,6 +125,7 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     const providerMessageId = result.ok ? result.providerMessageId : null;
     const sent = createAttempt(db, { ...row, provider: 'outbox', status: 'SENT', providerMessageId });
     deps.onRecorded?.(sent.id, 'SENT');
+    countDelivery(input.channel, 'outbox', 'SENT');
     return { attemptId: sent.id, status: 'SENT', transient: false };
   }
 
@@ -134,6 +140,7 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
     result = { ok: false, transient: true, error: `${channel.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
   }
+  countDelivery(input.channel, channel.provider, result.ok ? 'SENT' : 'FAILED');
   if (result.ok) {
     markAttempt(db, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
     return { attemptId: attempt.id, status: 'SENT', transient: false };

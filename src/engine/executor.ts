@@ -6,6 +6,7 @@ import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../c
 import { normalizeEmail, normalizePhone } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
 import { RunCommitter, type LeasedRun } from './committer.js';
+import { countDelivery } from './counters.js';
 import { retryDelayMs } from './deliver.js';
 import { HttpRequestError, httpPolicyFrom, safeRequest, type HttpPolicy } from './http.js';
 import { outboundPolicyFrom, type OutboundPolicy } from './outbound.js';
@@ -40,6 +41,8 @@ interface RunRow {
   step_states: string;
   trigger: string;
   lease_owner: string | null;
+  /** 1 when the run's workspace is a sandbox: nothing it does may leave the machine. */
+  sandbox: number;
 }
 
 interface ContactRow {
@@ -63,7 +66,11 @@ const CHANNEL_OF: Record<string, Channel> = { send_email: 'EMAIL', send_sms: 'SM
 function prepare(db: Db) {
   const c = db.$client;
   return {
-    run: c.prepare<[number], RunRow>('SELECT id, workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", lease_owner FROM workflow_runs WHERE id = ?'),
+    run: c.prepare<[number], RunRow>(
+      `SELECT id, workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", lease_owner,
+         EXISTS (SELECT 1 FROM workspaces w WHERE w.id = workflow_runs.workspace_id AND w.sandbox_of IS NOT NULL) AS sandbox
+       FROM workflow_runs WHERE id = ?`,
+    ),
     contact: c.prepare<[number, number], ContactRow>('SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE id = ? AND workspace_id = ?'),
     tags: c.prepare<[number], { name: string }>('SELECT name FROM contact_tags WHERE contact_id = ? ORDER BY tag_key'),
     workspace: c.prepare<[number], { id: number; name: string; plan: string }>('SELECT id, name, plan FROM workspaces WHERE id = ?'),
@@ -85,7 +92,12 @@ function prepare(db: Db) {
       `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
        VALUES (@workspaceId, @channel, @provider, @to, @status, @attempt, @providerMessageId, @error, @runId, @stepIndex, @templateId, @rendered)`,
     ),
-    provider: c.prepare<[number, string], { provider: string }>('SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?'),
+    // A sandbox's channel settings are ignored: every channel is its outbox.
+    provider: c.prepare<[number, string], { provider: string }>(
+      `SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?
+         AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.id = channel_settings.workspace_id AND w.sandbox_of IS NOT NULL)`,
+    ),
+    recordRequest: c.prepare('INSERT INTO sandbox_requests (workspace_id, run_id, step_index, method, url, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)'),
     markAttempt: c.prepare('UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id'),
   };
 }
@@ -158,7 +170,7 @@ export class RunExecutor {
   /** Executes one leased run to its next resting point (done, failed, waiting). */
   async execute(lease: LeasedRun): Promise<RunOutcome> {
     const run = this.sql.run.get(lease.id);
-    if (!run || run.status !== 'RUNNING' || run.lease_owner !== lease.token) return 'SKIPPED';
+    if (run?.status !== 'RUNNING' || run.lease_owner !== lease.token) return 'SKIPPED';
     const steps = JSON.parse(run.definition) as ProgramStep[];
     const exec: Execution = { lease, row: run, states: JSON.parse(run.step_states) as StepState[], ops: [] };
     const states = exec.states;
@@ -267,7 +279,7 @@ export class RunExecutor {
       case 'update_contact':
         return this.updateContact(exec, step, ctx, contact);
       case 'http_request':
-        return this.httpRequest(exec, step, state, ctx);
+        return this.httpRequest(exec, index, step, state, ctx);
       case 'send_email':
       case 'send_sms':
       case 'send_whatsapp':
@@ -323,7 +335,7 @@ export class RunExecutor {
     return { kind: 'completed' };
   }
 
-  private async httpRequest(exec: Execution, step: StepDefinition, state: StepState, ctx: RenderContext): Promise<Outcome> {
+  private async httpRequest(exec: Execution, index: number, step: StepDefinition, state: StepState, ctx: RenderContext): Promise<Outcome> {
     const url = await renderString(String(step.url), ctx);
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries((step.headers as Record<string, string> | undefined) ?? {})) headers[k] = await renderString(v, ctx);
@@ -332,13 +344,22 @@ export class RunExecutor {
       body = typeof step.body === 'string' ? await renderString(step.body, ctx) : JSON.stringify((await renderContent({ body: step.body }, ctx)).body);
       if (typeof step.body !== 'string' && !Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json';
     }
+    if (exec.row.sandbox) {
+      // A sandbox run records what it would have sent (GET /sandbox/requests) and goes on as
+      // if it had been answered 200: no connection is opened, not even a DNS lookup.
+      const run = exec.row;
+      exec.ops.push(() => this.sql.recordRequest.run(run.workspace_id, run.id, index, String(step.method), url, JSON.stringify(headers), body ?? null));
+      return { kind: 'completed' };
+    }
     await this.beforeNetwork(exec);
     // "Slow down" (429, or 503 with Retry-After) parks the run until the time named.
-    const defer = (retryAfterMs: number, why: string): Outcome =>
-      (state.deferrals ?? 0) < MAX_DEFERRALS
-        ? ((state.deferrals = (state.deferrals ?? 0) + 1), { kind: 'wait', until: Date.now() + retryAfterMs, error: `http_request: ${why}; trying again later` })
-        : { kind: 'failed', error: `http_request: ${why}, ${MAX_DEFERRALS} times` };
-    let res;
+    const defer = (retryAfterMs: number, why: string): Outcome => {
+      const deferrals = state.deferrals ?? 0;
+      if (deferrals >= MAX_DEFERRALS) return { kind: 'failed', error: `http_request: ${why}, ${MAX_DEFERRALS} times` };
+      state.deferrals = deferrals + 1;
+      return { kind: 'wait', until: Date.now() + retryAfterMs, error: `http_request: ${why}; trying again later` };
+    };
+    let res: Awaited<ReturnType<typeof safeRequest>>;
     try {
       res = await safeRequest({ method: String(step.method), url, headers, body }, this.httpPolicy);
     } catch (err) {
@@ -370,9 +391,10 @@ export class RunExecutor {
     state.attempts = attempt;
     const row = { workspaceId: run.workspace_id, channel, to, attempt, runId: run.id, stepIndex: index, templateId: template.id, rendered: JSON.stringify(rendered) };
 
-    if ((this.sql.provider.get(run.workspace_id, channel)?.provider ?? 'outbox') === 'outbox') {
+    if (run.sandbox || (this.sql.provider.get(run.workspace_id, channel)?.provider ?? 'outbox') === 'outbox') {
       // The outbox only records: the attempt is one more queued write of this run.
       exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: 'outbox', status: 'SENT', providerMessageId: `outbox-${randomUUID()}`, error: null }));
+      countDelivery(channel, 'outbox', 'SENT');
       return { kind: 'completed' };
     }
     let resolved: ResolvedChannel;
@@ -381,6 +403,7 @@ export class RunExecutor {
     } catch (err) {
       if (!(err instanceof ChannelUnusableError)) throw err;
       exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: err.provider, status: 'FAILED', providerMessageId: null, error: err.message }));
+      countDelivery(channel, err.provider, 'FAILED');
       return { kind: 'failed', error: err.message };
     }
 
@@ -403,6 +426,7 @@ export class RunExecutor {
         ? this.sql.markAttempt.run({ id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now })
         : this.sql.markAttempt.run({ id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now }),
     );
+    countDelivery(channel, resolved.provider, result.ok ? 'SENT' : 'FAILED');
     if (result.ok) return { kind: 'completed' };
     // A rate-limit answer defers the send to the time the provider named; it is no failed try.
     const retryAfterMs = (result as { retryAfterMs?: number }).retryAfterMs;

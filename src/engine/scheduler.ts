@@ -7,7 +7,9 @@ import type { Config } from '../core/config.js';
 import type { WriteBatcher } from '../core/db/batcher.js';
 import type { Db } from '../core/db/connection.js';
 import { processWriteLock, setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
+import { extractedFile, isExecutable } from '../core/runtime.js';
 import type { LeasedRun } from './committer.js';
+import { addDeliveryCounts } from './counters.js';
 import type { RunOutcome } from './executor.js';
 import type { EngineMessage, EngineWorkerData, RunTask } from './worker.js';
 
@@ -32,11 +34,27 @@ export interface EngineOptions {
   shutdownGraceMs?: number;
 }
 
-/** The bundled worker sits beside dist/svc.js; from source it is worker.ts next to this file. */
+/**
+ * The bundled worker sits beside dist/svc.js; from source it is worker.ts next to this file;
+ * in the single executable it is extracted to the cache folder.
+ */
 export function workerFile(): string {
+  if (isExecutable()) return extractedFile('worker.js');
   const js = fileURLToPath(new URL('./worker.js', import.meta.url));
   if (existsSync(js)) return js;
   return fileURLToPath(new URL('./worker.ts', import.meta.url));
+}
+
+export interface EngineStats {
+  /** Started, not stopping, and its worker threads exist. */
+  up: boolean;
+  threads: number;
+  /** Tasks waiting for a free thread. */
+  queuedTasks: number;
+  runsInFlight: number;
+  runConcurrency: number;
+  /** Runs executed to a resting point in this process since start, by outcome. */
+  outcomes: Partial<Record<RunOutcome, number>>;
 }
 
 interface Claim {
@@ -86,6 +104,9 @@ export class Engine {
   private claiming = false;
   private again = false;
   private stopped = false;
+  private started = false;
+  /** How the runs this process executed came to rest, counted since start (for the metrics). */
+  private readonly outcomes = new Map<RunOutcome, number>();
 
   constructor(
     db: Db,
@@ -106,6 +127,7 @@ export class Engine {
     this.channel = new BroadcastChannel(channelName);
     this.channel.onmessage = (event) => {
       const msg = (event as { data: EngineMessage }).data;
+      if (msg.type === 'counts') addDeliveryCounts(msg.deliveries);
       if (msg.type !== 'done') return;
       for (const id of msg.runIds) this.finish(id);
       this.poke();
@@ -159,6 +181,7 @@ export class Engine {
   }
 
   start(): void {
+    this.started = true;
     this.schedule(0);
     const renewEvery = Math.max(100, Math.floor(this.leaseMs / 3));
     this.renewTimer = setInterval(() => void this.renew(), renewEvery);
@@ -168,6 +191,18 @@ export class Engine {
   /** Runs in flight in this process (claimed and not yet finished). */
   get running(): number {
     return this.inFlight.size;
+  }
+
+  /** What the metrics and /readyz read: all of it known in process, no query. */
+  stats(): EngineStats {
+    return {
+      up: this.started && !this.stopped && this.pool.threads.length > 0,
+      threads: this.pool.threads.length,
+      queuedTasks: this.pool.queueSize,
+      runsInFlight: this.inFlight.size,
+      runConcurrency: this.runConcurrency,
+      outcomes: Object.fromEntries(this.outcomes) as Partial<Record<RunOutcome, number>>,
+    };
   }
 
   /** Asks for a claim soon (after new runs were queued), instead of at the next poll. */
@@ -245,7 +280,8 @@ export class Engine {
         full = claims.length === free;
       }
     } catch (err) {
-      this.log.error({ err }, 'claiming runs failed');
+      // A full disk is logged by the batcher's StorageHealth once a minute, not every poll.
+      if (!this.batcher.storage?.full) this.log.error({ err }, 'claiming runs failed');
     } finally {
       this.claiming = false;
     }
@@ -267,6 +303,7 @@ export class Engine {
         .run(task)
         .then(
           (outcomes: RunOutcome[]) => {
+            for (const outcome of outcomes) this.outcomes.set(outcome, (this.outcomes.get(outcome) ?? 0) + 1);
             // Runs stopped by a shutdown stay in flight here until stop() releases them.
             runs.forEach((run, i) => outcomes[i] !== 'RELEASED' && this.finish(run.id));
           },
@@ -307,7 +344,7 @@ export class Engine {
       }
       if (lost.length) this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
     } catch (err) {
-      this.log.error({ err }, 'renewing run leases failed');
+      if (!this.batcher.storage?.full) this.log.error({ err }, 'renewing run leases failed');
     }
   }
 

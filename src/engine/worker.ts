@@ -6,6 +6,7 @@ import type { Config } from '../core/config.js';
 import { openDatabase } from '../core/db/connection.js';
 import { setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import type { LeasedRun } from './committer.js';
+import { flushDeliveryCounts, setDeliveryFlusher, type DeliveryCount } from './counters.js';
 import { RunExecutor, type RunOutcome } from './executor.js';
 import { RenderError, renderContent, type RenderContext } from './render.js';
 
@@ -21,7 +22,10 @@ export interface EngineWorkerData {
 }
 
 /** Messages on the engine's channel. */
-export type EngineMessage = { type: 'done'; runIds: number[] } | { type: 'stop' };
+export type EngineMessage =
+  | { type: 'done'; runIds: number[] }
+  | { type: 'stop' }
+  | { type: 'counts'; deliveries: DeliveryCount[] };
 
 let executor: RunExecutor | undefined;
 let channel: BroadcastChannel | undefined;
@@ -36,6 +40,7 @@ function executorFor(data: EngineWorkerData): RunExecutor {
       if ((event as { data: EngineMessage }).data.type === 'stop') ex.stop();
     };
     channel.unref();
+    setDeliveryFlusher((deliveries) => channel?.postMessage({ type: 'counts', deliveries } satisfies EngineMessage));
     executor = ex;
   }
   return executor;
@@ -55,6 +60,8 @@ function reportDone(id: number): void {
 
 export default async function executeRuns(task: RunTask): Promise<RunOutcome[]> {
   const ex = executorFor(workerData as EngineWorkerData);
+  // Between tasks a Piscina thread sleeps (Atomics.wait) and runs no callback: counts not
+  // yet sent go now, with the task's end, not with the next task.
   return Promise.all(
     task.runs.map((run) =>
       ex
@@ -66,7 +73,7 @@ export default async function executeRuns(task: RunTask): Promise<RunOutcome[]> 
           return outcome;
         }),
     ),
-  );
+  ).finally(flushDeliveryCounts);
 }
 
 /** A render for the API (a preview, a test email), done off the main thread (RenderPool). */

@@ -57,5 +57,5 @@ test('bin/svc runs on the Node that runs the tests (22 or newer)', () => {
   assert.ok(Number(process.versions.node.split('.')[0]) >= 22, `the tests run on Node ${process.versions.node}; npm scripts use the pinned node package`);
   const r = spawnSync(process.execPath, [BIN, '--version'], { encoding: 'utf8', env: cliEnv(), timeout: 30_000 });
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stdout.trim(), /^\d+\.\d+\.\d+$/);
+  assert.match(r.stdout.trim(), /^\d+\.\d+\.\d+ \(schema \d{4}_[a-z0-9_]+\)$/);
 });

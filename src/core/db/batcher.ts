@@ -1,4 +1,5 @@
 import type { Db } from './connection.js';
+import type { StorageHealth } from './storage.js';
 import { processWriteLock } from './writeLock.js';
 
 interface Job<T> {
@@ -23,6 +24,11 @@ export class WriteBatcher {
   private scheduled = false;
   private closed = false;
   private generation = 0;
+  /**
+   * Told of every commit and every failed write: a batch that fails for lack of space is
+   * refused whole (running its jobs one by one would fail them all again).
+   */
+  storage: StorageHealth | undefined;
 
   constructor(
     private readonly db: Db,
@@ -71,6 +77,7 @@ export class WriteBatcher {
     try {
       client.exec('BEGIN IMMEDIATE');
     } catch (err) {
+      this.storage?.noteFailure(err);
       for (const job of batch) job.reject(err);
       return true;
     }
@@ -78,7 +85,11 @@ export class WriteBatcher {
       try {
         values.push(job.work());
       } catch (err) {
-        if (client.inTransaction) client.exec('ROLLBACK');
+        rollback(client);
+        if (this.storage?.noteFailure(err)) {
+          for (const j of batch) j.reject(err);
+          return true;
+        }
         if (batch.length === 1) {
           job.reject(err);
           return true;
@@ -89,10 +100,12 @@ export class WriteBatcher {
     try {
       client.exec('COMMIT');
     } catch (err) {
-      if (client.inTransaction) client.exec('ROLLBACK');
+      rollback(client);
+      this.storage?.noteFailure(err);
       for (const job of batch) job.reject(err);
       return true;
     }
+    this.storage?.noteSuccess();
     batch.forEach((job, i) => job.resolve(values[i]));
     return true;
   }
@@ -101,5 +114,14 @@ export class WriteBatcher {
   close(): void {
     this.flush();
     this.closed = true;
+  }
+}
+
+/** Ends a failed transaction; SQLite may have rolled it back itself (a full disk does). */
+function rollback(client: Db['$client']): void {
+  try {
+    if (client.inTransaction) client.exec('ROLLBACK');
+  } catch {
+    // Nothing is left to undo.
   }
 }

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { extractedFile, isExecutable } from '../runtime.js';
 import type { Db } from './connection.js';
 
 interface JournalEntry {
@@ -25,9 +26,11 @@ export class DatabaseTooNewError extends Error {
 
 /**
  * Finds the committed drizzle-kit output. In the bundle it sits beside dist/svc.js;
- * from source it is at the repository root. Walking up covers both.
+ * from source it is at the repository root. Walking up covers both. The single executable
+ * extracts them to its cache folder.
  */
 export function findMigrationsDir(start = dirname(fileURLToPath(import.meta.url))): string {
+  if (isExecutable()) return extractedFile('migrations');
   let dir = start;
   for (;;) {
     const candidate = join(dir, 'migrations');
@@ -80,4 +83,18 @@ export function migrate(db: Db, dir = findMigrationsDir(), onApply?: (tag: strin
     onApply?.(tag);
   }
   return { applied, pending: [] };
+}
+
+/** The schema version of a database: the tag of the latest migration applied to it (null: none). */
+export function schemaVersion(db: Db): string | null {
+  try {
+    return (db.$client.prepare('SELECT tag FROM svc_migrations ORDER BY id DESC LIMIT 1').get() as { tag: string } | undefined)?.tag ?? null;
+  } catch {
+    return null; // no svc_migrations table: nothing was ever applied
+  }
+}
+
+/** The schema version this binary carries: the tag of the last migration it knows. */
+export function carriedSchemaVersion(dir = findMigrationsDir()): string | null {
+  return readJournal(dir).at(-1)?.tag ?? null;
 }

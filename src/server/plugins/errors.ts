@@ -1,6 +1,14 @@
 import { STATUS_CODES } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { StorageHealth } from '../../core/db/storage.js';
 import { AppError, type FieldError } from '../../core/errors.js';
+
+declare module 'fastify' {
+  interface FastifyReply {
+    /** The code of the problem this reply answered with, if any (the metrics count by it). */
+    problemCode: string | null;
+  }
+}
 
 export interface Problem {
   type: 'about:blank';
@@ -16,6 +24,7 @@ export function problem(status: number, code: string, detail: string, errors?: F
 }
 
 export function sendProblem(reply: FastifyReply, p: Problem, headers: Record<string, string> = {}): FastifyReply {
+  reply.problemCode = p.code;
   return reply.code(p.status).headers(headers).type('application/problem+json').send(p);
 }
 
@@ -63,7 +72,18 @@ const FASTIFY_CODES: Record<string, { status: number; code: string; detail: stri
   FST_ERR_CTP_INVALID_JSON_BODY: { status: 400, code: 'invalid_json', detail: 'The body is not valid JSON' },
 };
 
-export function registerErrorHandling(app: FastifyInstance): void {
+/** Seconds a client is asked to wait when the disk is full. */
+export const STORAGE_FULL_RETRY_AFTER = 30;
+
+/** 503 storage_full: the write failed for lack of space; nothing of this request was kept. */
+export function sendStorageFull(reply: FastifyReply): FastifyReply {
+  return sendProblem(reply, problem(503, 'storage_full', 'The server is out of disk space; nothing of this request was kept. Retry later'), {
+    'retry-after': String(STORAGE_FULL_RETRY_AFTER),
+  });
+}
+
+export function registerErrorHandling(app: FastifyInstance, storage?: StorageHealth): void {
+  if (!app.hasReplyDecorator('problemCode')) app.decorateReply('problemCode', null);
   app.setErrorHandler((err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof AppError) {
       return sendProblem(reply, problem(err.status, err.code, err.message, err.errors), err.headers);
@@ -89,6 +109,8 @@ export function registerErrorHandling(app: FastifyInstance): void {
       const code = (STATUS_CODES[status] ?? 'bad_request').toLowerCase().replace(/[^a-z0-9]+/g, '_');
       return sendProblem(reply, problem(status, code, STATUS_CODES[status] ?? 'Bad request'));
     }
+    // A full disk is logged once a minute by StorageHealth, not once a request.
+    if (storage?.noteFailure(err)) return sendStorageFull(reply);
     req.log.error({ err }, 'request failed');
     return sendProblem(reply, problem(500, 'internal_error', 'An internal error occurred; it has been logged'));
   });

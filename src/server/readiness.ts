@@ -1,0 +1,116 @@
+import type { WriteBatcher } from '../core/db/batcher.js';
+import type { Db } from '../core/db/connection.js';
+import { migrationStatus } from '../core/db/migrate.js';
+import type { StorageHealth } from '../core/db/storage.js';
+import type { Engine } from '../engine/scheduler.js';
+import type { App } from './app.js';
+import { problem, sendProblem } from './plugins/errors.js';
+
+export interface ReadinessReport {
+  ready: boolean;
+  /** Why not, as a problem code: starting, shutting_down, storage_full or not_ready. */
+  code: 'starting' | 'shutting_down' | 'storage_full' | 'not_ready' | null;
+  detail: string;
+  checks: {
+    migrations: 'applied' | 'pending' | 'unknown';
+    engine: 'up' | 'down' | 'off';
+    storage: 'ok' | 'full' | 'failing';
+  };
+}
+
+/**
+ * What GET /readyz answers: ready only once the app has started, every migration this
+ * binary carries is applied, the run engine's pool is up (when this node runs the engine)
+ * and a write through the group commit succeeds; not ready again from the moment the app
+ * starts closing. The parts (batcher, engine) are attached as buildApp creates them.
+ */
+export class Readiness {
+  private started = false;
+  private closing = false;
+  private migrated = false;
+  private batcher: WriteBatcher | undefined;
+  private engine: Engine | undefined;
+  private touch: { run(): unknown } | undefined;
+
+  constructor(
+    private readonly db: Db,
+    private readonly storage: StorageHealth,
+  ) {}
+
+  attach(parts: { batcher: WriteBatcher; engine: Engine | undefined }): void {
+    this.batcher = parts.batcher;
+    this.engine = parts.engine;
+  }
+
+  markStarted(): void {
+    this.started = true;
+  }
+
+  markClosing(): void {
+    this.closing = true;
+  }
+
+  get shuttingDown(): boolean {
+    return this.closing;
+  }
+
+  private migrations(): ReadinessReport['checks']['migrations'] {
+    if (this.migrated) return 'applied';
+    try {
+      this.migrated = migrationStatus(this.db).pending.length === 0;
+      return this.migrated ? 'applied' : 'pending';
+    } catch {
+      return 'unknown';
+    }
+  }
+
+  private async writeCheck(): Promise<boolean> {
+    if (!this.batcher) return false;
+    try {
+      // A real write (the row is rewritten as it is), so a full disk or a read-only file fails it.
+      this.touch ??= this.db.$client.prepare('UPDATE svc_migrations SET applied_at = applied_at WHERE id = (SELECT max(id) FROM svc_migrations)');
+      const touch = this.touch;
+      await this.batcher.run(() => touch.run());
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async check(): Promise<ReadinessReport> {
+    const migrations = this.migrations();
+    const engine = this.engine ? (this.engine.stats().up ? 'up' : 'down') : 'off';
+    const writable = !this.closing && this.started && migrations === 'applied' ? await this.writeCheck() : false;
+    // Read after the write check: a write that succeeds with room free clears "full".
+    const storage = this.storage.full ? 'full' : writable ? 'ok' : 'failing';
+    const checks = { migrations, engine, storage } as const;
+    if (this.closing) return { ready: false, code: 'shutting_down', detail: 'The server is shutting down', checks };
+    if (!this.started || migrations !== 'applied' || engine === 'down') {
+      const why = migrations !== 'applied' ? 'migrations are not applied' : engine === 'down' ? 'the run engine is not up' : 'the server is starting';
+      return { ready: false, code: 'starting', detail: `Not ready: ${why}`, checks };
+    }
+    if (storage !== 'ok') {
+      return storage === 'full'
+        ? { ready: false, code: 'storage_full', detail: 'The disk of the data folder is full: writes fail until space is freed', checks }
+        : { ready: false, code: 'not_ready', detail: 'The database did not take a write', checks };
+    }
+    return { ready: true, code: null, detail: 'ready', checks };
+  }
+}
+
+/**
+ * Ties readiness to the app's life: ready from onReady; from the moment closing starts
+ * (preClose, before the listener closes) /readyz says so, and every request still reaching
+ * the server (on a kept-alive connection) is answered 503 shutting_down, as a problem, with
+ * Connection: close. Fastify's own return503OnClosing answers with a body of its own, so
+ * buildApp turns that off in favour of this.
+ */
+export function registerReadiness(app: App, readiness: Readiness): void {
+  app.addHook('onReady', async () => readiness.markStarted());
+  app.addHook('preClose', async () => readiness.markClosing());
+  app.addHook('onRequest', async (_req, reply) => {
+    if (!readiness.shuttingDown) return;
+    reply.header('connection', 'close');
+    return sendProblem(reply, problem(503, 'shutting_down', 'The server is shutting down; retry on another node or in a moment'), { 'retry-after': '5' });
+  });
+}
