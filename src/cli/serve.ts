@@ -1,8 +1,9 @@
 import { createServer, type AddressInfo } from 'node:net';
 import type { Command } from 'commander';
 import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated, type InitResult } from '../core/bootstrap.js';
-import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
-import { buildApp } from '../server/app.js';
+import { loadConfig, resolveDataDir, type Config, type ConfigFlags } from '../core/config.js';
+import { startBackupSchedule, type BackupSchedule } from '../core/services/backupSchedule.js';
+import { acquireServeLock } from '../core/serverLock.js';
 import { describeInit } from './init.js';
 import { cliActor, globals } from './io.js';
 
@@ -40,14 +41,18 @@ export function registerServe(program: Command): void {
     .description('run the HTTP server (initialises and migrates an empty data folder)')
     .option('--host <host>', 'address to listen on (default 127.0.0.1)')
     .option('--port <port>', 'port to listen on (default 3000)')
-    .action(async (opts: { host?: string; port?: string }, cmd: Command) => {
+    .option('--metrics-port <port>', 'also serve GET /metrics on 127.0.0.1:<port>, without a token (default $SVC_METRICS_PORT, else none)')
+    .action(async (opts: { host?: string; port?: string; metricsPort?: string }, cmd: Command) => {
       const flags: ConfigFlags = {
         ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}),
         ...(opts.host ? { host: opts.host } : {}),
         ...(opts.port ? { port: opts.port } : {}),
+        ...(opts.metricsPort ? { metricsPort: opts.metricsPort } : {}),
       };
       // --json: one line on stdout for the script that started us; logs go to stderr.
       const json = globals(cmd).json === true;
+      // A pid file under <dataDir>/locks while this server runs: "svc restore" refuses meanwhile.
+      const serveLock = acquireServeLock(resolveDataDir(flags.dataDir, process.env));
       let config: Config | undefined;
       let initialised: InitResult | undefined;
       const withPort = async () => {
@@ -63,9 +68,12 @@ export function registerServe(program: Command): void {
       }
       config ??= await withPort();
       const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
+      // Loaded here, not at the top: the other commands need none of the HTTP server.
+      const { buildApp } = await import('../server/app.js');
       const app = await buildApp({ config, db, engine: config.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');
 
+      let backups: BackupSchedule | null = null;
       let closing = false;
       const shutdown = async (signal: string) => {
         if (closing) {
@@ -73,18 +81,22 @@ export function registerServe(program: Command): void {
           process.exit(1);
         }
         closing = true;
+        backups?.stop();
         app.log.info({ signal }, 'shutting down: finishing in-flight requests');
         try {
           await app.close();
         } finally {
           db.$client.close();
+          serveLock.release();
           app.log.info('stopped');
         }
       };
       process.on('SIGTERM', () => void shutdown('SIGTERM'));
       process.on('SIGINT', () => void shutdown('SIGINT'));
 
+      if (app.metrics && config.metricsPort !== null) app.log.info({ url: `${await app.metrics.listen(config.metricsPort)}/metrics` }, 'metrics served on the loopback address');
       const address = await app.listen({ host: config.host, port: config.port });
+      backups = startBackupSchedule(config, app.log);
       if (json) process.stdout.write(`${JSON.stringify(startLine(address, config, initialised))}\n`);
       else process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);
     });

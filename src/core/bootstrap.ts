@@ -6,7 +6,7 @@ import { migrate, migrationStatus, type MigrationStatus } from './db/migrate.js'
 import type { Plan } from './db/schema.js';
 import { generatePassword } from './crypto.js';
 import { createUser, requireEmail } from './services/users.js';
-import { createWorkspace, listWorkspaces, validateWorkspaceName } from './services/workspaces.js';
+import { createWorkspace, validateWorkspaceName } from './services/workspaces.js';
 import { ConflictError, ValidationError } from './errors.js';
 import { passwordProblem } from './validation.js';
 
@@ -54,8 +54,9 @@ export function openCurrent(config: Config): Db {
   }
 }
 
+/** Asked before migrating, so it names no column a later migration adds. */
 function hasWorkspace(db: Db): boolean {
-  return listWorkspaces({ db }).length > 0;
+  return db.$client.prepare('SELECT 1 FROM workspaces LIMIT 1').get() !== undefined;
 }
 
 /** True for an empty (or half-initialised) data folder: no config, no database, or no workspace yet. */
