@@ -95,6 +95,8 @@ export const Run = Type.Object({
   steps: Type.Array(
     Type.Object({
       index: Type.Integer(),
+      /** For an automation's run: the graph node of this step. */
+      nodeId: Type.Optional(Type.String()),
       type: Type.String(),
       status: Type.String(),
       startedAt: Nullable(Type.String()),
@@ -228,6 +230,11 @@ export const InvitationAcceptInput = Type.Object(
 export const InvitationAccepted = Type.Object({
   user: User,
   workspace: Type.Object({ id: Type.Integer(), name: Type.String(), plan: Plan, role: Role }),
+  accountCreated: Type.Boolean(),
+  /** True when the answer carries a session (a new account); an existing account logs in as usual. */
+  signedIn: Type.Boolean(),
+  token: Type.Optional(Type.String()),
+  expiresIn: Type.Optional(Type.Integer()),
 });
 
 export const ActorType = Type.Union([Type.Literal('USER'), Type.Literal('API_KEY'), Type.Literal('SYSTEM'), Type.Literal('CLI')]);

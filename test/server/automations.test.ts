@@ -55,7 +55,7 @@ test('graph validation failures, one by one, name the offending node or edge', a
     ['no trigger', { nodes: base.nodes.slice(1), edges: base.edges.slice(1) }, '/graph/nodes'],
     ['two triggers', { ...base, nodes: [...base.nodes, { id: 't2', type: 'trigger', data: { source: 'MANUAL' } }] }, '/graph/nodes'],
     ['trigger with another source', { ...base, nodes: [{ id: 't', type: 'trigger', data: { source: 'WEBHOOK' } }, ...base.nodes.slice(1)] }, '/graph/nodes/0/data'],
-    ['a cycle', { ...base, edges: [...base.edges, { from: 'after', to: 'c' }] }, '/graph/edges'],
+    ['a cycle, named by the edge that closes it', { ...base, edges: [...base.edges, { from: 'after', to: 'c' }] }, '/graph/edges/4'],
     ['unknown node type', { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'teleport', data: {} }] }, '/graph/nodes/4/type'],
     ['step data from the catalog', { ...base, nodes: [...base.nodes.slice(0, 2), { id: 'yes', type: 'add_tags', data: { tags: 'x' } }, ...base.nodes.slice(3)] }, '/graph/nodes/2/data/tags'],
     ['send_email without templateId', { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'send_email', data: {} }] }, '/graph/nodes/4/data/templateId'],

@@ -13,10 +13,10 @@ type Operation = { operationId: string; tags: string[]; summary: string; securit
 type Doc = { openapi: string; paths: Record<string, Record<string, Operation>> };
 
 test('the document is valid OpenAPI 3.1 and lists every route with an id, a tag, a summary, its security and its errors', async (t) => {
-  const routes: { method: string; url: string; access: unknown }[] = [];
+  const routes: { method: string; url: string; access: unknown; hidden: boolean }[] = [];
   const s = await build(t, {
     onRoute: (r) => {
-      for (const method of [r.method].flat()) if (method !== 'HEAD') routes.push({ method, url: r.url, access: r.config?.access });
+      for (const method of [r.method].flat()) if (method !== 'HEAD') routes.push({ method, url: r.url, access: r.config?.access, hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true });
     },
   });
   const res = await s.request('GET', '/openapi.json');
@@ -40,7 +40,8 @@ test('the document is valid OpenAPI 3.1 and lists every route with an id, a tag,
       assert.ok(op.responses['500']?.content?.['application/problem+json'], `${method} ${path}: problem+json errors`);
     }
   }
-  const expected = routes.filter((r) => r.url !== '/openapi.json' && !r.url.includes('*'));
+  // Routes marked `hide` (the console's pages and files, the reference page) are not API.
+  const expected = routes.filter((r) => r.url !== '/openapi.json' && !r.hidden && !r.url.includes('*'));
   assert.ok(expected.length > 40, `${expected.length} routes registered`);
   for (const r of expected) {
     const path = r.url.replace(/:([A-Za-z]+)/g, '{$1}');
@@ -89,4 +90,11 @@ test('real answers validate against the schemas the document gives for them', as
   check('/auth/login', 'post', await s.request('POST', '/auth/login', { body: { email: s.owner.email, password: 'wrong-password' } }));
   check('/billing/plan', 'get', await s.request('GET', '/billing/plan', { token }));
   check('/templates', 'get', await s.request('GET', '/templates', { token }));
+  check('/auth/me', 'get', await s.request('GET', '/auth/me', { token }));
+  check('/workflows/{id}/webhook/test', 'post', await s.request('POST', `/workflows/${wf.body.id}/webhook/test`, { token, body: { body: { email: 'dry@example.com' } } }));
+  const invitation = await s.request('POST', '/memberships/invitations', { token, body: { email: 'new@example.com', role: 'VIEWER' } });
+  check('/memberships/invitations', 'get', await s.request('GET', '/memberships/invitations', { token }));
+  check('/invitations/inspect', 'post', await s.request('POST', '/invitations/inspect', { body: { token: invitation.body.token } }));
+  check('/invitations/accept', 'post', await s.request('POST', '/invitations/accept', { body: { token: invitation.body.token, password: 'a-long-password' } }));
+  check('/invitations/accept', 'post', await s.request('POST', '/invitations/accept', { body: { token: invitation.body.token, password: 'a-long-password' } }));
 });

@@ -1,11 +1,11 @@
 import { and, asc, eq, gt, isNull } from 'drizzle-orm';
-import { SignJWT, errors as joseErrors, jwtVerify } from 'jose';
+import { SignJWT, errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
 import { recordAudit } from '../audit.js';
 import { nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { hashPassword, randomBase62, randomToken, sha256Hex, verifyPassword } from '../crypto.js';
 import { memberships, sessions, users, workspaces, type Plan, type Role } from '../db/schema.js';
 import { AppError, ForbiddenError, RateLimitError, UnauthorizedError, ValidationError } from '../errors.js';
-import { findApiKey, isWellFormedApiKey, looksLikeApiKey, touchApiKey } from './apiKeys.js';
+import { findApiKey, isTestKey, isWellFormedApiKey, looksLikeApiKey, touchApiKey } from './apiKeys.js';
 import { minimumPlanForKeyRole, planAtLeast } from '../roles.js';
 import { normalizeEmail, passwordProblem } from '../validation.js';
 import { WindowCounter, type WindowRule } from '../rateLimit.js';
@@ -27,6 +27,8 @@ export interface Principal {
   label: string;
   /** For a user: the session (refresh family) the access token was minted in. */
   sessionId: string | null;
+  /** The workspace is a sandbox (reached with `svc_test_` keys or a session switched into it). */
+  sandbox: boolean;
 }
 
 export interface LoginResult {
@@ -133,6 +135,22 @@ function membershipsOf(ctx: Pick<SystemContext, 'db'>, userId: number): Membersh
 }
 
 /**
+ * The user's membership in one workspace. Members of a live workspace have the same role in
+ * its sandbox (a sandbox has no members of its own), so for a sandbox this is the membership
+ * in its live twin, named with the sandbox's id, name and plan.
+ */
+function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, workspaceId: number): (MembershipRow & { sandbox: boolean }) | undefined {
+  const w = ctx.db.select({ id: workspaces.id, name: workspaces.name, plan: workspaces.plan, sandboxOf: workspaces.sandboxOf }).from(workspaces).where(eq(workspaces.id, workspaceId)).get();
+  if (!w) return undefined;
+  const m = ctx.db
+    .select({ role: memberships.role })
+    .from(memberships)
+    .where(and(eq(memberships.userId, userId), eq(memberships.workspaceId, w.sandboxOf ?? w.id)))
+    .get();
+  return m && { workspaceId: w.id, name: w.name, plan: w.plan, role: m.role, sandbox: w.sandboxOf !== null };
+}
+
+/**
  * Stores a refresh token of a session family. `expiresAt` is the family's absolute end,
  * fixed at login (config.sessionMaxDays) and inherited by every rotation, so refreshing
  * never makes a session outlive it.
@@ -148,6 +166,37 @@ function secondsUntil(iso: string): number {
   return Math.max(0, Math.floor((Date.parse(iso) - Date.now()) / 1000));
 }
 
+type UserRow = typeof users.$inferSelect;
+
+/**
+ * Opens a session family for a user in one of their workspaces: a refresh token (stored
+ * hashed, ending at `expiresAt`) and an access token. `alsoInTransaction` runs in the same
+ * transaction (the audit entry, ending a replaced session).
+ */
+async function openSession(
+  ctx: SystemContext,
+  user: UserRow,
+  chosen: MembershipRow,
+  expiresAt: string,
+  alsoInTransaction: (tx: SystemContext) => void = () => {},
+): Promise<LoginResult> {
+  const familyId = randomToken(16);
+  const refreshToken = withTransaction(ctx, (tx) => {
+    alsoInTransaction(tx);
+    return issueRefreshToken(tx, user.id, chosen.workspaceId, familyId, expiresAt);
+  });
+  return {
+    token: await signAccessToken(ctx, user.id, chosen.workspaceId, chosen.role, familyId),
+    expiresIn: ACCESS_TOKEN_SECONDS,
+    refreshToken,
+    refreshMaxAge: secondsUntil(expiresAt),
+    user: { id: user.id, email: user.email, name: user.name, isSuperAdmin: user.isSuperAdmin },
+    workspace: { id: chosen.workspaceId, name: chosen.name, plan: chosen.plan, role: chosen.role },
+  };
+}
+
+const newSessionEnd = (ctx: Pick<SystemContext, 'config'>) => new Date(Date.now() + ctx.config.sessionMaxDays * 86_400_000).toISOString();
+
 export async function login(
   ctx: SystemContext,
   throttle: LoginThrottle,
@@ -162,8 +211,7 @@ export async function login(
     throttle.fail(email, ctx.ip);
     throw invalidCredentials();
   }
-  const all = membershipsOf(ctx, user.id);
-  const chosen = input.workspaceId === undefined ? all[0] : all.find((m) => m.workspaceId === input.workspaceId);
+  const chosen = input.workspaceId === undefined ? membershipsOf(ctx, user.id)[0] : membershipIn(ctx, user.id, input.workspaceId);
   if (!chosen) {
     throttle.fail(email, ctx.ip);
     throw input.workspaceId === undefined
@@ -171,26 +219,13 @@ export async function login(
       : new AppError(403, 'not_a_member', `This user is not a member of workspace ${input.workspaceId}`);
   }
   throttle.succeed(email, ctx.ip);
-  const familyId = randomToken(16);
-  const sessionExpiresAt = new Date(Date.now() + ctx.config.sessionMaxDays * 86_400_000).toISOString();
-  const token = await signAccessToken(ctx, user.id, chosen.workspaceId, chosen.role, familyId);
-  const refreshToken = withTransaction(ctx, (tx) => {
-    const rt = issueRefreshToken(tx, user.id, chosen.workspaceId, familyId, sessionExpiresAt);
+  return openSession(ctx, user, chosen, newSessionEnd(ctx), (tx) =>
     recordAudit({ ...tx, actor: { type: 'USER', id: user.id, label: user.email } }, {
       workspaceId: chosen.workspaceId,
       action: 'auth.login',
       target: { type: 'user', id: user.id },
-    });
-    return rt;
-  });
-  return {
-    token,
-    expiresIn: ACCESS_TOKEN_SECONDS,
-    refreshToken,
-    refreshMaxAge: secondsUntil(sessionExpiresAt),
-    user: { id: user.id, email: user.email, name: user.name, isSuperAdmin: user.isSuperAdmin },
-    workspace: { id: chosen.workspaceId, name: chosen.name, plan: chosen.plan, role: chosen.role },
-  };
+    }),
+  );
 }
 
 /**
@@ -223,11 +258,15 @@ export async function changePassword(
   });
 }
 
+/** How long a rotated refresh token may still be presented by another tab (API.md section 8). */
+export const REFRESH_REUSE_GRACE_MS = 10_000;
+
 const invalidRefresh = () => new UnauthorizedError('invalid_refresh_token', 'The session has ended; log in again');
 
 /**
- * Rotates a refresh token. A token that was already rotated is a sign of theft: the
- * whole family (every token descended from that login) is revoked.
+ * Rotates a refresh token. A token that was already rotated more than
+ * REFRESH_REUSE_GRACE_MS ago is a sign of theft: the whole family (every token descended
+ * from that login) is revoked.
  */
 export async function refresh(
   ctx: SystemContext,
@@ -238,18 +277,18 @@ export async function refresh(
     const row = tx.db.select().from(sessions).where(eq(sessions.tokenHash, sha256Hex(refreshToken))).get();
     if (!row || row.revokedAt || row.expiresAt <= nowIso()) return { error: true as const };
     const actor = { type: 'USER' as const, id: row.userId, label: null };
-    if (row.rotatedAt) {
+    // Tabs of one browser share one cookie: a token presented again within the grace after
+    // its rotation (another tab refreshing at the same moment) gets a sibling of its
+    // successor instead of ending the family. Later reuse is theft and ends it.
+    const inGrace = row.rotatedAt !== null && Date.parse(row.rotatedAt) > Date.now() - REFRESH_REUSE_GRACE_MS;
+    if (row.rotatedAt && !inGrace) {
       tx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt))).run();
       recordAudit({ ...tx, actor }, { workspaceId: row.workspaceId, action: 'auth.refresh_reuse_detected', target: { type: 'user', id: row.userId } });
       return { error: true as const };
     }
-    const membership = tx.db
-      .select({ role: memberships.role })
-      .from(memberships)
-      .where(and(eq(memberships.userId, row.userId), eq(memberships.workspaceId, row.workspaceId)))
-      .get();
+    const membership = membershipIn(tx, row.userId, row.workspaceId);
     if (!membership) return { error: true as const };
-    tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id)).run();
+    if (!inGrace) tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id)).run();
     const next = issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt);
     return { error: false as const, next, userId: row.userId, workspaceId: row.workspaceId, role: membership.role, familyId: row.familyId, expiresAt: row.expiresAt };
   });
@@ -272,7 +311,7 @@ export function logout(ctx: SystemContext, refreshToken: string | undefined): vo
 const invalidToken = (detail = 'The access token is invalid or has expired') => new UnauthorizedError('invalid_token', detail);
 
 async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token: string): Promise<Principal> {
-  let payload;
+  let payload: JWTPayload;
   try {
     ({ payload } = await jwtVerify(token, jwtKey(ctx), { algorithms: [JWT_ALG], issuer: JWT_ISSUER, requiredClaims: ['exp', 'sub'] }));
   } catch (err) {
@@ -290,22 +329,20 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
     .where(and(eq(sessions.familyId, sessionId), eq(sessions.userId, userId), isNull(sessions.revokedAt), gt(sessions.expiresAt, nowIso())))
     .get();
   if (!live) throw new UnauthorizedError('session_ended', 'The session has ended; log in again');
-  // The role comes from the membership as it is now, so a demotion or removal applies at once.
-  const row = ctx.db
-    .select({ role: memberships.role, plan: workspaces.plan, email: users.email, isSuperAdmin: users.isSuperAdmin })
-    .from(memberships)
-    .innerJoin(users, eq(users.id, memberships.userId))
-    .innerJoin(workspaces, eq(workspaces.id, memberships.workspaceId))
-    .where(and(eq(memberships.userId, userId), eq(memberships.workspaceId, workspaceId)))
-    .get();
-  if (!row) throw invalidToken('The user is no longer a member of this workspace');
-  return { kind: 'user', workspaceId, role: row.role, plan: row.plan, userId, apiKeyId: null, isSuperAdmin: row.isSuperAdmin, label: row.email, sessionId };
+  // The role comes from the membership as it is now, so a demotion or removal applies at once
+  // (for a sandbox: the membership in its live twin).
+  const membership = membershipIn(ctx, userId, workspaceId);
+  const user = membership && ctx.db.select({ email: users.email, isSuperAdmin: users.isSuperAdmin }).from(users).where(eq(users.id, userId)).get();
+  if (!membership || !user) throw invalidToken('The user is no longer a member of this workspace');
+  return { kind: 'user', workspaceId, role: membership.role, plan: membership.plan, userId, apiKeyId: null, isSuperAdmin: user.isSuperAdmin, label: user.email, sessionId, sandbox: membership.sandbox };
 }
 
 function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Principal {
   if (!isWellFormedApiKey(key)) throw new UnauthorizedError('invalid_api_key', 'The API key is malformed');
   const found = findApiKey(ctx, key);
   if (!found) throw new UnauthorizedError('invalid_api_key', 'The API key is not valid');
+  // A key acts only on its own side: svc_test_ keys on sandboxes, svc_live_ keys on live workspaces.
+  if (found.sandbox !== isTestKey(key)) throw new UnauthorizedError('invalid_api_key', 'The API key is not valid');
   if (found.revoked) throw new UnauthorizedError('api_key_revoked', 'The API key has been revoked');
   if (!planAtLeast(found.plan, minimumPlanForKeyRole(found.role))) {
     throw new UnauthorizedError('api_key_plan_restricted', `${found.role} keys do not authenticate on the ${found.plan} plan; raise the plan or use a VIEWER key`);
@@ -321,6 +358,7 @@ function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Princi
     isSuperAdmin: false,
     label: found.name,
     sessionId: null,
+    sandbox: found.sandbox,
   };
 }
 
@@ -331,4 +369,88 @@ export async function authenticate(ctx: Pick<SystemContext, 'db' | 'config'>, au
   if (!match) throw new UnauthorizedError('invalid_authorization', 'The Authorization header must be "Bearer <token>"');
   const token = match[1]!;
   return looksLikeApiKey(token) ? authenticateApiKey(ctx, token) : authenticateJwt(ctx, token);
+}
+
+/** `GET /auth/me`: who is calling, in which workspace, and which other workspaces they may switch to. */
+export interface MeView {
+  user: { id: number; email: string; name: string | null } | null;
+  /** Set when the caller is an API key rather than a signed-in user. */
+  apiKey: { id: number; name: string } | null;
+  superAdmin: boolean;
+  workspace: { id: number; name: string; plan: Plan };
+  role: Role;
+  memberships: { workspaceId: number; name: string; role: Role }[];
+}
+
+export function me(ctx: WorkspaceContext, principal: Principal): MeView {
+  const workspace = ctx.db
+    .select({ id: workspaces.id, name: workspaces.name, plan: workspaces.plan })
+    .from(workspaces)
+    .where(eq(workspaces.id, principal.workspaceId))
+    .get();
+  if (!workspace) throw invalidToken('The workspace no longer exists');
+  if (principal.kind === 'api_key') {
+    return {
+      user: null,
+      apiKey: { id: principal.apiKeyId!, name: principal.label },
+      superAdmin: false,
+      workspace,
+      role: principal.role,
+      memberships: [{ workspaceId: workspace.id, name: workspace.name, role: principal.role }],
+    };
+  }
+  const user = ctx.db.select({ id: users.id, email: users.email, name: users.name }).from(users).where(eq(users.id, principal.userId!)).get();
+  if (!user) throw invalidToken();
+  return {
+    user,
+    apiKey: null,
+    superAdmin: principal.isSuperAdmin,
+    workspace,
+    role: principal.role,
+    memberships: membershipsOf(ctx, user.id).map((m) => ({ workspaceId: m.workspaceId, name: m.name, role: m.role })),
+  };
+}
+
+/**
+ * `POST /auth/switch`: a signed-in user moves to another of their workspaces. The answer is
+ * a new session for that workspace, ending at the same time as the one it replaces (a
+ * switch never lengthens a session); the session it replaces ends, like a logout.
+ */
+export async function switchWorkspace(ctx: WorkspaceContext, principal: Principal, workspaceId: number): Promise<LoginResult> {
+  if (principal.kind !== 'user' || principal.userId === null || principal.sessionId === null) {
+    throw new ForbiddenError('Only a signed-in user can switch workspaces; an API key belongs to one');
+  }
+  const userId = principal.userId;
+  const user = ctx.db.select().from(users).where(eq(users.id, userId)).get();
+  if (!user) throw invalidToken();
+  const target = membershipIn(ctx, userId, workspaceId);
+  if (!target) throw new AppError(403, 'not_a_member', `You are not a member of workspace ${workspaceId}`);
+  const current = ctx.db
+    .select({ expiresAt: sessions.expiresAt })
+    .from(sessions)
+    .where(and(eq(sessions.familyId, principal.sessionId), isNull(sessions.revokedAt)))
+    .orderBy(asc(sessions.id))
+    .get();
+  if (!current) throw new UnauthorizedError('session_ended', 'The session has ended; log in again');
+  const replaced = principal.sessionId;
+  return openSession(ctx, user, target, current.expiresAt, (tx) => {
+    tx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(eq(sessions.familyId, replaced), isNull(sessions.revokedAt))).run();
+    recordAudit({ ...tx, actor: { type: 'USER', id: userId, label: user.email } }, {
+      workspaceId,
+      action: 'auth.switched',
+      target: { type: 'user', id: userId },
+      metadata: { fromWorkspaceId: principal.workspaceId },
+    });
+  });
+}
+
+/**
+ * A new session for a user who has just proved who they are another way (accepting an
+ * invitation): the same answer as a login, in the given workspace.
+ */
+export async function startSession(ctx: SystemContext, userId: number, workspaceId: number): Promise<LoginResult> {
+  const user = ctx.db.select().from(users).where(eq(users.id, userId)).get();
+  const chosen = membershipIn(ctx, userId, workspaceId);
+  if (!user || !chosen) throw new AppError(403, 'not_a_member', `This user is not a member of workspace ${workspaceId}`);
+  return openSession(ctx, user, chosen, newSessionEnd(ctx));
 }

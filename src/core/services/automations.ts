@@ -61,7 +61,7 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
   const triggers = graph.nodes.filter((n) => n.type === 'trigger');
   if (triggers.length !== 1) fail('/graph/nodes', `must have exactly one trigger node (found ${triggers.length})`);
 
-  const out = new Map<string, typeof graph.edges>();
+  const out = new Map<string, (AutomationGraph['edges'][number] & { index: number })[]>();
   graph.edges.forEach((edge, i) => {
     const base = `/graph/edges/${i}`;
     if (!ids.has(edge.from)) fail(`${base}/from`, `no node has id ${JSON.stringify(edge.from)}`);
@@ -74,24 +74,27 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
     const siblings = out.get(edge.from) ?? [];
     if (from && from.type !== 'condition' && siblings.length) fail(base, `node ${JSON.stringify(edge.from)} already has a way out; branch with a condition node`);
     if (from?.type === 'condition' && siblings.some((s) => s.branch === edge.branch)) fail(`${base}/branch`, `node ${JSON.stringify(edge.from)} already has a ${edge.branch} branch`);
-    out.set(edge.from, [...siblings, edge]);
+    out.set(edge.from, [...siblings, { ...edge, index: i }]);
   });
 
-  // Cycles: depth-first search with colours.
+  // Cycles: depth-first search with colours; the edge that closes a cycle is the one named,
+  // so an editor can highlight it.
   const state = new Map<string, 1 | 2>();
-  const visit = (id: string): boolean => {
+  const visit = (id: string): (AutomationGraph['edges'][number] & { index: number }) | undefined => {
     state.set(id, 1);
     for (const e of out.get(id) ?? []) {
       const s = state.get(e.to);
-      if (s === 1) return true;
-      if (s === undefined && ids.has(e.to) && visit(e.to)) return true;
+      if (s === 1) return e;
+      const closing = s === undefined && ids.has(e.to) ? visit(e.to) : undefined;
+      if (closing) return closing;
     }
     state.set(id, 2);
-    return false;
+    return undefined;
   };
   for (const id of ids.keys()) {
-    if (!state.has(id) && visit(id)) {
-      fail('/graph/edges', 'the graph has a cycle');
+    const closing = state.has(id) ? undefined : visit(id);
+    if (closing) {
+      fail(`/graph/edges/${closing.index}`, `closes a cycle (${JSON.stringify(closing.from)} back to ${JSON.stringify(closing.to)}); a run must always move forward`);
       break;
     }
   }

@@ -1,4 +1,4 @@
-import { and, desc, eq, isNull, lt, ne, type SQL } from 'drizzle-orm';
+import { and, desc, eq, gt, isNull, lt, ne, type SQL } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import { hashPassword, randomToken, sha256Hex } from '../crypto.js';
@@ -49,6 +49,17 @@ export interface InvitationEmail {
 export interface InvitationAccepted {
   user: UserView;
   workspace: { id: number; name: string; plan: Plan; role: Role };
+  /** Whether the acceptance created the account (and so may sign the invitee in). */
+  accountCreated: boolean;
+}
+
+/** `POST /invitations/inspect`: what the accept page shows before the invitee decides. */
+export interface InvitationInspected {
+  workspaceName: string;
+  email: string;
+  role: Role;
+  expiresAt: string;
+  accountExists: boolean;
 }
 
 const DAY_MS = 86_400_000;
@@ -198,15 +209,7 @@ export function createInvitation(
  * so two concurrent accepts cannot both succeed); past expiresAt is 410 invitation_expired.
  */
 export async function acceptInvitation(ctx: SystemContext, input: { token: string; name?: string | undefined; password?: string | undefined }): Promise<InvitationAccepted> {
-  const tokenHash = sha256Hex(input.token);
-  const lookup = () => ctx.db.select().from(invitations).where(eq(invitations.tokenHash, tokenHash)).get();
-  const check = (row: typeof invitations.$inferSelect | undefined): typeof invitations.$inferSelect => {
-    if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', 'No invitation has this token');
-    if (row.acceptedAt) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
-    if (row.expiresAt <= nowIso()) throw new AppError(410, 'invitation_expired', 'This invitation has expired; ask for a new one');
-    return row;
-  };
-  const first = check(lookup());
+  const first = usableInvitation(ctx, input.token);
   // Hash outside the transaction (it is slow); only needed when the account is new.
   let passwordHash: string | null = null;
   if (!findUserByEmail(ctx, first.email)) {
@@ -218,7 +221,7 @@ export async function acceptInvitation(ctx: SystemContext, input: { token: strin
     passwordHash = await hashPassword(input.password);
   }
   return withTransaction(ctx, (tx) => {
-    const invitation = check(lookup());
+    const invitation = usableInvitation(tx, input.token);
     const wctx: WorkspaceContext = { ...tx, workspaceId: invitation.workspaceId };
     const workspace = getWorkspace(tx, invitation.workspaceId);
     let user = findUserByEmail(tx, invitation.email);
@@ -257,6 +260,59 @@ export async function acceptInvitation(ctx: SystemContext, input: { token: strin
       target: { type: 'membership', id: membership.id },
       metadata: { userId: user.id, email: user.email, role: invitation.role, invitationId: invitation.id },
     });
-    return { user: userView(user), workspace: { id: workspace.id, name: workspace.name, plan: workspace.plan, role: membership.role } };
+    return { user: userView(user), workspace: { id: workspace.id, name: workspace.name, plan: workspace.plan, role: membership.role }, accountCreated: created };
+  });
+}
+
+/** The invitation a token names, if it can still be accepted (the same refusals as accepting). */
+function usableInvitation(ctx: Pick<SystemContext, 'db'>, token: string): typeof invitations.$inferSelect {
+  const row = ctx.db.select().from(invitations).where(eq(invitations.tokenHash, sha256Hex(token))).get();
+  if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', 'No invitation has this token');
+  if (row.acceptedAt) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
+  if (row.expiresAt <= nowIso()) throw new AppError(410, 'invitation_expired', 'This invitation has expired; ask for a new one');
+  return row;
+}
+
+/** Reads an invitation by its token without using it: the accept page asks for a name and password only when the account is new. */
+export function inspectInvitation(ctx: SystemContext, token: string): InvitationInspected {
+  const row = usableInvitation(ctx, token);
+  const workspace = getWorkspace(ctx, row.workspaceId);
+  return { workspaceName: workspace.name, email: row.email, role: row.role, expiresAt: row.expiresAt, accountExists: findUserByEmail(ctx, row.email) !== undefined };
+}
+
+/** `GET /memberships/invitations`: the workspace's pending invitations (never their tokens), newest first. */
+export function listInvitations(ctx: WorkspaceContext, page: PageRequest): Page<InvitationView & { createdAt: string }> {
+  const after = decodeCursor(page.cursor);
+  const rows = ctx.db
+    .select({ id: invitations.id, email: invitations.email, role: invitations.role, expiresAt: invitations.expiresAt, createdAt: invitations.createdAt })
+    .from(invitations)
+    .where(
+      inWorkspace(
+        ctx,
+        invitations.workspaceId,
+        isNull(invitations.acceptedAt),
+        isNull(invitations.revokedAt),
+        gt(invitations.expiresAt, nowIso()),
+        after === undefined ? undefined : lt(invitations.id, after),
+      ),
+    )
+    .orderBy(desc(invitations.id))
+    .limit(page.limit + 1)
+    .all();
+  return toPage(rows, page.limit, (r) => r);
+}
+
+/** `DELETE /memberships/invitations/:id`: withdraws a pending invitation; its token stops working at once. */
+export function revokeInvitation(ctx: WorkspaceContext, id: number): void {
+  withTransaction(ctx, (tx) => {
+    const row = tx.db
+      .select({ id: invitations.id, email: invitations.email, acceptedAt: invitations.acceptedAt, revokedAt: invitations.revokedAt })
+      .from(invitations)
+      .where(inWorkspace(tx, invitations.workspaceId, eq(invitations.id, id)))
+      .get();
+    if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', `No invitation with id ${id}`);
+    if (row.acceptedAt) throw new ConflictError('invitation_used', 'This invitation has already been accepted; remove the membership instead');
+    tx.db.update(invitations).set({ revokedAt: nowIso() }).where(and(eq(invitations.id, id), isNull(invitations.acceptedAt))).run();
+    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.revoked', target: { type: 'invitation', id }, metadata: { email: row.email } });
   });
 }

@@ -1,24 +1,49 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
-import { changePassword, login, logout, refresh, type LoginThrottle } from '../../core/services/auth.js';
+import { changePassword, login, logout, me, refresh, switchWorkspace, type LoginResult, type LoginThrottle } from '../../core/services/auth.js';
 import type { App } from '../app.js';
-import { Plan, Role, User } from '../schemas.js';
+import { Nullable, Plan, Role, User } from '../schemas.js';
 
 export const REFRESH_COOKIE = 'svc_refresh';
 
 const TokenResponse = { token: Type.String(), expiresIn: Type.Integer() };
 
+/**
+ * Sets the HttpOnly refresh cookie. It lives as long as the session may (its absolute
+ * end), never longer, and is sent only to /auth.
+ */
+export function setRefreshCookie(reply: FastifyReply, publicUrl: string, token: string, maxAge: number): void {
+  reply.setCookie(REFRESH_COOKIE, token, {
+    httpOnly: true,
+    sameSite: 'strict',
+    path: '/auth',
+    secure: reply.request.protocol === 'https' || publicUrl.startsWith('https:'),
+    maxAge,
+  });
+}
+
+/** A session as the login answers it (the refresh token goes in the cookie, never the body). */
+export function sessionAnswer(result: LoginResult) {
+  return { token: result.token, expiresIn: result.expiresIn, user: result.user, workspace: result.workspace };
+}
+
+const SessionResponse = Type.Object({
+  ...TokenResponse,
+  user: User,
+  workspace: Type.Object({ id: Type.Integer(), name: Type.String(), plan: Plan, role: Role }),
+});
+
+const MeResponse = Type.Object({
+  user: Nullable(Type.Object({ id: Type.Integer(), email: Type.String(), name: Nullable(Type.String()) })),
+  apiKey: Nullable(Type.Object({ id: Type.Integer(), name: Type.String() })),
+  superAdmin: Type.Boolean(),
+  workspace: Type.Object({ id: Type.Integer(), name: Type.String(), plan: Plan }),
+  role: Role,
+  memberships: Type.Array(Type.Object({ workspaceId: Type.Integer(), name: Type.String(), role: Role })),
+});
+
 export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publicUrl: string }): Promise<void> {
-  /** The cookie lives as long as the session may (its absolute end), never longer. */
-  function setRefreshCookie(reply: FastifyReply, token: string, maxAge: number): void {
-    reply.setCookie(REFRESH_COOKIE, token, {
-      httpOnly: true,
-      sameSite: 'strict',
-      path: '/auth',
-      secure: reply.request.protocol === 'https' || opts.publicUrl.startsWith('https:'),
-      maxAge,
-    });
-  }
+  const setCookie = (reply: FastifyReply, token: string, maxAge: number) => setRefreshCookie(reply, opts.publicUrl, token, maxAge);
 
   app.post(
     '/auth/login',
@@ -33,19 +58,36 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
           },
           { additionalProperties: false },
         ),
-        response: {
-          200: Type.Object({
-            ...TokenResponse,
-            user: User,
-            workspace: Type.Object({ id: Type.Integer(), name: Type.String(), plan: Plan, role: Role }),
-          }),
-        },
+        response: { 200: SessionResponse },
       },
     },
     async (req, reply) => {
       const result = await login(req.systemCtx(), opts.throttle, req.body);
-      setRefreshCookie(reply, result.refreshToken, result.refreshMaxAge);
-      return { token: result.token, expiresIn: result.expiresIn, user: result.user, workspace: result.workspace };
+      setCookie(reply, result.refreshToken, result.refreshMaxAge);
+      return sessionAnswer(result);
+    },
+  );
+
+  // Who is calling: the console's first request after a login or a reload.
+  app.get('/auth/me', { config: { access: { role: 'VIEWER' } }, schema: { summary: 'Who is calling: the user or key, the workspace, the role and every membership', response: { 200: MeResponse } } }, async (req) =>
+    me(req.workspaceCtx(), req.principal!),
+  );
+
+  // Another workspace of the same user: a new session there (the current one ends).
+  app.post(
+    '/auth/switch',
+    {
+      config: { access: { role: 'VIEWER' } },
+      schema: {
+        summary: 'Switch the signed-in user to another of their workspaces (a new session there)',
+        body: Type.Object({ workspaceId: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) }, { additionalProperties: false }),
+        response: { 200: SessionResponse },
+      },
+    },
+    async (req, reply) => {
+      const result = await switchWorkspace(req.workspaceCtx(), req.principal!, req.body.workspaceId);
+      setCookie(reply, result.refreshToken, result.refreshMaxAge);
+      return sessionAnswer(result);
     },
   );
 
@@ -54,7 +96,7 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
     { config: { access: 'public' }, schema: { response: { 200: Type.Object(TokenResponse) } } },
     async (req, reply) => {
       const result = await refresh(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
-      setRefreshCookie(reply, result.refreshToken, result.refreshMaxAge);
+      setCookie(reply, result.refreshToken, result.refreshMaxAge);
       return { token: result.token, expiresIn: result.expiresIn };
     },
   );

@@ -6,10 +6,17 @@ import { FreeObject, IdParams, ListQuery, pageOf, RunStarted, WorkflowStatus } f
 const read = { role: 'VIEWER' as const };
 const write = { role: 'MEMBER' as const };
 
+/** Where the console's editor drew a node; finite numbers within a generous canvas. */
+const Coordinate = Type.Number({ minimum: -1e6, maximum: 1e6 });
+const Position = Type.Object({ x: Coordinate, y: Coordinate }, { additionalProperties: false });
+
 const Graph = Type.Object(
   {
     nodes: Type.Array(
-      Type.Object({ id: Type.String({ minLength: 1, maxLength: 100 }), type: Type.String({ minLength: 1, maxLength: 50 }), data: FreeObject }, { additionalProperties: false }),
+      Type.Object(
+        { id: Type.String({ minLength: 1, maxLength: 100 }), type: Type.String({ minLength: 1, maxLength: 50 }), data: FreeObject, position: Type.Optional(Position) },
+        { additionalProperties: false },
+      ),
       { maxItems: 200 },
     ),
     edges: Type.Array(
@@ -28,7 +35,7 @@ export const Automation = Type.Object({
   name: Type.String(),
   status: WorkflowStatus,
   graph: Type.Object({
-    nodes: Type.Array(Type.Object({ id: Type.String(), type: Type.String(), data: FreeObject })),
+    nodes: Type.Array(Type.Object({ id: Type.String(), type: Type.String(), data: FreeObject, position: Type.Optional(Position) })),
     edges: Type.Array(Type.Object({ from: Type.String(), to: Type.String(), branch: Type.Optional(Type.Boolean()) })),
   }),
   createdAt: Type.String(),

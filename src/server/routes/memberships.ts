@@ -1,25 +1,43 @@
 import { Type } from '@sinclair/typebox';
+import { startSession } from '../../core/services/auth.js';
 import {
   acceptInvitation,
   changeMembershipRole,
   createInvitation,
+  inspectInvitation,
   inviteMember,
+  listInvitations,
   listMemberships,
   removeMembership,
+  revokeInvitation,
 } from '../../core/services/memberships.js';
 import type { WorkspaceContext } from '../../core/context.js';
 import type { InvitationEmail } from '../../core/services/memberships.js';
 import { deliverWithRetries } from '../../engine/deliver.js';
 import type { App } from '../app.js';
 import { IdParams, InvitationAccepted, InvitationAcceptInput, InvitationCreated, ListQuery, Membership, MembershipInput, pageOf, Role } from '../schemas.js';
+import { sessionAnswer, setRefreshCookie } from './auth.js';
 
 /** An invitation as answered by POST /memberships: no token (it went by email). */
 const InvitationSent = Type.Object({ id: Type.Integer(), email: Type.String(), role: Role, expiresAt: Type.String() });
 
+/** A pending invitation as listed: no token (only its hash is stored). */
+const PendingInvitation = Type.Object({ id: Type.Integer(), email: Type.String(), role: Role, expiresAt: Type.String(), createdAt: Type.String() });
+
+const InvitationToken = Type.Object({ token: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
+
+const InvitationInspected = Type.Object({
+  workspaceName: Type.String(),
+  email: Type.String(),
+  role: Role,
+  expiresAt: Type.String(),
+  accountExists: Type.Boolean(),
+});
+
 const read = { role: 'VIEWER' as const };
 const admin = { role: 'ADMIN' as const };
 
-export async function membershipRoutes(app: App): Promise<void> {
+export async function membershipRoutes(app: App, opts: { publicUrl: string }): Promise<void> {
   // Invitation emails are sent (and retried) after the 201; closing the server stops the
   // waiting between tries and lets tries in flight finish.
   const closing = new AbortController();
@@ -83,9 +101,37 @@ export async function membershipRoutes(app: App): Promise<void> {
     },
   );
 
+  app.get(
+    '/memberships/invitations',
+    { config: { access: admin }, schema: { summary: 'List pending invitations (without their tokens)', querystring: ListQuery, response: { 200: pageOf(PendingInvitation) } } },
+    async (req) => listInvitations(req.workspaceCtx(), req.query),
+  );
+
+  app.delete('/memberships/invitations/:id', { config: { access: admin }, schema: { summary: 'Withdraw a pending invitation', params: IdParams } }, async (req, reply) => {
+    revokeInvitation(req.workspaceCtx(), req.params.id);
+    return reply.code(204).send();
+  });
+
+  // What the accept page shows before the invitee acts; the token is the credential.
+  app.post(
+    '/invitations/inspect',
+    { config: { access: 'public' }, schema: { summary: 'Read an invitation by its token before accepting it', body: InvitationToken, response: { 200: InvitationInspected } } },
+    async (req) => inspectInvitation(req.systemCtx(), req.body.token),
+  );
+
+  // A new account is signed in at once, like a login (token in the body, refresh cookie).
+  // An existing account is not: the invitation token proves access to the mailbox, not
+  // the account, and the inviting admin has seen the token; that user logs in as usual.
   app.post(
     '/invitations/accept',
     { config: { access: 'public' }, schema: { body: InvitationAcceptInput, response: { 200: InvitationAccepted } } },
-    async (req) => acceptInvitation(req.systemCtx(), req.body),
+    async (req, reply) => {
+      const ctx = req.systemCtx();
+      const accepted = await acceptInvitation(ctx, req.body);
+      if (!accepted.accountCreated) return { ...accepted, signedIn: false };
+      const session = await startSession(ctx, accepted.user.id, accepted.workspace.id);
+      setRefreshCookie(reply, opts.publicUrl, session.refreshToken, session.refreshMaxAge);
+      return { ...accepted, ...sessionAnswer(session), signedIn: true };
+    },
   );
 }
