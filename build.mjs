@@ -1,8 +1,9 @@
 // Bundles the program with esbuild into dist/: svc.js (CLI and server) and worker.js (the
-// run engine's worker threads).
+// run engine's worker threads), and the web console into dist/console (src/console/build.mjs).
 // Migrations are copied beside the bundle.
 import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { build } from 'esbuild';
+import { buildConsole } from './src/console/build.mjs';
 
 const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8'));
 
@@ -33,4 +34,7 @@ await build({
   logLevel: 'warning',
 });
 cpSync('migrations', 'dist/migrations', { recursive: true });
+// The API reference page at /docs (Swagger UI), served from the bundle so it works offline.
+for (const file of ['swagger-ui.css', 'swagger-ui-bundle.js']) cpSync(`node_modules/swagger-ui-dist/${file}`, `dist/docs/${file}`);
 console.log('built dist/svc.js and dist/worker.js');
+await buildConsole();

@@ -1,0 +1,183 @@
+// The console's one API client: typed by the server's OpenAPI document (schema.d.ts), the
+// access token in memory only, and one refresh (the HttpOnly cookie) when a call answers 401.
+import type { paths } from './schema';
+
+type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
+type Operation<P extends keyof paths, M extends Method> = paths[P][M];
+type Json<R> = R extends { content: { 'application/json': infer B } } ? B : undefined;
+type Responses<O> = O extends { responses: infer R } ? R : never;
+/** The body of the success answer (200, 201 or 202; 204 is undefined). */
+export type ResultOf<P extends keyof paths, M extends Method> =
+  Responses<Operation<P, M>> extends infer R
+    ? 200 extends keyof R
+      ? Json<R[200]>
+      : 201 extends keyof R
+        ? Json<R[201]>
+        : 202 extends keyof R
+          ? Json<R[202]>
+          : undefined
+    : never;
+export type BodyOf<P extends keyof paths, M extends Method> =
+  Operation<P, M> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;
+export type QueryOf<P extends keyof paths, M extends Method> =
+  Operation<P, M> extends { parameters: { query?: infer Q } } ? Partial<NonNullable<Q>> : never;
+type PathParams<P extends keyof paths, M extends Method> =
+  Operation<P, M> extends { parameters: { path: infer Q } } ? Q : never;
+
+export interface CallOptions<P extends keyof paths, M extends Method> {
+  params?: PathParams<P, M>;
+  query?: QueryOf<P, M>;
+  body?: BodyOf<P, M>;
+}
+
+export interface FieldError {
+  path: string;
+  message: string;
+}
+
+/** A problem answered by the API (RFC 9457), with the wait of a 429. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly detail: string,
+    readonly errors: FieldError[] = [],
+    readonly retryAfter: number | null = null,
+  ) {
+    super(detail);
+  }
+}
+
+/** The server could not be reached at all. */
+export class NetworkError extends Error {
+  constructor() {
+    super('The server could not be reached. Check your connection and try again.');
+  }
+}
+
+let accessToken: string | null = null;
+let onSessionLost: () => void = () => {};
+let refreshing: Promise<string | null> | null = null;
+
+export function setAccessToken(token: string | null): void {
+  accessToken = token;
+}
+
+export function hasAccessToken(): boolean {
+  return accessToken !== null;
+}
+
+/** Called when the session cannot be renewed (the refresh cookie is gone or revoked). */
+export function onSessionEnded(callback: () => void): void {
+  onSessionLost = callback;
+}
+
+async function readProblem(res: Response): Promise<ApiError> {
+  let body: { code?: string; detail?: string; title?: string; errors?: FieldError[] } = {};
+  try {
+    body = (await res.json()) as typeof body;
+  } catch {
+    // not JSON: keep the status
+  }
+  const retry = Number(res.headers.get('retry-after'));
+  return new ApiError(
+    res.status,
+    body.code ?? 'error',
+    body.detail ?? body.title ?? `The server answered ${res.status}`,
+    Array.isArray(body.errors) ? body.errors : [],
+    Number.isFinite(retry) && retry > 0 ? retry : null,
+  );
+}
+
+async function send(method: string, url: string, body: unknown, token: string | null): Promise<Response> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  try {
+    return await fetch(url, { method, headers, credentials: 'same-origin', ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+  } catch {
+    throw new NetworkError();
+  }
+}
+
+/**
+ * A new access token from the refresh cookie, or null when there is no session. Tabs and
+ * concurrent calls share one refresh at a time.
+ */
+export function refreshSession(): Promise<string | null> {
+  refreshing ??= (async () => {
+    try {
+      const res = await send('POST', '/auth/refresh', undefined, null);
+      if (res.status === 401) return null;
+      if (!res.ok) throw await readProblem(res);
+      const { token } = (await res.json()) as { token: string };
+      accessToken = token;
+      return token;
+    } finally {
+      refreshing = null;
+    }
+  })();
+  return refreshing;
+}
+
+function urlOf(path: string, params: Record<string, unknown> | undefined, query: Record<string, unknown> | undefined): string {
+  const filled = path.replace(/\{(\w+)\}/g, (_, name: string) => encodeURIComponent(String(params?.[name] ?? '')));
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(query ?? {})) if (value !== undefined && value !== null && value !== '') search.set(key, String(value));
+  const qs = search.toString();
+  return qs ? `${filled}?${qs}` : filled;
+}
+
+/** Calls the API; throws ApiError for a problem, NetworkError when the server cannot be reached. */
+export async function api<P extends keyof paths, M extends Method & keyof paths[P]>(
+  method: M,
+  path: P,
+  opts: CallOptions<P, M> = {},
+): Promise<ResultOf<P, M>> {
+  const url = urlOf(path as string, opts.params as Record<string, unknown> | undefined, opts.query as Record<string, unknown> | undefined);
+  return request<ResultOf<P, M>>(method.toUpperCase(), url, opts.body);
+}
+
+/**
+ * The untyped call under api(): for the few endpoints the committed schema does not name
+ * yet. Renews the access token once on a 401.
+ */
+export async function request<T>(verb: string, url: string, body?: unknown): Promise<T> {
+  let res = await send(verb, url, body, accessToken);
+  if (res.status === 401 && accessToken && !url.startsWith('/auth/login') && !url.startsWith('/auth/refresh')) {
+    const token = await refreshSession();
+    if (!token) {
+      accessToken = null;
+      onSessionLost();
+      throw await readProblem(res);
+    }
+    res = await send(verb, url, body, token);
+  }
+  if (!res.ok) throw await readProblem(res);
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+/** A sentence for an error, for the places that show one line. */
+export function describeError(err: unknown): string {
+  if (err instanceof NetworkError) return err.message;
+  if (err instanceof ApiError) {
+    if (err.status === 429) return `Too many attempts. Try again in ${waitText(err.retryAfter)}.`;
+    return err.detail;
+  }
+  return 'Something went wrong.';
+}
+
+export function waitText(seconds: number | null): string {
+  if (!seconds) return 'a moment';
+  if (seconds < 90) return `${seconds} second${seconds === 1 ? '' : 's'}`;
+  const minutes = Math.ceil(seconds / 60);
+  return `${minutes} minute${minutes === 1 ? '' : 's'}`;
+}
+
+/** The message of a 422's field error at this JSON Pointer ("/email"), if any. */
+export function fieldError(err: unknown, pointer: string): string | undefined {
+  if (!(err instanceof ApiError)) return undefined;
+  const message = err.errors.find((e) => e.path === pointer || e.path.startsWith(`${pointer}/`))?.message;
+  return message && message[0]!.toUpperCase() + message.slice(1);
+}

@@ -1,0 +1,137 @@
+import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
+import { lazy, Suspense, useState, type FormEvent } from 'react';
+import { Link, Route, Switch } from 'wouter';
+import { api, describeError } from '../api/client';
+import { useCan } from '../app/session';
+import { Alert, ErrorAlert } from '../ui/Alert';
+import { SelectField } from '../ui/Field';
+import { formatTime, Page } from '../ui/Page';
+import { StatusBadge } from '../ui/StatusBadge';
+
+// React Flow is loaded only when a graph is shown.
+export const GraphView = lazy(() => import('./GraphView'));
+
+function AutomationList() {
+  const automations = useQuery({ queryKey: ['automations'], queryFn: () => api('get', '/automations', { query: { limit: 200 } }) });
+  const rows = automations.data?.data ?? [];
+  return (
+    <Page title="Automations">
+      <ErrorAlert error={automations.error} />
+      {automations.isPending ? (
+        <p className="loading">Loading automations…</p>
+      ) : rows.length === 0 ? (
+        <p className="empty">No automations yet.</p>
+      ) : (
+        <table className="table">
+          <caption className="visually-hidden">Automations</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Status</th>
+              <th scope="col">Nodes</th>
+              <th scope="col">Updated</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((a) => (
+              <tr key={a.id}>
+                <td>
+                  <Link href={`/${a.id}`}>{a.name}</Link>
+                </td>
+                <td>
+                  <StatusBadge status={a.status} />
+                </td>
+                <td>{a.graph.nodes.length}</td>
+                <td>{formatTime(a.updatedAt)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </Page>
+  );
+}
+
+function AutomationDetail({ id }: { id: number }) {
+  const canWrite = useCan('MEMBER');
+  const queries = useQueryClient();
+  const automation = useQuery({ queryKey: ['automation', id], queryFn: () => api('get', '/automations/{id}', { params: { id } }) });
+  const status = useMutation({
+    mutationFn: (next: 'ACTIVE' | 'PAUSED') => api('patch', '/automations/{id}', { params: { id }, body: { status: next } }),
+    onSuccess: (a) => {
+      queries.setQueryData(['automation', id], a);
+      void queries.invalidateQueries({ queryKey: ['automations'] });
+    },
+  });
+  const a = automation.data;
+  const active = a?.status === 'ACTIVE';
+  return (
+    <Page
+      title={a?.name ?? 'Automation'}
+      actions={
+        canWrite &&
+        a && (
+          <button type="button" className={active ? 'button-secondary' : 'button-primary'} disabled={status.isPending} onClick={() => status.mutate(active ? 'PAUSED' : 'ACTIVE')}>
+            {active ? 'Pause' : 'Activate'}
+          </button>
+        )
+      }
+    >
+      <p>
+        <Link href="/">← All automations</Link>
+      </p>
+      {a && (
+        <p className="meta">
+          <StatusBadge status={a.status} />
+        </p>
+      )}
+      {status.error ? <Alert>{describeError(status.error)}</Alert> : null}
+      <ErrorAlert error={automation.error} />
+      {canWrite && a && <RunOnContact automationId={id} active={active} />}
+      {automation.data && (
+        <Suspense fallback={<p className="loading">Loading the graph…</p>}>
+          <GraphView graph={automation.data.graph} />
+        </Suspense>
+      )}
+    </Page>
+  );
+}
+
+/** Starts a run of the automation for one contact (manual trigger). */
+function RunOnContact({ automationId, active }: { automationId: number; active: boolean }) {
+  const contacts = useQuery({ queryKey: ['contacts', 'pick'], queryFn: () => api('get', '/contacts', { query: { limit: 100 } }) });
+  const [contactId, setContactId] = useState('');
+  const start = useMutation({ mutationFn: () => api('post', '/automations/{id}/runs', { params: { id: automationId }, body: { contactId: Number(contactId) } }) });
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    start.mutate();
+  };
+  return (
+    <form className="card inline-form" onSubmit={submit} noValidate aria-label="Run on a contact">
+      <SelectField
+        label="Contact"
+        value={contactId}
+        onChange={(e) => setContactId(e.target.value)}
+        options={[{ value: '', label: 'Choose a contact' }, ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` }))]}
+      />
+      <button type="submit" className="button-primary" disabled={!contactId || start.isPending || !active} title={active ? undefined : 'Activate the automation first'}>
+        Run on a contact
+      </button>
+      {start.error ? <Alert>{describeError(start.error)}</Alert> : null}
+      {start.data && (
+        <Alert kind="success">
+          Started <Link href={`~/app/runs/${start.data.runId}`}>run {start.data.runId}</Link>.
+        </Alert>
+      )}
+    </form>
+  );
+}
+
+export function AutomationsPage() {
+  return (
+    <Switch>
+      <Route path="/" component={AutomationList} />
+      <Route path="/:id">{(p) => <AutomationDetail id={Number(p.id)} />}</Route>
+    </Switch>
+  );
+}

@@ -1,0 +1,121 @@
+import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
+import { useEffect, useState } from 'react';
+import { Link, useSearchParams } from 'wouter';
+import { api } from '../api/client';
+import { useCan } from '../app/session';
+import { ErrorAlert } from '../ui/Alert';
+import { formatTime, Page } from '../ui/Page';
+
+const PAGE = 50;
+
+/** The search parameters with one set, or removed when empty. */
+function withParam(params: URLSearchParams, name: string, value: string): URLSearchParams {
+  if (value) params.set(name, value);
+  else params.delete(name);
+  return params;
+}
+
+/** The contacts list: search (q) and tag filter in the address, cursor pages on demand. */
+export function ContactsPage() {
+  const canWrite = useCan('MEMBER');
+  const [params, setParams] = useSearchParams();
+  const q = params.get('q') ?? '';
+  const tag = params.get('tag') ?? '';
+  const [search, setSearch] = useState(q);
+  useEffect(() => setSearch(q), [q]);
+
+  // The search is applied a moment after typing stops.
+  useEffect(() => {
+    if (search === q) return;
+    const timer = setTimeout(() => setParams((p) => withParam(p, 'q', search), { replace: true }), 300);
+    return () => clearTimeout(timer);
+  }, [search, q, setParams]);
+
+  const tags = useQuery({ queryKey: ['tags'], queryFn: () => api('get', '/tags', { query: { limit: 200 } }) });
+  const contacts = useInfiniteQuery({
+    queryKey: ['contacts', { q, tag }],
+    queryFn: ({ pageParam }) => api('get', '/contacts', { query: { limit: PAGE, q: q || undefined, tag: tag || undefined, cursor: pageParam } }),
+    initialPageParam: undefined as string | undefined,
+    getNextPageParam: (last) => last.nextCursor ?? undefined,
+  });
+  const rows = contacts.data?.pages.flatMap((p) => p.data) ?? [];
+
+  return (
+    <Page
+      title="Contacts"
+      actions={
+        canWrite && (
+          <Link href="/contacts/new" className="button button-primary">
+            New contact
+          </Link>
+        )
+      }
+    >
+      <form className="toolbar" aria-label="Filter contacts" onSubmit={(e) => e.preventDefault()}>
+        <div className="field">
+          <label htmlFor="contact-search">Search</label>
+          <input id="contact-search" type="search" value={search} placeholder="Email, phone or name" onChange={(e) => setSearch(e.target.value)} />
+        </div>
+        <div className="field">
+          <label htmlFor="contact-tag">Tag</label>
+          <select id="contact-tag" value={tag} onChange={(e) => setParams((p) => withParam(p, 'tag', e.target.value))}>
+            <option value="">All tags</option>
+            {tags.data?.data.map((t) => (
+              <option key={t.name} value={t.name}>
+                {t.name} ({t.count})
+              </option>
+            ))}
+          </select>
+        </div>
+      </form>
+      <ErrorAlert error={contacts.error} />
+      {contacts.isPending ? (
+        <p className="loading">Loading contacts…</p>
+      ) : rows.length === 0 ? (
+        <p className="empty">{q || tag ? 'No contact matches.' : 'No contacts yet.'}</p>
+      ) : (
+        <table className="table">
+          <caption className="visually-hidden">Contacts</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Email</th>
+              <th scope="col">Phone</th>
+              <th scope="col">Tags</th>
+              <th scope="col">Updated</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((c) => {
+              const name = [c.firstName, c.lastName].filter(Boolean).join(' ');
+              return (
+                <tr key={c.id}>
+                  <td>
+                    <Link href={`/contacts/${c.id}`}>{name || c.email || c.phone || `Contact ${c.id}`}</Link>
+                  </td>
+                  <td>{c.email ?? '—'}</td>
+                  <td>{c.phone ?? '—'}</td>
+                  <td>
+                    {c.tags.map((t) => (
+                      <span key={t} className="tag">
+                        {t}
+                      </span>
+                    ))}
+                  </td>
+                  <td>{formatTime(c.updatedAt)}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      )}
+      {contacts.hasNextPage && (
+        <p>
+          <button type="button" className="button-secondary" onClick={() => void contacts.fetchNextPage()} disabled={contacts.isFetchingNextPage}>
+            {contacts.isFetchingNextPage ? 'Loading…' : 'Load more'}
+          </button>
+        </p>
+      )}
+    </Page>
+  );
+}

@@ -1,0 +1,115 @@
+import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
+import { useState, type FormEvent } from 'react';
+import { api, describeError, fieldError } from '../api/client';
+import { Alert, ErrorAlert } from '../ui/Alert';
+import { ConfirmButton } from '../ui/ConfirmButton';
+import { CopyField } from '../ui/CopyField';
+import { Field, SelectField } from '../ui/Field';
+import { formatTime } from '../ui/Page';
+
+const MINTABLE = ['VIEWER', 'MEMBER', 'ADMIN'] as const;
+type MintableRole = (typeof MINTABLE)[number];
+
+export function ApiKeysSection() {
+  const queries = useQueryClient();
+  const keys = useQuery({ queryKey: ['api-keys'], queryFn: () => api('get', '/api-keys', { query: { limit: 200 } }) });
+  const [name, setName] = useState('');
+  const [role, setRole] = useState<MintableRole>('VIEWER');
+  // The raw key lives here only until the person dismisses it or leaves the page.
+  const [minted, setMinted] = useState<{ name: string; key: string } | null>(null);
+
+  const create = useMutation({
+    mutationFn: () => api('post', '/api-keys', { body: { name: name.trim(), role } }),
+    onSuccess: (key) => {
+      setMinted({ name: key.name, key: key.key });
+      setName('');
+      void queries.invalidateQueries({ queryKey: ['api-keys'] });
+    },
+  });
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    setMinted(null);
+    create.mutate();
+  };
+  const nameError = fieldError(create.error, '/name');
+  const roleError = fieldError(create.error, '/role');
+
+  return (
+    <section aria-labelledby="api-keys-heading">
+      <h2 id="api-keys-heading">API keys</h2>
+      <p>Keys let scripts and other systems call the API with a role of their own. A key is shown once, when it is created.</p>
+      {minted && (
+        <div className="card minted">
+          <Alert kind="warning">
+            Copy the key “{minted.name}” now and keep it somewhere safe: it will not be shown again.
+          </Alert>
+          <CopyField label="New API key" value={minted.key} />
+          <button type="button" className="button-secondary" onClick={() => setMinted(null)}>
+            Done
+          </button>
+        </div>
+      )}
+      <form className="card form inline-form" onSubmit={submit} noValidate aria-label="Create an API key">
+        <Field label="Name" value={name} onChange={(e) => setName(e.target.value)} error={nameError} required maxLength={100} />
+        <SelectField
+          label="Role"
+          value={role}
+          onChange={(e) => setRole(e.target.value as MintableRole)}
+          error={roleError}
+          options={MINTABLE.map((r) => ({ value: r, label: r[0] + r.slice(1).toLowerCase() }))}
+        />
+        <button type="submit" className="button-primary" disabled={create.isPending}>
+          Create API key
+        </button>
+      </form>
+      {create.error && !nameError && !roleError ? <Alert>{describeError(create.error)}</Alert> : null}
+      <ErrorAlert error={keys.error} />
+      {keys.data && keys.data.data.length === 0 && <p className="empty">No API keys yet.</p>}
+      {keys.data && keys.data.data.length > 0 && (
+        <table className="table">
+          <caption className="visually-hidden">API keys</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Role</th>
+              <th scope="col">Key</th>
+              <th scope="col">Created</th>
+              <th scope="col">Last used</th>
+              <th scope="col">Status</th>
+              <th scope="col">
+                <span className="visually-hidden">Actions</span>
+              </th>
+            </tr>
+          </thead>
+          <tbody>
+            {keys.data.data.map((k) => (
+              <tr key={k.id}>
+                <td>{k.name}</td>
+                <td>{k.role.toLowerCase()}</td>
+                <td>
+                  <code>{k.prefix}…</code>
+                </td>
+                <td>{formatTime(k.createdAt)}</td>
+                <td>{formatTime(k.lastUsedAt)}</td>
+                <td>{k.revokedAt ? <span className="badge badge-muted">revoked</span> : <span className="badge badge-ok">active</span>}</td>
+                <td>
+                  {!k.revokedAt && (
+                    <ConfirmButton
+                      label="Revoke"
+                      ariaLabel={`Revoke ${k.name}`}
+                      question={`Revoke the key “${k.name}”? Anything using it stops working within seconds.`}
+                      onConfirm={async () => {
+                        await api('delete', '/api-keys/{id}', { params: { id: k.id } });
+                        await queries.invalidateQueries({ queryKey: ['api-keys'] });
+                      }}
+                    />
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}
