@@ -1,0 +1,21 @@
+// The entry of the single executable (build-exe.mjs bundles it as CommonJS, the main script
+// of a Node single executable application). It does what bin/svc does for the npm install.
+//
+// `svc serve` runs with 4 MB semi-spaces (see bin/svc). Inside the executable, arguments
+// are all the program's, never Node options, but Node still reads NODE_OPTIONS: the process
+// re-executes itself in place (same pid, same standard streams) with the flag added there.
+// The program itself is imported only after that, so the first image loads nothing.
+const SEMI_SPACE = '--max-semi-space-size';
+const nodeOptions = process.env.NODE_OPTIONS ?? '';
+if (
+  process.argv.slice(2).includes('serve') &&
+  typeof process.execve === 'function' &&
+  !process.env.SVC_NO_REEXEC &&
+  !process.execArgv.some((a) => a.startsWith(SEMI_SPACE)) &&
+  !nodeOptions.includes(SEMI_SPACE)
+) {
+  // process.argv is [executable, argv0, ...arguments] in a single executable.
+  process.execve(process.execPath, process.argv.slice(1), { ...process.env, NODE_OPTIONS: `${nodeOptions} ${SEMI_SPACE}=4`.trim() });
+}
+
+void import('./main.js').then(({ main }) => main(process.argv));
