@@ -1,6 +1,9 @@
 import { Command, CommanderError } from 'commander';
 import { AppError } from '../core/errors.js';
+import { registerBackup } from './backup.js';
 import { registerCheckout } from './checkout.js';
+import { registerContacts } from './contacts.js';
+import { registerDoctor } from './doctor.js';
 import { registerInit } from './init.js';
 import { registerKeys } from './keys.js';
 import { registerMigrate } from './migrate.js';
@@ -9,12 +12,24 @@ import { registerAdmin, registerUser } from './user.js';
 import { registerWorkspace } from './workspace.js';
 import { registerRuns, registerWebhook, registerWorkflow } from './workflow.js';
 import { VERSION } from '../core/version.js';
+import { carriedSchemaVersion } from '../core/db/migrate.js';
 
+
+/** `svc --version`: the version, and the schema version (latest migration) this binary carries. */
+function versionLine(): string {
+  let schema: string | null = null;
+  try {
+    schema = carriedSchemaVersion();
+  } catch {
+    // No migrations folder found: say the version alone.
+  }
+  return schema ? `${VERSION} (schema ${schema})` : VERSION;
+}
 
 export function buildProgram(): Command {
   const program = new Command('svc')
     .description('svc: self-hosted customer messaging and automation')
-    .version(VERSION)
+    .version(versionLine())
     .option('--data-dir <dir>', 'data folder (default $SVC_DATA_DIR, else ./data)')
     .option('--json', 'print one JSON document on stdout')
     .exitOverride();
@@ -25,10 +40,13 @@ export function buildProgram(): Command {
   registerUser(program);
   registerAdmin(program);
   registerKeys(program);
+  registerContacts(program);
   registerWorkflow(program);
   registerWebhook(program);
   registerRuns(program);
   registerCheckout(program);
+  registerBackup(program);
+  registerDoctor(program);
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
 }

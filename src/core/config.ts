@@ -16,6 +16,12 @@ export interface Config {
   readonly host: string;
   readonly port: number;
   readonly publicUrl: string;
+  /**
+   * The sandbox base address: webhook URLs of sandbox workflows are minted under it, and a
+   * request whose Host names it (when it differs from publicUrl's) reaches only sandboxes.
+   * Default: publicUrl (one address; the credential alone tells the sides apart).
+   */
+  readonly sandboxUrl: string;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly dbSynchronous: SynchronousLevel;
   readonly defaultPhoneRegion: string;
@@ -27,6 +33,10 @@ export interface Config {
   readonly bodyLimit: number;
   readonly webhookRateLimit: number;
   readonly webhookBodyLimit: number;
+  /** The largest contact import accepted (POST /contacts/import); a larger declared length is refused with 413. */
+  readonly importMaxBytes: number;
+  /** Imports up to this many declared bytes are answered when done; larger or unsized ones run as a job (202). */
+  readonly importSyncBytes: number;
   readonly webhookEventRetentionDays: number;
   /** Days a finished run (COMPLETED or FAILED) is kept; 0 keeps runs for ever. */
   readonly runRetentionDays: number;
@@ -79,10 +89,18 @@ export interface Config {
   readonly deliveryMaxAttempts: number;
   /** The first retry waits about this long; each further one twice as long, with jitter. */
   readonly deliveryRetryBaseMs: number;
+  /** Scheduled backups of `svc serve`: the folder (null: off), seconds between two, and how many to keep. */
+  readonly backup: { readonly dir: string | null; readonly intervalSeconds: number; readonly keep: number };
+  /** GET /metrics on the public port needs `Authorization: Bearer <token>` (null: not served there). */
+  readonly metricsToken: string | null;
+  /** A second listener on 127.0.0.1 serving only /metrics, without a token (null: none). */
+  readonly metricsPort: number | null;
+  /** Log lines: `pretty` (for people), `json` (for machines), or `auto` (pretty on a terminal). */
+  readonly logFormat: 'auto' | 'pretty' | 'json';
   readonly secrets: { readonly jwtSecret: string; readonly encryptionKey: string };
 }
 
-export type ConfigFlags = Partial<{ dataDir: string; host: string; port: string | number; publicUrl: string; logLevel: string }>;
+export type ConfigFlags = Partial<{ dataDir: string; host: string; port: string | number; publicUrl: string; logLevel: string; metricsPort: string | number }>;
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -230,6 +248,45 @@ function optionalText(value: unknown): string | null {
   return value === undefined ? null : String(value);
 }
 
+function optionalPath(value: unknown): string | null {
+  return value === undefined ? null : resolve(String(value));
+}
+
+const DURATION_UNITS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400 };
+
+/** Seconds from a number of seconds (`3600`) or a duration with a unit (`90s`, `15m`, `6h`, `1d`). */
+export function toDurationSeconds(name: string, value: unknown, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  const m = /^([0-9]{1,9})\s*([smhd]?)$/i.exec(String(value).trim());
+  const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] || 's').toLowerCase()]! : NaN;
+  if (!Number.isInteger(seconds) || seconds < min || seconds > max) {
+    throw new ConfigError(`${name} must be a number of seconds or a duration such as 90s, 15m, 6h or 1d, from ${min} s to ${max / 86_400} days, got ${JSON.stringify(value)}`);
+  }
+  return seconds;
+}
+
+/** A bearer token for the metrics: long enough not to be guessed, printable, no spaces. */
+function toMetricsToken(value: unknown): string | null {
+  if (value === undefined) return null;
+  const s = String(value);
+  if (s.length < 16 || s.length > 512 || !/^[\x21-\x7e]+$/.test(s)) {
+    throw new ConfigError('metricsToken must be 16 to 512 printable characters without spaces (e.g. openssl rand -hex 32)');
+  }
+  return s;
+}
+
+/** An http(s) base address without a trailing slash, or undefined when not set. */
+function toBaseUrl(name: string, value: unknown): string | undefined {
+  if (value === undefined || value === null || value === '') return undefined;
+  try {
+    const u = new URL(String(value));
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('protocol');
+    return u.toString().replace(/\/+$/, '');
+  } catch {
+    throw new ConfigError(`${name} must be an http(s) URL, got ${JSON.stringify(value)}`);
+  }
+}
+
 function toSecret(name: string, value: unknown): string {
   if (typeof value !== 'string' || value.length < 32) {
     throw new ConfigError(`${name} is missing or too short in ${CONFIG_FILE}; run "svc init" on a fresh data folder or restore the file`);
@@ -242,6 +299,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
   if (!isInitialised(dataDir)) throw new NotInitialisedError(dataDir);
   const file = readFileConfig(dataDir);
   const fileStripe = (file.stripe ?? {}) as Record<string, unknown> & { prices?: Record<string, unknown> };
+  const fileBackup = (file.backup ?? {}) as Record<string, unknown>;
 
   const host = String(pick(flags.host, env.SVC_HOST, file.host) ?? '127.0.0.1');
   const port = toInt('port', pick(flags.port, env.SVC_PORT, file.port), 3000, 0, 65535);
@@ -266,6 +324,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     host,
     port,
     publicUrl,
+    sandboxUrl: toBaseUrl('sandboxUrl', pick(env.SVC_SANDBOX_URL, file.sandboxUrl)) ?? publicUrl,
     logLevel: toEnum('logLevel', pick(flags.logLevel, env.SVC_LOG_LEVEL, file.logLevel), LOG_LEVELS, 'info'),
     dbSynchronous: toEnum('dbSynchronous', pick(env.SVC_DB_SYNCHRONOUS, file.dbSynchronous), ['FULL', 'NORMAL'] as const, 'FULL'),
     defaultPhoneRegion: toRegion(pick(env.SVC_DEFAULT_PHONE_REGION, file.defaultPhoneRegion)),
@@ -273,6 +332,8 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     bodyLimit: toInt('bodyLimit', pick(env.SVC_BODY_LIMIT, file.bodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    importMaxBytes: toInt('importMaxBytes', pick(env.SVC_IMPORT_MAX_BYTES, file.importMaxBytes), 1024 * 1024 * 1024, 1024, 64 * 1024 * 1024 * 1024),
+    importSyncBytes: toInt('importSyncBytes', pick(env.SVC_IMPORT_SYNC_BYTES, file.importSyncBytes), 1024 * 1024, 0, 64 * 1024 * 1024),
     webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
     runRetentionDays: toInt('runRetentionDays', pick(env.SVC_RUN_RETENTION_DAYS, file.runRetentionDays), 90, 0, 36500),
     deliveryRetentionDays: toInt('deliveryRetentionDays', pick(env.SVC_DELIVERY_RETENTION_DAYS, file.deliveryRetentionDays), 90, 0, 36500),
@@ -307,6 +368,14 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     loginRateLimit: toInt('loginRateLimit', pick(env.SVC_LOGIN_RATE_LIMIT, file.loginRateLimit), 10, 1, 100_000),
     renderRateLimit: toInt('renderRateLimit', pick(env.SVC_RENDER_RATE_LIMIT, file.renderRateLimit), 60, 1, 1_000_000),
     runStartRateLimit: toInt('runStartRateLimit', pick(env.SVC_RUN_START_RATE_LIMIT, file.runStartRateLimit), 600, 1, 1_000_000),
+    backup: {
+      dir: optionalPath(pick(env.SVC_BACKUP_DIR, fileBackup.dir)),
+      intervalSeconds: toDurationSeconds('backup.interval', pick(env.SVC_BACKUP_INTERVAL, fileBackup.interval), 86_400, 1, 30 * 86_400),
+      keep: toInt('backup.keep', pick(env.SVC_BACKUP_KEEP, fileBackup.keep), 7, 1, 1000),
+    },
+    metricsToken: toMetricsToken(pick(env.SVC_METRICS_TOKEN, file.metricsToken)),
+    metricsPort: ((v) => (v === undefined ? null : toInt('metricsPort', v, 0, 1, 65535)))(pick(flags.metricsPort, env.SVC_METRICS_PORT, file.metricsPort)),
+    logFormat: toEnum('logFormat', pick(env.SVC_LOG_FORMAT, file.logFormat), ['auto', 'pretty', 'json'] as const, 'auto'),
     secrets: {
       jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),
       encryptionKey: toSecret('secrets.encryptionKey', file.secrets?.encryptionKey),

@@ -10,8 +10,11 @@ import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, sendProblem } from './plugins/errors.js';
 import { loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
+import { sandboxRoutes } from './routes/sandbox.js';
+import { sandboxLookup } from '../core/services/sandbox.js';
 import { authRoutes } from './routes/auth.js';
 import { contactRoutes } from './routes/contacts.js';
+import { contactImportRoutes } from './routes/contactImport.js';
 import { healthRoutes } from './routes/health.js';
 import { webhookRoutes } from './routes/webhooks.js';
 import { templateRoutes } from './routes/templates.js';
@@ -22,7 +25,9 @@ import { adminRoutes } from './routes/admin.js';
 import { billingRoutes } from './routes/billing.js';
 import { membershipRoutes } from './routes/memberships.js';
 import { messageRoutes } from './routes/messages.js';
+import { webhookTestRoutes } from './routes/webhookTest.js';
 import { registerOpenApi } from './openapi.js';
+import { docsRoutes } from './docs.js';
 import { VERSION } from '../core/version.js';
 import { RenderPool } from '../engine/renderPool.js';
 import { settingsRoutes } from './routes/settings.js';
@@ -30,6 +35,10 @@ import { WriteBatcher } from '../core/db/batcher.js';
 import { Engine, type EngineOptions } from '../engine/scheduler.js';
 import { WebhookReceiver } from '../core/services/webhooks.js';
 import { pruneAll, Pruner } from '../core/services/retention.js';
+import { StorageHealth } from '../core/db/storage.js';
+import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
+import { Readiness, registerReadiness } from './readiness.js';
+import { consoleRoutes } from './console.js';
 
 export interface AppDeps {
   config: Config;
@@ -48,9 +57,13 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The run engine, when this process executes runs. */
     engine: Engine | undefined;
+    /** The Prometheus metrics, when served (a metrics token or port is set). */
+    metrics: Metrics | undefined;
   }
 }
 
+// The server, request and reply types stay open: routes are written against the type provider.
+// biome-ignore lint/suspicious/noExplicitAny: Fastify's own default generics for these three
 export type App = FastifyInstance<any, any, any, FastifyBaseLogger, TypeBoxTypeProvider>;
 
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -127,7 +140,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
   const app = Fastify({
     ...(deps.logger === undefined
-      ? { logger: { ...loggerOptions(config), ...(deps.logTo === 'stderr' ? { stream: process.stderr } : {}) } }
+      ? { logger: loggerOptions(config, deps.logTo) }
       : deps.logger
         ? { loggerInstance: deps.logger }
         : { logger: false }),
@@ -139,7 +152,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
     },
-    return503OnClosing: true,
+    // Requests arriving while closing are answered 503 shutting_down as a problem (readiness.ts).
+    return503OnClosing: false,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Errors raised by the router itself, before any route runs: answered as problems too.
     frameworkErrors: (err, req, reply) => {
@@ -163,24 +177,36 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
   });
 
-  registerErrorHandling(app);
+  // Disk full: failed writes answer 503 storage_full, /readyz says not ready, the log says so once a minute.
+  const storage = new StorageHealth(config.dataDir, app.log);
+  const readiness = new Readiness(deps.db, storage);
+  registerReadiness(app, readiness);
+  registerErrorHandling(app, storage);
+  const metrics = config.metricsToken !== null || config.metricsPort !== null ? new Metrics({ config, db: deps.db, storage, engine: () => app.engine }) : undefined;
+  app.decorate('metrics', metrics);
+  if (metrics) registerMetrics(app, metrics);
   await app.register(cookie);
   registerAuth(app, { db: deps.db, config });
   // Before the routes, so that the OpenAPI document sees every one of them.
-  await registerOpenApi(app, { version: VERSION, publicUrl: config.publicUrl });
+  await registerOpenApi(app, { version: VERSION, publicUrl: config.publicUrl, sandboxUrl: config.sandboxUrl });
+  await app.register(docsRoutes);
 
   const throttle = new LoginThrottle(config.loginRateLimit);
-  await app.register(healthRoutes);
+  await app.register(healthRoutes, { db: deps.db, readiness });
+  await app.register(metricsRoute, { metrics, token: config.metricsToken });
   await app.register(authRoutes, { throttle, publicUrl: config.publicUrl });
   await app.register(apiKeyRoutes);
+  await app.register(sandboxRoutes);
   await app.register(contactRoutes);
+  await app.register(contactImportRoutes);
   await app.register(workflowRoutes);
   await app.register(automationRoutes);
   await app.register(auditRoutes);
   await app.register(adminRoutes);
   await app.register(billingRoutes, { config });
-  await app.register(membershipRoutes);
+  await app.register(membershipRoutes, { publicUrl: config.publicUrl });
   await app.register(settingsRoutes);
+  await app.register(webhookTestRoutes);
   // Previews and test emails render in a thread of their own, never on the event loop.
   const renderPool = new RenderPool();
   app.addHook('onClose', () => renderPool.close());
@@ -188,10 +214,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(templateRoutes, { renderPool });
 
   const batcher = new WriteBatcher(deps.db);
+  batcher.storage = storage;
   const receiver = new WebhookReceiver(deps.db, config, batcher);
   const engine = deps.engine ? new Engine(deps.db, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
   app.decorate('engine', engine);
-  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke() });
+  readiness.attach({ batcher, engine });
+  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.db) });
+  // The web console, after every API route: its paths (/, /app/*, /invite) are none of the API's.
+  await app.register(consoleRoutes);
 
   // What the retention settings no longer keep is pruned at start and every 10 minutes, in
   // small batches through the group commit, so requests go on between batches.
@@ -215,6 +245,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     await pruning;
     await engine?.stop();
     batcher.close();
+    await metrics?.close();
   });
   return app;
 }
