@@ -68,7 +68,7 @@ export async function request(base: string, method: string, path: string, opts: 
   }
   const res = await fetch(base + path, { method, headers, ...(body !== undefined ? { body: body as unknown as string } : {}) });
   const text = await res.text();
-  let parsed: unknown = undefined;
+  let parsed: unknown ;
   try {
     parsed = text ? JSON.parse(text) : undefined;
   } catch {

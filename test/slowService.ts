@@ -69,7 +69,13 @@ export async function slowService(t: TestContext, delayMs: number): Promise<Slow
         waiters.splice(waiters.indexOf(waiter), 1);
         reject(new Error(`timed out after 60 s waiting for ${what}: ${current} in progress (at most ${most}), ${received} received`));
       }, 60_000);
-      const waiter = { test, resolve: () => (clearTimeout(timer), resolve()) };
+      const waiter = {
+        test,
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+      };
       waiters.push(waiter);
     });
   return {

@@ -75,8 +75,13 @@ export async function hashPassword(password: string): Promise<string> {
 // Verifying against this keeps an unknown email as slow as a wrong password.
 let dummyHash: Promise<string> | undefined;
 
+function dummy(): Promise<string> {
+  dummyHash ??= hashPassword(randomToken());
+  return dummyHash;
+}
+
 export async function verifyPassword(password: string, stored: string | null | undefined): Promise<boolean> {
-  const encoded = stored ?? (await (dummyHash ??= hashPassword(randomToken())));
+  const encoded = stored ?? (await dummy());
   const [scheme, n, r, p, saltB64, keyB64] = encoded.split('$');
   if (scheme !== 'scrypt' || !saltB64 || !keyB64) return false;
   const expected = Buffer.from(keyB64, 'base64url');

@@ -31,7 +31,11 @@ export function compileGraph(graph: AutomationGraph): ProgramStep[] {
   while (queue.length) {
     const id = queue.shift()!;
     order.push(id);
-    for (const e of out.get(id) ?? []) if (!seen.has(e.to)) seen.add(e.to), queue.push(e.to);
+    for (const e of out.get(id) ?? []) {
+      if (seen.has(e.to)) continue;
+      seen.add(e.to);
+      queue.push(e.to);
+    }
   }
   const indexOf = new Map(order.map((id, i) => [id, i]));
   const byId = new Map(graph.nodes.map((n) => [n.id, n]));

@@ -12,7 +12,7 @@ export function normalizeEmail(value: string): string | undefined {
 export function normalizePhone(value: string, defaultRegion: string): string | undefined {
   if (value.length > 64) return undefined;
   const parsed = parsePhoneNumberFromString(value.trim(), defaultRegion as CountryCode);
-  return parsed && parsed.isValid() ? parsed.number : undefined;
+  return parsed?.isValid() ? parsed.number : undefined;
 }
 
 export const PASSWORD_MIN = 8;

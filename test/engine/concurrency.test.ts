@@ -77,8 +77,9 @@ test('runs waiting on a slow service overlap: 200 runs, at least 50 calls at onc
 
 test('a quick run of another workspace is not held up by a backlog of slow runs (round-robin claims)', async (t) => {
   // 40 runs in flight at most: 300 slow runs of A would hold up anything queued after them
-  // for about 300 / 40 x 0.5 s = 3.75 s if claims were oldest-first.
-  const { s, service } = await setUp(t, 500, { runConcurrency: 40 });
+  // for about 300 / 40 x 2 s = 15 s if claims were oldest-first. (Calls of 2 s, so that A
+  // still has its backlog when posting the 300 is slow on a busy machine.)
+  const { s, service } = await setUp(t, 2_000, { runConcurrency: 40 });
   const tokenA = await s.login(s.owner.email, s.owner.password);
   const pathA = await workflow(s, tokenA, [slowCall(service)]);
   const b = await s.otherWorkspace();

@@ -191,7 +191,7 @@ test('the strings of one content share one time budget', async () => {
 });
 
 test('a deeply nested template fails cleanly instead of overflowing the stack', async () => {
-  await assertRenderError(() => renderString('{% if true %}'.repeat(20_000) + 'x' + '{% endif %}'.repeat(20_000), ctx), 2000);
+  await assertRenderError(() => renderString(`${'{% if true %}'.repeat(20_000)}x${'{% endif %}'.repeat(20_000)}`, ctx), 2000);
 });
 
 test('renderer stays usable after hostile templates', async () => {

@@ -45,7 +45,7 @@ function read(s: TestServer, token: string): Promise<HttpResult> {
   return s.request('GET', '/contacts', { token });
 }
 
-function familyOf(s: TestServer, token: string): string {
+function familyOf(_s: TestServer, token: string): string {
   return JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString('utf8')).sid as string;
 }
 

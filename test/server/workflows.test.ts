@@ -597,7 +597,7 @@ test('bad workflow bodies are refused with 422 naming the field', async (t) => {
     ['defaults firstName not a string', { name: 'x', webhook: { defaults: { firstName: 7 } } }, '/webhook/defaults/firstName'],
     ['webhook not an object', { name: 'x', webhook: 'email' }, '/webhook'],
     ['defaults with a blank tag', { name: 'x', webhook: { defaults: { tags: ['ok', '   '] } } }, '/webhook/defaults/tags/1'],
-    ['defaults attributes nested too deeply', { name: 'x', webhook: { defaults: { attributes: JSON.parse('{"a":'.repeat(40) + '1' + '}'.repeat(40)) } } }, '/webhook/defaults/attributes'],
+    ['defaults attributes nested too deeply', { name: 'x', webhook: { defaults: { attributes: JSON.parse(`${'{"a":'.repeat(40)}1${'}'.repeat(40)}`) } } }, '/webhook/defaults/attributes'],
     ['more than 100 steps', { name: 'x', steps: Array.from({ length: 101 }, () => ({ type: 'wait', seconds: 1 })) }, '/steps'],
   ];
   for (const [label, body, path] of cases) {

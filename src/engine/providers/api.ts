@@ -165,7 +165,7 @@ export async function postToProvider(url: string | URL, headers: Record<string, 
     chunks.push(buf);
   }
   const text = Buffer.concat(chunks).toString('utf8');
-  let json: unknown = undefined;
+  let json: unknown ;
   try {
     json = JSON.parse(text);
   } catch {
@@ -201,6 +201,7 @@ export function networkFailure(provider: ProviderName, err: unknown): SendFailur
  * Only the provider's error fields go through here, never a raw body or banner.
  */
 export function errorText(text: string, max = MAX_ERROR_TEXT): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this removes
   const line = text.replace(/[\u0000-\u001f\u007f\s]+/g, ' ').trim();
   return line.length > max ? `${line.slice(0, max - 1)}…` : line;
 }
