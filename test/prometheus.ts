@@ -1,4 +1,7 @@
+import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
+import { connect } from 'node:net';
+import { networkInterfaces } from 'node:os';
 
 /** One sample of a parsed metric family (histograms carry buckets, count and sum instead). */
 export interface Sample {
@@ -31,4 +34,21 @@ export function sampleValue(families: Map<string, Family>, name: string, labels:
   const sample = family.metrics.find((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v));
   if (!sample) return 0;
   return Number(sample.value ?? sample.count);
+}
+
+/** The port answers on no address of this machine but loopback (a metrics listener on 127.0.0.1). */
+export async function assertLoopbackOnly(port: number): Promise<void> {
+  const others = Object.values(networkInterfaces())
+    .flat()
+    .filter((i) => i && !i.internal && i.family === 'IPv4');
+  for (const i of others) {
+    const refused = await new Promise<boolean>((resolve) => {
+      const socket = connect({ host: i!.address, port }, () => {
+        socket.destroy();
+        resolve(false);
+      });
+      socket.on('error', () => resolve(true));
+    });
+    assert.ok(refused, `the metrics port does not answer on ${i!.address}`);
+  }
 }

@@ -52,8 +52,16 @@ const SUMMARIES: Record<string, string> = {
 /** "a contact", "an automation". */
 const article = (noun: string) => `${/^[aeiou]/.test(noun) ? 'an' : 'a'} ${noun}`;
 
-const singular = (word: string) => word.replace(/ies$/, 'y').replace(/(ss|[^s])$/, '$1').replace(/s$/, '');
-const words = (segment: string) => segment.replace(/[-_]/g, ' ').replace(/([a-z])([A-Z])/g, '$1 $2').toLowerCase();
+const singular = (word: string) =>
+  word
+    .replace(/ies$/, 'y')
+    .replace(/(ss|[^s])$/, '$1')
+    .replace(/s$/, '');
+const words = (segment: string) =>
+  segment
+    .replace(/[-_]/g, ' ')
+    .replace(/([a-z])([A-Z])/g, '$1 $2')
+    .toLowerCase();
 
 /** A summary from the method and path, where SUMMARIES has none: "List contacts", "Get a contact", ... */
 export function summaryOf(method: string, url: string): string {
@@ -61,12 +69,16 @@ export function summaryOf(method: string, url: string): string {
   if (given) return given;
   const segments = url.split('/').filter(Boolean);
   const last = segments[segments.length - 1] ?? '';
-  const parent = segments.slice(0, -1).filter((seg) => !seg.startsWith(':')).pop();
+  const parent = segments
+    .slice(0, -1)
+    .filter((seg) => !seg.startsWith(':'))
+    .pop();
   if (last.startsWith(':')) {
     const thing = article(singular(words(parent ?? 'resource')));
     return { GET: `Get ${thing}`, PATCH: `Update ${thing}`, PUT: `Replace ${thing}`, DELETE: `Delete ${thing}` }[method] ?? `${method} ${url}`;
   }
-  const owner = segments.length > 1 && segments[segments.length - 2]!.startsWith(':') ? ` of ${article(singular(words(segments[segments.length - 3] ?? '')))}` : '';
+  const owner =
+    segments.length > 1 && segments[segments.length - 2]!.startsWith(':') ? ` of ${article(singular(words(segments[segments.length - 3] ?? '')))}` : '';
   const thing = words(last);
   if (method === 'GET') return `List ${thing}${owner}`;
   if (method === 'POST') return owner ? `${thing[0]!.toUpperCase()}${thing.slice(1)}${owner}` : `Create ${article(singular(thing))}`;
@@ -96,20 +108,32 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
   const method = [route.method].flat()[0]!;
   const webhook = route.url.startsWith('/v1/webhooks');
   if (route.url.startsWith('/auth/') || webhook) {
-    out['401'] ??= problemResponse('Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...)');
+    out['401'] ??= problemResponse(
+      'Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...)',
+    );
   }
-  if (route.url.includes(':') || route.url.startsWith('/invitations/')) out['404'] = problemResponse('No such resource in the caller\'s workspace (`*_not_found`)');
+  if (route.url.includes(':') || route.url.startsWith('/invitations/'))
+    out['404'] = problemResponse("No such resource in the caller's workspace (`*_not_found`)");
   if (!isPublic && method !== 'GET') out['409'] = problemResponse('A conflict with the current state (`*_exists`, `last_owner`, ...)');
   if (route.url.startsWith('/invitations/')) out['410'] = problemResponse('The invitation was used or has expired (`invitation_used`, `invitation_expired`)');
   if (webhook) {
     out['413'] = problemResponse('The body is larger than the webhook body limit (`payload_too_large`)');
     out['415'] = problemResponse('The body is not JSON (`unsupported_media_type`)');
   }
-  if (schema.body || schema.querystring || schema.params || webhook) out['422'] = problemResponse('Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...)');
+  if (route.url === '/contacts/import') {
+    out['413'] = problemResponse('The declared length is over the import limit (`import_too_large`)');
+    out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`)');
+  }
+  if (schema.body || schema.querystring || schema.params || webhook)
+    out['422'] = problemResponse('Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...)');
   if ((typeof access === 'object' && access.limit) || route.url.startsWith('/v1/webhooks') || route.url === '/auth/login') {
     out['429'] = problemResponse('Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`)');
   }
   out['500'] = problemResponse('An internal error (`internal_error`); retry with backoff');
+  if (method !== 'GET')
+    out['503'] = problemResponse(
+      "The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`)",
+    );
   return out;
 }
 
@@ -131,11 +155,17 @@ export async function registerOpenApi(app: App, opts: { version: string; publicU
       },
       servers: [
         { url: opts.publicUrl },
-        ...(opts.sandboxUrl && opts.sandboxUrl !== opts.publicUrl ? [{ url: opts.sandboxUrl, description: 'The sandbox: svc_test_ keys; nothing is sent from it' }] : []),
+        ...(opts.sandboxUrl && opts.sandboxUrl !== opts.publicUrl
+          ? [{ url: opts.sandboxUrl, description: 'The sandbox: svc_test_ keys; nothing is sent from it' }]
+          : []),
       ],
       components: {
         securitySchemes: {
-          bearer: { type: 'http', scheme: 'bearer', description: 'An access token from POST /auth/login, or an API key (svc_live_..., or svc_test_... for the sandbox)' },
+          bearer: {
+            type: 'http',
+            scheme: 'bearer',
+            description: 'An access token from POST /auth/login, or an API key (svc_live_..., or svc_test_... for the sandbox)',
+          },
         },
       },
     },

@@ -6,13 +6,11 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { connect } from 'node:net';
-import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { freePort } from '../../src/cli/serve.js';
 import { request } from '../helpers.js';
-import { parseMetrics } from '../prometheus.js';
+import { assertLoopbackOnly, parseMetrics } from '../prometheus.js';
 import { cliEnv, KNOWN_MIGRATIONS, lines, REPO, runCli, runCliArgs, show, startServe, tempDir } from './helpers.js';
 
 const SECRET_TOKEN = 'whk_this-is-a-secret-webhook-token-0123';
@@ -49,7 +47,10 @@ test('logs are JSON lines when stdout is not a terminal (the default), secrets r
     assert.equal(typeof entry.level, 'number');
     assert.equal(typeof entry.msg, 'string');
   }
-  assert.ok(logs.some((l) => l.includes('/v1/webhooks/in/[redacted]')), server.stdout());
+  assert.ok(
+    logs.some((l) => l.includes('/v1/webhooks/in/[redacted]')),
+    server.stdout(),
+  );
   assertNoSecrets(server.stdout() + server.stderr());
 });
 
@@ -72,7 +73,9 @@ test('on a terminal (auto), logs are pretty and coloured', async (t) => {
   const dir = tempDir(t);
   // script(1) gives the server a pseudo-terminal as stdout.
   const tsx = import.meta.resolve('tsx');
-  const command = [process.execPath, '--import', tsx, join(REPO, 'src', 'cli', 'entry.ts'), '--data-dir', dir, 'serve', '--port', '0'].map((a) => `'${a}'`).join(' ');
+  const command = [process.execPath, '--import', tsx, join(REPO, 'src', 'cli', 'entry.ts'), '--data-dir', dir, 'serve', '--port', '0']
+    .map((a) => `'${a}'`)
+    .join(' ');
   const child = spawn('script', ['-q', '-e', '-c', command, '/dev/null'], { env: cliEnv(), detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
   let out = '';
   child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
@@ -117,17 +120,7 @@ test('svc serve --metrics-port: /metrics on 127.0.0.1 without a token; not on th
   assert.ok(parseMetrics(res.text).has('svc_runs_queue_depth'));
   // The public port listens on every address, but has no metrics without a token.
   assert.equal((await request(server.url.replace('0.0.0.0', '127.0.0.1').replace('localhost', '127.0.0.1'), 'GET', '/metrics')).status, 404);
-  const others = Object.values(networkInterfaces()).flat().filter((i) => i && !i.internal && i.family === 'IPv4');
-  for (const i of others) {
-    const refused = await new Promise<boolean>((resolve) => {
-      const socket = connect({ host: i!.address, port }, () => {
-        socket.destroy();
-        resolve(false);
-      });
-      socket.on('error', () => resolve(true));
-    });
-    assert.ok(refused, `the metrics port does not answer on ${i!.address}`);
-  }
+  await assertLoopbackOnly(port);
   const stopped = await server.stop();
   assert.equal(stopped.code, 0);
   // The listener closed with the server.

@@ -29,7 +29,12 @@ async function workflow(s: TestServer, token: string, steps: unknown[]): Promise
   return new URL(wf.body.webhook.url).pathname;
 }
 
-const slowCall = (service: SlowService) => ({ type: 'http_request', method: 'POST', url: `${service.url}?key={{ run.id }}`, body: { email: '{{ contact.email }}' } });
+const slowCall = (service: SlowService) => ({
+  type: 'http_request',
+  method: 'POST',
+  url: `${service.url}?key={{ run.id }}`,
+  body: { email: '{{ contact.email }}' },
+});
 
 async function postMany(s: TestServer, path: string, n: number, prefix: string): Promise<number[]> {
   const ids: number[] = [];
@@ -90,10 +95,11 @@ test('a quick run of another workspace is not held up by a backlog of slow runs 
   const started = Date.now();
   const quick = await s.request('POST', pathB, { body: { email: 'quick@example.com' } });
   assert.equal(quick.status, 202, quick.text);
-  const run = await waitForRun(s, b.token, quick.body.runId, ['COMPLETED', 'FAILED'], 5_000);
+  const run = await waitForRun(s, b.token, quick.body.runId, ['COMPLETED', 'FAILED'], 10_000);
   const ms = Date.now() - started;
   assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
-  assert.ok(ms < 1_000, `B's run took ${ms} ms behind A's backlog`);
+  // Oldest-first claims would hold it about 15 s; a busy machine may take a second or two.
+  assert.ok(ms < 5_000, `B's run took ${ms} ms behind A's backlog`);
   assert.ok(service.maxInProgress() <= 40, `at most runConcurrency runs are in flight (saw ${service.maxInProgress()})`);
 });
 

@@ -1886,6 +1886,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     deleteApiKeysById: {
@@ -2039,6 +2062,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2380,6 +2426,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     postAuthLogout: {
@@ -2439,6 +2508,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2750,6 +2842,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     postAuthRefresh: {
@@ -2821,6 +2936,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3000,6 +3138,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3393,6 +3554,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     getAutomationsById: {
@@ -3751,6 +3935,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     patchAutomationsById: {
@@ -3962,6 +4169,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4201,6 +4431,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     postBillingCheckout: {
@@ -4349,6 +4602,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4532,6 +4808,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4872,6 +5171,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5239,6 +5561,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     patchContactsById: {
@@ -5425,6 +5770,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5647,6 +6015,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     deleteContactsByIdTagsByTag: {
@@ -5801,6 +6192,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6135,6 +6549,52 @@ export interface operations {
                     };
                 };
             };
+            /** @description The declared length is over the import limit (`import_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is neither NDJSON nor CSV (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -6160,6 +6620,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6763,6 +7246,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     postInvitationsInspect: {
@@ -6889,6 +7395,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7228,6 +7757,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     deleteMembershipsById: {
@@ -7381,6 +7933,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7577,6 +8152,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7916,6 +8514,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     deleteMembershipsInvitationsById: {
@@ -8069,6 +8690,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8603,6 +9247,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9397,6 +10064,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     getSandboxRequests: {
@@ -9895,6 +10585,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     getTags: {
@@ -10367,6 +11080,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     getTemplatesById: {
@@ -10710,6 +11446,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     patchTemplatesById: {
@@ -10891,6 +11650,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11132,6 +11914,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     postV1WebhooksInByToken: {
@@ -11341,6 +12146,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
         };
     };
     postWebhookEventsByIdReplay: {
@@ -11529,6 +12357,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11903,6 +12754,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12321,6 +13195,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12901,6 +13798,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The data folder's disk is full, or the server is shutting down: nothing was kept; retry after `Retry-After` (`storage_full`, `shutting_down`) */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
