@@ -191,9 +191,7 @@ try {
     extract: hashes,
     embedded: [...embedded.keys()],
   };
-  manifest.build = sha256(
-    JSON.stringify([pkg.version, node.version, hashes, [...embedded].map(([name, data]) => [name, sha256(data)])]),
-  ).slice(0, 16);
+  manifest.build = sha256(JSON.stringify([pkg.version, node.version, hashes, [...embedded].map(([name, data]) => [name, sha256(data)])])).slice(0, 16);
 
   // The assets, each written to the staging folder under a flat name.
   const assets = {};

@@ -25,7 +25,12 @@ async function serve(env: NodeJS.ProcessEnv) {
 
 async function setUpWorkflow(base: string): Promise<string> {
   const login = await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD });
-  const template = await json(`${base}/templates`, 'POST', { name: 'welcome', channel: 'EMAIL', content: { subject: 'Welcome {{ contact.firstName }}', text: 'Order {{ trigger.order.id }}' } }, login.token);
+  const template = await json(
+    `${base}/templates`,
+    'POST',
+    { name: 'welcome', channel: 'EMAIL', content: { subject: 'Welcome {{ contact.firstName }}', text: 'Order {{ trigger.order.id }}' } },
+    login.token,
+  );
   const wf = await json(
     `${base}/workflows`,
     'POST',
@@ -68,7 +73,11 @@ async function main(): Promise<void> {
   const dbFile = join(dataDir, 'svc.db');
   const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000' };
   try {
-    execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], { env, input: PASSWORD, stdio: ['pipe', 'ignore', 'inherit'] });
+    execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], {
+      env,
+      input: PASSWORD,
+      stdio: ['pipe', 'ignore', 'inherit'],
+    });
 
     // 1. throughput: queue RUNS runs with an ingest-only server, then time a server with
     //    the engine draining them.
@@ -87,7 +96,9 @@ async function main(): Promise<void> {
     }
     const seconds = (Date.now() - started) / 1000;
     const c = counts(dbFile);
-    console.log(`engine: ${RUNS} queued runs of 3 steps (update_contact, send_email via outbox, add_tags), ${c.FAILED ?? 0} failed, ${process.env.SVC_WORKERS ?? 'default'} workers`);
+    console.log(
+      `engine: ${RUNS} queued runs of 3 steps (update_contact, send_email via outbox, add_tags), ${c.FAILED ?? 0} failed, ${process.env.SVC_WORKERS ?? 'default'} workers`,
+    );
     console.log(`  drained in ${seconds.toFixed(1)} s (including server start): ${Math.round(RUNS / seconds)} completed runs/s   (target >= 1000)`);
     console.log(`  peak RSS ${peakRssMb(svc.child.pid!)} MB`);
     await stop(svc.child);
@@ -113,7 +124,9 @@ async function main(): Promise<void> {
     const idle = await measure(false);
     console.log(`keeping up at ${RATE} webhooks/s for ${SECONDS} s:`);
     console.log(`  engine off: ${idle.rps} req/s, p50 ${idle.p50} ms, p99 ${idle.p99} ms, non-2xx ${idle.failed}`);
-    console.log(`  engine on:  ${busy.rps} req/s, p50 ${busy.p50} ms, p99 ${busy.p99} ms, non-2xx ${busy.failed}; QUEUED backlog max ${busy.maxBacklog}, 1 s after the load ${busy.endBacklog}`);
+    console.log(
+      `  engine on:  ${busy.rps} req/s, p50 ${busy.p50} ms, p99 ${busy.p99} ms, non-2xx ${busy.failed}; QUEUED backlog max ${busy.maxBacklog}, 1 s after the load ${busy.endBacklog}`,
+    );
     console.log(`  p99 ratio on/off: ${(busy.p99 / Math.max(1, idle.p99)).toFixed(2)} (target <= 2)`);
   } finally {
     rmSync(dataDir, { recursive: true, force: true });

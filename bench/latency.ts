@@ -60,7 +60,10 @@ async function slowService() {
 function finished(dbFile: string): { done: number; failed: number } {
   const db = new Database(dbFile, { readonly: true });
   try {
-    const r = db.prepare("SELECT SUM(status IN ('COMPLETED', 'FAILED')) AS done, SUM(status = 'FAILED') AS failed FROM workflow_runs").get() as { done: number | null; failed: number | null };
+    const r = db.prepare("SELECT SUM(status IN ('COMPLETED', 'FAILED')) AS done, SUM(status = 'FAILED') AS failed FROM workflow_runs").get() as {
+      done: number | null;
+      failed: number | null;
+    };
     return { done: r.done ?? 0, failed: r.failed ?? 0 };
   } finally {
     db.close();
@@ -70,10 +73,21 @@ function finished(dbFile: string): { done: number; failed: number } {
 async function main(): Promise<void> {
   const service = await slowService();
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-latency-'));
-  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_HTTP_ALLOWED_HOSTS: service.host, SVC_WORKSPACE_CONCURRENCY: process.env.SVC_WORKSPACE_CONCURRENCY ?? '1000' };
+  const env = {
+    ...process.env,
+    SVC_DATA_DIR: dataDir,
+    SVC_LOG_LEVEL: 'warn',
+    SVC_WEBHOOK_RATE_LIMIT: '1000000',
+    SVC_HTTP_ALLOWED_HOSTS: service.host,
+    SVC_WORKSPACE_CONCURRENCY: process.env.SVC_WORKSPACE_CONCURRENCY ?? '1000',
+  };
   const svc = { child: undefined as import('node:child_process').ChildProcess | undefined };
   try {
-    execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], { env, input: PASSWORD, stdio: ['pipe', 'ignore', 'inherit'] });
+    execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], {
+      env,
+      input: PASSWORD,
+      stdio: ['pipe', 'ignore', 'inherit'],
+    });
     const started = await startProcess(join(root, 'bin', 'svc'), ['serve', '--port', '0'], env, /svc listening on (\S+)/);
     svc.child = started.child;
     const base = started.match[1]!;
@@ -112,10 +126,16 @@ async function main(): Promise<void> {
     const cpu = cpuMs(svc.child.pid!) - cpuBefore;
     const { failed } = finished(join(dataDir, 'svc.db'));
     const s = service.stats();
-    console.log(`latency: ${RUNS} webhook-started runs, one http_request step answered after ${DELAY_MS} ms; default settings except SVC_WORKSPACE_CONCURRENCY=${env.SVC_WORKSPACE_CONCURRENCY} (so one workspace may fill the node's slots)`);
-    console.log(`  ${Math.round(s.answered / s.seconds)} runs/s (first call to last answer, ${s.seconds.toFixed(1)} s), ${failed} failed   (target >= 1000 at 200 ms)`);
+    console.log(
+      `latency: ${RUNS} webhook-started runs, one http_request step answered after ${DELAY_MS} ms; default settings except SVC_WORKSPACE_CONCURRENCY=${env.SVC_WORKSPACE_CONCURRENCY} (so one workspace may fill the node's slots)`,
+    );
+    console.log(
+      `  ${Math.round(s.answered / s.seconds)} runs/s (first call to last answer, ${s.seconds.toFixed(1)} s), ${failed} failed   (target >= 1000 at 200 ms)`,
+    );
     console.log(`  at most ${s.most} calls in flight at once   (target >= 200)`);
-    console.log(`  webhooks accepted at ${Math.round(intake.requests.average)} req/s; server CPU ${(cpu / RUNS * 1000).toFixed(0)} µs per run (intake and execution)`);
+    console.log(
+      `  webhooks accepted at ${Math.round(intake.requests.average)} req/s; server CPU ${((cpu / RUNS) * 1000).toFixed(0)} µs per run (intake and execution)`,
+    );
     console.log(`  peak RSS ${peakRssMb(svc.child.pid!)} MB (intake and execution); at most ${rssExecuting} MB while executing after the intake`);
   } finally {
     if (svc.child) await stop(svc.child);

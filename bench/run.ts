@@ -39,7 +39,9 @@ function median(values: number[]): number {
  * Both servers stay up and are measured in alternating rounds, so that a busy moment of
  * the machine hits both alike; the ratio reported is the median of the rounds' ratios.
  */
-async function compare(targets: { name: string; url: string; headers: Record<string, string>; pid: number }[]): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
+async function compare(
+  targets: { name: string; url: string; headers: Record<string, string>; pid: number }[],
+): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
   for (const t of targets) await load({ url: t.url, body, headers: t.headers, seconds: WARMUP, connections: CONNECTIONS });
   const results: LoadResult[][] = targets.map(() => []);
   // Server CPU time (user + system) per answered request: what a busy load generator
@@ -74,7 +76,11 @@ async function main(): Promise<void> {
   const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_ENGINE: 'false' };
   const svcBin = join(root, 'bin', 'svc');
   try {
-    execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], { env, input: PASSWORD, stdio: ['pipe', 'ignore', 'inherit'] });
+    execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
+      env,
+      input: PASSWORD,
+      stdio: ['pipe', 'ignore', 'inherit'],
+    });
 
     // (a) the bare route
     const bare = await startProcess(process.execPath, ['--import', 'tsx', join(root, 'bench', 'bare.ts')], env, /listening (\S+)/);
@@ -104,7 +110,9 @@ async function main(): Promise<void> {
         { name: 'svc', url: wf.webhook.url, headers: { 'content-type': 'application/json', 'x-service-signature': signature }, pid: svc.child.pid! },
       ]);
       const ratios = bareRounds!.map((b, i) => svcRounds![i]!.rps / b.rps);
-      console.log(`webhook ingest: ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s after ${WARMUP} s warm-up, node ${process.version}`);
+      console.log(
+        `webhook ingest: ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s after ${WARMUP} s warm-up, node ${process.version}`,
+      );
       console.log(row('bare', summary(bareRounds!), peakRssMb(bare.child.pid!)));
       console.log(row('svc', summary(svcRounds!), peakRssMb(svc.child.pid!)));
       console.log(`ratio svc/bare per round: ${ratios.map((r) => r.toFixed(2)).join(', ')}`);

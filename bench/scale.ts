@@ -83,8 +83,14 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       ['GET /contacts?q=user<n>@ (one match)', (s) => `/contacts?q=${encodeURIComponent(`user${(++k % s.n) + 1}@`)}`],
       ['GET /contacts?tag=vip', () => '/contacts?tag=vip'],
       ['GET /contacts?email=...', (s) => `/contacts?email=user${(++k % s.n) + 1}@${s.prefix}.example`],
-      ['GET /contacts?limit=200&cursor=<anywhere>', (s) => `/contacts?limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`],
-      ['GET /contacts?tag=vip&limit=200&cursor=<anywhere>', (s) => `/contacts?tag=vip&limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`],
+      [
+        'GET /contacts?limit=200&cursor=<anywhere>',
+        (s) => `/contacts?limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`,
+      ],
+      [
+        'GET /contacts?tag=vip&limit=200&cursor=<anywhere>',
+        (s) => `/contacts?tag=vip&limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`,
+      ],
       ['GET /tags', () => '/tags'],
       ['GET /billing/plan', () => '/billing/plan'],
       ['GET /runs?limit=50', () => '/runs?limit=50'],
@@ -105,7 +111,9 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
     }
     const pages = await walkPages(base, big, '', 20);
     const deep = await walkPages(base, big, cursorAt(sizes[1]!.ids.lo + Math.floor(BIG / 2)), 20);
-    console.log(`following nextCursor, 20 pages of 200 from the start: up to ${fmt(Math.max(...pages))} ms a page; from the middle: up to ${fmt(Math.max(...deep))} ms`);
+    console.log(
+      `following nextCursor, 20 pages of 200 from the start: up to ${fmt(Math.max(...pages))} ms a page; from the middle: up to ${fmt(Math.max(...deep))} ms`,
+    );
   } finally {
     await stop(server.child);
   }
@@ -139,7 +147,20 @@ async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: strin
     // curl keeps sending after the early 202 (Node's http client stops writing once it has
     // a complete answer); it streams the file from disk with its declared length.
     const accepted = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const curl = spawn('curl', ['-sS', '-w', '\n%{http_code}', '-X', 'POST', '-H', `authorization: Bearer ${token}`, '-H', 'content-type: application/x-ndjson', '-T', file, `${base}/contacts/import`]);
+      const curl = spawn('curl', [
+        '-sS',
+        '-w',
+        '\n%{http_code}',
+        '-X',
+        'POST',
+        '-H',
+        `authorization: Bearer ${token}`,
+        '-H',
+        'content-type: application/x-ndjson',
+        '-T',
+        file,
+        `${base}/contacts/import`,
+      ]);
       let out = '';
       curl.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
       curl.on('error', reject);
@@ -173,10 +194,15 @@ async function main(): Promise<void> {
   console.log(`bench:scale on ${cpus().length} CPUs (${cpus()[0]?.model.trim()}), ${(totalmem() / 2 ** 30).toFixed(0)} GB; Node ${process.version}`);
   try {
     const init = JSON.parse(
-      execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], { env, input: PASSWORD, stdio: ['pipe', 'pipe', 'inherit'] }).toString(),
+      execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
+        env,
+        input: PASSWORD,
+        stdio: ['pipe', 'pipe', 'inherit'],
+      }).toString(),
     );
     const bigWs = init.workspace.id as number;
-    const make = (name: string) => (JSON.parse(execFileSync(svcBin, ['workspace', 'create', '--name', name, '--plan', 'PRO', '--json'], { env }).toString()) as { id: number }).id;
+    const make = (name: string) =>
+      (JSON.parse(execFileSync(svcBin, ['workspace', 'create', '--name', name, '--plan', 'PRO', '--json'], { env }).toString()) as { id: number }).id;
     const smallWs = make('small');
     const importWs = make('import');
     const dbFile = join(dataDir, 'svc.db');
@@ -196,7 +222,9 @@ async function main(): Promise<void> {
       const bigWf = seedWorkflow(db, bigWs);
       for (let done = 0; done < BIG; done += 100_000) seedActivity(db, bigWs, bigWf, Math.min(100_000, BIG - done));
       seedActivity(db, smallWs, seedWorkflow(db, smallWs), SMALL);
-      console.log(`seeded ${BIG.toLocaleString('en')} + ${SMALL.toLocaleString('en')} runs, webhook events, delivery attempts and audit entries in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+      console.log(
+        `seeded ${BIG.toLocaleString('en')} + ${SMALL.toLocaleString('en')} runs, webhook events, delivery attempts and audit entries in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
+      );
     }
     db.pragma('wal_checkpoint(TRUNCATE)');
     db.close();

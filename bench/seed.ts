@@ -48,7 +48,8 @@ export function seedContacts(client: Database.Database, workspaceId: number, n: 
 /** A workflow for the seeded runs and events to belong to; returns its id. */
 export function seedWorkflow(client: Database.Database, workspaceId: number): number {
   return Number(
-    client.prepare("INSERT INTO workflows (workspace_id, name, status, trigger_source, steps) VALUES (?, 'seeded', 'ACTIVE', 'MANUAL', '[]')").run(workspaceId).lastInsertRowid,
+    client.prepare("INSERT INTO workflows (workspace_id, name, status, trigger_source, steps) VALUES (?, 'seeded', 'ACTIVE', 'MANUAL', '[]')").run(workspaceId)
+      .lastInsertRowid,
   );
 }
 
@@ -56,7 +57,7 @@ export function seedWorkflow(client: Database.Database, workspaceId: number): nu
 export function seedActivity(client: Database.Database, workspaceId: number, workflowId: number, n: number): void {
   const at = new Date().toISOString();
   const run = client.prepare(
-    "INSERT INTO workflow_runs (workspace_id, workflow_id, status, definition, step_states, trigger, created_at, updated_at, finished_at) VALUES (?, ?, ?, '[{\"type\":\"add_tags\",\"tags\":[\"x\"]}]', '[]', '{}', ?, ?, ?)",
+    'INSERT INTO workflow_runs (workspace_id, workflow_id, status, definition, step_states, trigger, created_at, updated_at, finished_at) VALUES (?, ?, ?, \'[{"type":"add_tags","tags":["x"]}]\', \'[]\', \'{}\', ?, ?, ?)',
   );
   const event = client.prepare(
     "INSERT INTO webhook_events (workspace_id, workflow_id, received_at, status_code, run_id, source_ip, content_type, body, body_size) VALUES (?, ?, ?, 202, ?, '127.0.0.1', 'application/json', ?, ?)",
@@ -64,7 +65,9 @@ export function seedActivity(client: Database.Database, workspaceId: number, wor
   const attempt = client.prepare(
     "INSERT INTO delivery_attempts (workspace_id, channel, provider, \"to\", status, run_id, step_index, rendered, created_at, updated_at) VALUES (?, 'EMAIL', 'outbox', ?, ?, ?, 0, '{}', ?, ?)",
   );
-  const audit = client.prepare("INSERT INTO audit_logs (workspace_id, at, actor_type, action, target_type, target_id, metadata) VALUES (?, ?, 'SYSTEM', ?, 'contact', ?, '{}')");
+  const audit = client.prepare(
+    "INSERT INTO audit_logs (workspace_id, at, actor_type, action, target_type, target_id, metadata) VALUES (?, ?, 'SYSTEM', ?, 'contact', ?, '{}')",
+  );
   const body = Buffer.from('{"email":"someone@example.com"}');
   client.transaction(() => {
     for (let i = 1; i <= n; i++) {

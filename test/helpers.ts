@@ -68,7 +68,7 @@ export async function request(base: string, method: string, path: string, opts: 
   }
   const res = await fetch(base + path, { method, headers, ...(body !== undefined ? { body: body as unknown as string } : {}) });
   const text = await res.text();
-  let parsed: unknown ;
+  let parsed: unknown;
   try {
     parsed = text ? JSON.parse(text) : undefined;
   } catch {
@@ -82,7 +82,10 @@ export async function request(base: string, method: string, path: string, opts: 
  * workspace and OWNER created by the same code as `svc init`, and a real Fastify server
  * listening on 127.0.0.1. Everything is closed and deleted after the test.
  */
-export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.ProcessEnv; engine?: boolean | EngineOptions; onRoute?: AppDeps['onRoute'] } = {}): Promise<TestServer> {
+export async function build(
+  t: TestContext,
+  opts: { plan?: Plan; env?: NodeJS.ProcessEnv; engine?: boolean | EngineOptions; onRoute?: AppDeps['onRoute'] } = {},
+): Promise<TestServer> {
   const dataDir = tempDir(t);
   const env = { ...(opts.env ?? {}) };
   const init = await initialiseDataFolder(
@@ -93,7 +96,13 @@ export async function build(t: TestContext, opts: { plan?: Plan; env?: NodeJS.Pr
   );
   const config = loadConfig({ dataDir, port: await freePort('127.0.0.1') }, env);
   const { db } = openMigrated(config);
-  const app = await buildApp({ config, db, logger: false, ...(opts.engine ? { engine: opts.engine } : {}), ...(opts.onRoute ? { onRoute: opts.onRoute } : {}) });
+  const app = await buildApp({
+    config,
+    db,
+    logger: false,
+    ...(opts.engine ? { engine: opts.engine } : {}),
+    ...(opts.onRoute ? { onRoute: opts.onRoute } : {}),
+  });
   const address = await app.listen({ host: '127.0.0.1', port: config.port });
   t.after(async () => {
     await app.close();

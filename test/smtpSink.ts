@@ -13,7 +13,10 @@ export interface SinkMail {
  * `reply` may refuse a message after reading it (an Error with a responseCode). Closed
  * after the test, cutting the pooled connections of the server under test at once.
  */
-export async function smtpSink(t: TestContext, reply: (mail: SinkMail) => Error | undefined = () => undefined): Promise<{ port: number; received: SinkMail[] }> {
+export async function smtpSink(
+  t: TestContext,
+  reply: (mail: SinkMail) => Error | undefined = () => undefined,
+): Promise<{ port: number; received: SinkMail[] }> {
   const received: SinkMail[] = [];
   const smtp = new SMTPServer({
     closeTimeout: 200,

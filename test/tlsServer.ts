@@ -14,9 +14,13 @@ import { createSecureContext, createServer as createTlsServer } from 'node:tls';
 export async function sniServer(t: TestContext, name: string): Promise<{ port: number; seen: string[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-tls-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', `/CN=${name}`, '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], {
-    stdio: 'ignore',
-  });
+  execFileSync(
+    'openssl',
+    ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', `/CN=${name}`, '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')],
+    {
+      stdio: 'ignore',
+    },
+  );
   const key = readFileSync(join(dir, 'key.pem'));
   const cert = readFileSync(join(dir, 'cert.pem'));
   const seen: string[] = [];

@@ -35,14 +35,24 @@ export function registerBackup(program: Command): void {
       try {
         result = await backupDatabase(config, opts.to, {
           onProgress: (p: BackupProgress) =>
-            line.show(`backing up ${megabytes(p.bytesWritten)}${p.bytesTotal ? ` of about ${megabytes(p.bytesTotal)} (${Math.min(99, Math.floor((100 * p.bytesWritten) / p.bytesTotal))}%)` : ''}`),
+            line.show(
+              `backing up ${megabytes(p.bytesWritten)}${p.bytesTotal ? ` of about ${megabytes(p.bytesTotal)} (${Math.min(99, Math.floor((100 * p.bytesWritten) / p.bytesTotal))}%)` : ''}`,
+            ),
         });
       } finally {
         line.end();
       }
       output(
         cmd,
-        { path: result.path, size: result.size, schemaVersion: result.schemaVersion, migrations: result.migrations, createdAt: result.createdAt, durationMs: result.durationMs, containsSecrets: true },
+        {
+          path: result.path,
+          size: result.size,
+          schemaVersion: result.schemaVersion,
+          migrations: result.migrations,
+          createdAt: result.createdAt,
+          durationMs: result.durationMs,
+          containsSecrets: true,
+        },
         [
           `backup written to ${result.path} (${megabytes(result.size)}, schema ${result.schemaVersion ?? '(none)'}, ${(result.durationMs / 1000).toFixed(1)} s)`,
           'It holds the secrets (JWT key and encryption key) that the stored credentials need: keep it as private as config.json.',
@@ -52,7 +62,7 @@ export function registerBackup(program: Command): void {
 
   program
     .command('restore')
-    .description('replace the data folder\'s database (and secrets) with a backup; the server must be stopped')
+    .description("replace the data folder's database (and secrets) with a backup; the server must be stopped")
     .argument('<file>', 'a file written by "svc backup"')
     .action((file: string, _opts: unknown, cmd: Command) => {
       const json = globals(cmd).json === true;
@@ -60,11 +70,15 @@ export function registerBackup(program: Command): void {
         if (!json && process.stderr.isTTY && step !== 'done') process.stderr.write(`${detail}…\n`);
       });
       output(cmd, result, () => {
-        const out = [`restored ${result.from} into ${result.database} (integrity ok, schema ${result.schemaVersion ?? '(none)'}, backup of ${result.backup.createdAt})`];
+        const out = [
+          `restored ${result.from} into ${result.database} (integrity ok, schema ${result.schemaVersion ?? '(none)'}, backup of ${result.backup.createdAt})`,
+        ];
         out.push(`secrets (JWT key, encryption key) written to ${result.dataDir}/config.json`);
-        if (result.previous.database) out.push(`the previous database was kept as ${result.previous.database}${result.previous.files.length > 1 ? ' (with its -wal/-shm files)' : ''}`);
+        if (result.previous.database)
+          out.push(`the previous database was kept as ${result.previous.database}${result.previous.files.length > 1 ? ' (with its -wal/-shm files)' : ''}`);
         if (result.previous.config) out.push(`the previous config was kept as ${result.previous.config} (it holds the secrets of the previous database)`);
-        if (result.pendingMigrations.length) out.push(`${result.pendingMigrations.length} migration(s) will be applied when the server next starts (or run "svc migrate")`);
+        if (result.pendingMigrations.length)
+          out.push(`${result.pendingMigrations.length} migration(s) will be applied when the server next starts (or run "svc migrate")`);
         out.push('start the server with "svc serve"');
         return out.join('\n');
       });

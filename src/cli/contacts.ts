@@ -10,7 +10,10 @@ import { CliError, globals, output, parseId, withSession } from './io.js';
 
 function formatOf(file: string, given: string | undefined): ImportFormat {
   const format = given ?? ({ '.csv': 'csv', '.ndjson': 'ndjson', '.jsonl': 'ndjson' } as Record<string, string>)[extname(file).toLowerCase()];
-  if (format !== 'csv' && format !== 'ndjson') throw new CliError(given ? `--format must be ndjson or csv, got "${given}"` : `cannot tell the format of "${file}" from its name: give --format ndjson or --format csv`);
+  if (format !== 'csv' && format !== 'ndjson')
+    throw new CliError(
+      given ? `--format must be ndjson or csv, got "${given}"` : `cannot tell the format of "${file}" from its name: give --format ndjson or --format csv`,
+    );
   return format;
 }
 
@@ -74,7 +77,12 @@ export function registerContacts(program: Command): void {
         }
         const bar = progressBar(!globals(cmd).json && !!process.stderr.isTTY);
         const source = stdin ? process.stdin : createReadStream(file, { highWaterMark: 256 * 1024 });
-        const job = await importContacts(inWorkspace(workspaceId), source, { format, mode, bytesTotal: size, maxBytes: config.importMaxBytes }, { onProgress: (p) => bar.update(p) });
+        const job = await importContacts(
+          inWorkspace(workspaceId),
+          source,
+          { format, mode, bytesTotal: size, maxBytes: config.importMaxBytes },
+          { onProgress: (p) => bar.update(p) },
+        );
         bar.done();
         output(cmd, job, () => describe(job));
         if (job.status !== 'COMPLETED') process.exitCode = 1;

@@ -9,7 +9,12 @@ export function registerDoctor(program: Command): void {
     .action((_opts: unknown, cmd: Command) => {
       const report = runDoctor(globals(cmd).dataDir, process.env);
       output(cmd, report, () => {
-        const out = [table(report.checks.map((c) => ({ check: c.name, status: c.status, detail: c.detail })), ['check', 'status', 'detail'])];
+        const out = [
+          table(
+            report.checks.map((c) => ({ check: c.name, status: c.status, detail: c.detail })),
+            ['check', 'status', 'detail'],
+          ),
+        ];
         const fixes = report.checks.filter((c) => c.status !== 'OK' && c.fix);
         if (fixes.length) out.push('', 'what to do:', ...fixes.map((c) => `  ${c.status} ${c.name}: ${c.fix}`));
         return out.join('\n');

@@ -14,7 +14,8 @@ export function describeInit(result: InitResult, where: { publicUrl?: string; da
     `  workspace  ${result.workspace.name} (id ${result.workspace.id}, plan ${result.workspace.plan})`,
     `  owner      ${result.user.email} (super-admin)`,
   ];
-  if (result.generatedPassword) lines.push(`  password   ${result.generatedPassword}   <- shown once; change it with: svc${dataDir} user passwd ${result.user.email} --password-stdin`);
+  if (result.generatedPassword)
+    lines.push(`  password   ${result.generatedPassword}   <- shown once; change it with: svc${dataDir} user passwd ${result.user.email} --password-stdin`);
   lines.push(
     '',
     'Log in:',
@@ -57,7 +58,12 @@ export function registerInit(program: Command): void {
       );
       output(
         cmd,
-        { dataDir: result.dataDir, workspace: result.workspace, user: result.user, ...(result.generatedPassword ? { password: result.generatedPassword } : {}) },
+        {
+          dataDir: result.dataDir,
+          workspace: result.workspace,
+          user: result.user,
+          ...(result.generatedPassword ? { password: result.generatedPassword } : {}),
+        },
         () => describeInit(result, { dataDirFlag: globals(cmd).dataDir, publicUrl: loadConfig({ dataDir: result.dataDir }).publicUrl }),
       );
     });

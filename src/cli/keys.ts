@@ -25,7 +25,13 @@ export function registerKeys(program: Command): void {
       return withSession(cmd, ({ inWorkspace }) => {
         const k = mintApiKey(inWorkspace(workspaceId), { name: opts.name, role });
         output(cmd, { id: k.id, name: k.name, role: k.role, key: k.key, prefix: k.prefix }, () =>
-          [`minted key ${k.id} "${k.name}" (${k.role}) for workspace ${workspaceId}`, '', `  ${k.key}`, '', 'Store it now: it is shown once and cannot be recovered.'].join('\n'),
+          [
+            `minted key ${k.id} "${k.name}" (${k.role}) for workspace ${workspaceId}`,
+            '',
+            `  ${k.key}`,
+            '',
+            'Store it now: it is shown once and cannot be recovered.',
+          ].join('\n'),
         );
       });
     });

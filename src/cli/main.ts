@@ -14,7 +14,6 @@ import { registerRuns, registerWebhook, registerWorkflow } from './workflow.js';
 import { VERSION } from '../core/version.js';
 import { carriedSchemaVersion } from '../core/db/migrate.js';
 
-
 /** `svc --version`: the version, and the schema version (latest migration) this binary carries. */
 function versionLine(): string {
   let schema: string | null = null;

@@ -15,14 +15,23 @@ export function registerMigrate(program: Command): void {
       try {
         if (opts.status) {
           const status = migrationStatus(db);
-          output(cmd, status, () => `applied: ${status.applied.length ? status.applied.join(', ') : '(none)'}\npending: ${status.pending.length ? status.pending.join(', ') : '(none)'}`);
+          output(
+            cmd,
+            status,
+            () =>
+              `applied: ${status.applied.length ? status.applied.join(', ') : '(none)'}\npending: ${status.pending.length ? status.pending.join(', ') : '(none)'}`,
+          );
           return;
         }
         const { pending } = migrationStatus(db);
         const result = migrate(db, undefined, (tag) => {
           if (!globals(cmd).json) process.stderr.write(`applied ${tag} (${progress(tag, pending)})\n`);
         });
-        output(cmd, { applied: result.applied, pending: result.pending }, result.applied.length ? `applied ${result.applied.length} migration(s); the database is up to date` : 'nothing to apply; the database is up to date');
+        output(
+          cmd,
+          { applied: result.applied, pending: result.pending },
+          result.applied.length ? `applied ${result.applied.length} migration(s); the database is up to date` : 'nothing to apply; the database is up to date',
+        );
       } finally {
         db.$client.close();
       }

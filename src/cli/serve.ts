@@ -29,9 +29,7 @@ export function startLine(url: string, config: Config, initialised: InitResult |
     publicUrl: config.publicUrl,
     dataDir: config.dataDir,
     pid: process.pid,
-    ...(initialised
-      ? { initialised: true as const, owner: { email: initialised.user.email, password: initialised.generatedPassword ?? null } }
-      : {}),
+    ...(initialised ? { initialised: true as const, owner: { email: initialised.user.email, password: initialised.generatedPassword ?? null } } : {}),
   };
 }
 
@@ -94,7 +92,8 @@ export function registerServe(program: Command): void {
       process.on('SIGTERM', () => void shutdown('SIGTERM'));
       process.on('SIGINT', () => void shutdown('SIGINT'));
 
-      if (app.metrics && config.metricsPort !== null) app.log.info({ url: `${await app.metrics.listen(config.metricsPort)}/metrics` }, 'metrics served on the loopback address');
+      if (app.metrics && config.metricsPort !== null)
+        app.log.info({ url: `${await app.metrics.listen(config.metricsPort)}/metrics` }, 'metrics served on the loopback address');
       const address = await app.listen({ host: config.host, port: config.port });
       backups = startBackupSchedule(config, app.log);
       if (json) process.stdout.write(`${JSON.stringify(startLine(address, config, initialised))}\n`);

@@ -10,7 +10,12 @@ const workflowRow = (w: WorkflowView) => ({ id: w.id, name: w.name, status: w.st
 
 function describeWorkflow(w: WorkflowView): string {
   const lines = [`workflow ${w.id} "${w.name}": ${w.status} (${w.triggerSource}, ${w.steps.length} step(s))`];
-  if (w.webhook.url) lines.push(`  webhook URL  ${w.webhook.url}`, `  lookup       ${w.webhook.lookup} at ${w.webhook.path}${w.webhook.createIfNotFound ? ', created if not found' : ''}`, `  signed       ${w.webhook.hasSigningSecret ? 'yes' : 'no'}`);
+  if (w.webhook.url)
+    lines.push(
+      `  webhook URL  ${w.webhook.url}`,
+      `  lookup       ${w.webhook.lookup} at ${w.webhook.path}${w.webhook.createIfNotFound ? ', created if not found' : ''}`,
+      `  signed       ${w.webhook.hasSigningSecret ? 'yes' : 'no'}`,
+    );
   return lines.join('\n');
 }
 
@@ -45,12 +50,27 @@ export function registerWorkflow(program: Command): void {
   }
 }
 
-const eventRow = (e: WebhookEventView) => ({ id: e.id, receivedAt: e.receivedAt, status: e.statusCode, code: e.code, runId: e.runId, contactId: e.contactId, sourceIp: e.sourceIp });
-const runRow = (r: RunView) => ({ runId: r.runId, status: r.status, contactId: r.contactId, steps: r.steps.length, createdAt: r.createdAt, finishedAt: r.finishedAt });
+const eventRow = (e: WebhookEventView) => ({
+  id: e.id,
+  receivedAt: e.receivedAt,
+  status: e.statusCode,
+  code: e.code,
+  runId: e.runId,
+  contactId: e.contactId,
+  sourceIp: e.sourceIp,
+});
+const runRow = (r: RunView) => ({
+  runId: r.runId,
+  status: r.status,
+  contactId: r.contactId,
+  steps: r.steps.length,
+  createdAt: r.createdAt,
+  finishedAt: r.finishedAt,
+});
 
 function describeRun(r: RunView): string {
   const owner = r.workflowId !== null ? `workflow ${r.workflowId}` : `automation ${r.automationId}`;
-  const lines = [`run ${r.runId} of ${owner}: ${r.status} for contact ${r.contactId ?? "-"} (created ${r.createdAt})`];
+  const lines = [`run ${r.runId} of ${owner}: ${r.status} for contact ${r.contactId ?? '-'} (created ${r.createdAt})`];
   lines.push(table(r.steps as unknown as Record<string, unknown>[], ['index', 'type', 'status', 'startedAt', 'finishedAt', 'error']));
   return lines.join('\n');
 }

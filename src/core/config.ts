@@ -211,7 +211,8 @@ export function toTrustProxy(value: unknown): false | number | string[] {
   if (items.length === 1) {
     const only = items[0]!.toLowerCase();
     if (only === 'false' || only === '0' || only === 'no' || only === 'off') return false;
-    if (only === 'true' || only === 'yes' || only === 'on') throw refuse(`${JSON.stringify(value)} would trust every hop, so any client could choose its address`);
+    if (only === 'true' || only === 'yes' || only === 'on')
+      throw refuse(`${JSON.stringify(value)} would trust every hop, so any client could choose its address`);
     if (/^[0-9]+$/.test(only)) {
       const hops = Number(only);
       if (hops >= 1 && hops <= 32) return hops;
@@ -260,7 +261,9 @@ export function toDurationSeconds(name: string, value: unknown, fallback: number
   const m = /^([0-9]{1,9})\s*([smhd]?)$/i.exec(String(value).trim());
   const seconds = m ? Number(m[1]) * DURATION_UNITS[(m[2] || 's').toLowerCase()]! : NaN;
   if (!Number.isInteger(seconds) || seconds < min || seconds > max) {
-    throw new ConfigError(`${name} must be a number of seconds or a duration such as 90s, 15m, 6h or 1d, from ${min} s to ${max / 86_400} days, got ${JSON.stringify(value)}`);
+    throw new ConfigError(
+      `${name} must be a number of seconds or a duration such as 90s, 15m, 6h or 1d, from ${min} s to ${max / 86_400} days, got ${JSON.stringify(value)}`,
+    );
   }
   return seconds;
 }
@@ -345,7 +348,13 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     httpAllowedHosts: toList(pick(env.SVC_HTTP_ALLOWED_HOSTS, file.httpAllowedHosts)),
     httpTimeoutMs: toInt('httpTimeoutMs', pick(env.SVC_HTTP_TIMEOUT_MS, file.httpTimeoutMs), 10_000, 100, 300_000),
     httpMaxResponseBytes: toInt('httpMaxResponseBytes', pick(env.SVC_HTTP_MAX_RESPONSE_BYTES, file.httpMaxResponseBytes), 1024 * 1024, 1024, 64 * 1024 * 1024),
-    outboundPerHostConcurrency: toInt('outboundPerHostConcurrency', pick(env.SVC_OUTBOUND_PER_HOST_CONCURRENCY, file.outboundPerHostConcurrency), 256, 1, 10_000),
+    outboundPerHostConcurrency: toInt(
+      'outboundPerHostConcurrency',
+      pick(env.SVC_OUTBOUND_PER_HOST_CONCURRENCY, file.outboundPerHostConcurrency),
+      256,
+      1,
+      10_000,
+    ),
     runLeaseSeconds: toInt('runLeaseSeconds', pick(env.SVC_RUN_LEASE_SECONDS, file.runLeaseSeconds), 30, 1, 3600),
     runConcurrency: toInt('runConcurrency', pick(env.SVC_RUN_CONCURRENCY, file.runConcurrency), 1000, 1, 100_000),
     workspaceConcurrency: toInt('workspaceConcurrency', pick(env.SVC_WORKSPACE_CONCURRENCY, file.workspaceConcurrency), 500, 1, 100_000),

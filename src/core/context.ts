@@ -73,7 +73,13 @@ type PagedTable = SQLiteTable & { id: SQLiteColumn; workspaceId: SQLiteColumn; $
  * One page of a workspace's rows, newest first (by id), after the cursor, with any further
  * conditions: the listing every collection endpoint shares.
  */
-export function selectPage<T extends PagedTable, R>(ctx: WorkspaceContext, table: T, page: PageRequest, shape: (row: T['$inferSelect']) => R, ...conditions: (SQL | undefined)[]): Page<R> {
+export function selectPage<T extends PagedTable, R>(
+  ctx: WorkspaceContext,
+  table: T,
+  page: PageRequest,
+  shape: (row: T['$inferSelect']) => R,
+  ...conditions: (SQL | undefined)[]
+): Page<R> {
   // Rows are read in chunks sized by the largest row seen so far, so that a page of big
   // rows stops at MAX_PAGE_BYTES without reading the rest, and a page of small rows takes
   // one or two queries.
@@ -114,7 +120,10 @@ export function pageQuery<T extends PagedTable>(
 ) {
   const below = cursor ? lt(table.id, cursor) : undefined;
   // A unary + keeps the term out of index selection; the rows are filtered by it all the same.
-  const where = workspaceScope === 'row' ? and(sql`+${table.workspaceId} = ${ctx.workspaceId}`, below, ...conditions) : inWorkspace(ctx, table.workspaceId, below, ...conditions);
+  const where =
+    workspaceScope === 'row'
+      ? and(sql`+${table.workspaceId} = ${ctx.workspaceId}`, below, ...conditions)
+      : inWorkspace(ctx, table.workspaceId, below, ...conditions);
   return ctx.db
     .select()
     .from(table as SQLiteTable)

@@ -13,12 +13,7 @@ export class AppError extends Error {
   readonly errors?: FieldError[];
   readonly headers?: Record<string, string>;
 
-  constructor(
-    status: number,
-    code: string,
-    message: string,
-    opts: { errors?: FieldError[]; headers?: Record<string, string> } = {},
-  ) {
+  constructor(status: number, code: string, message: string, opts: { errors?: FieldError[]; headers?: Record<string, string> } = {}) {
     super(message);
     this.name = new.target.name;
     this.status = status;

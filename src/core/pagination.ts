@@ -13,7 +13,8 @@ export function approximateSize(row: Record<string, unknown>): number {
   let n = 16;
   for (const v of Object.values(row)) {
     if (typeof v === 'string') n += v.length + 8;
-    else if (Buffer.isBuffer(v)) n += v.length * 2; // a body is answered as JSON or text, often escaped
+    else if (Buffer.isBuffer(v))
+      n += v.length * 2; // a body is answered as JSON or text, often escaped
     else if (v !== null && typeof v === 'object') n += JSON.stringify(v).length + 8;
     else n += 16;
   }

@@ -44,7 +44,13 @@ export function compileGraph(graph: AutomationGraph): ProgramStep[] {
     const edges = out.get(id) ?? [];
     const target = (e: { to: string } | undefined) => (e ? (indexOf.get(e.to) ?? null) : null);
     if (node.type === 'condition') {
-      return { type: 'condition', nodeId: id, ...node.data, onTrue: target(edges.find((e) => e.branch === true)), onFalse: target(edges.find((e) => e.branch === false)) };
+      return {
+        type: 'condition',
+        nodeId: id,
+        ...node.data,
+        onTrue: target(edges.find((e) => e.branch === true)),
+        onFalse: target(edges.find((e) => e.branch === false)),
+      };
     }
     return { type: node.type, nodeId: id, ...node.data, next: target(edges[0]) };
   });

@@ -59,7 +59,11 @@ export class WindowCounter {
 export function takeOrThrow(counter: WindowCounter, key: string, rule: WindowRule, what: string, now = Date.now()): void {
   const wait = counter.retryAfter(key, rule, now);
   if (wait > 0) {
-    throw new RateLimitError('rate_limited', `More than ${rule.limit} ${what} in ${Math.round(rule.windowMs / 1000)} s; retry after ${Math.ceil(wait)} s`, wait);
+    throw new RateLimitError(
+      'rate_limited',
+      `More than ${rule.limit} ${what} in ${Math.round(rule.windowMs / 1000)} s; retry after ${Math.ceil(wait)} s`,
+      wait,
+    );
   }
   counter.add(key, rule, now);
 }

@@ -194,7 +194,9 @@ export function nativeSqliteAddon(): unknown {
       process.dlopen(module, file);
     } catch (err) {
       // Typically a cache folder on a file system mounted noexec.
-      throw new Error(`svc could not load its SQLite addon ${file} (${(err as Error).message}); set XDG_CACHE_HOME to a folder on a file system that allows executables`);
+      throw new Error(
+        `svc could not load its SQLite addon ${file} (${(err as Error).message}); set XDG_CACHE_HOME to a folder on a file system that allows executables`,
+      );
     }
     addon = module.exports;
   }

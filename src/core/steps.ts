@@ -99,7 +99,8 @@ export function checkStepFields(type: StepType, fields: Fields, check: StepCheck
       break;
     }
     case 'http_request': {
-      if (typeof fields.method !== 'string' || !(HTTP_METHODS as readonly string[]).includes(fields.method)) check.fail('method', `must be one of ${HTTP_METHODS.join(', ')}`);
+      if (typeof fields.method !== 'string' || !(HTTP_METHODS as readonly string[]).includes(fields.method))
+        check.fail('method', `must be one of ${HTTP_METHODS.join(', ')}`);
       check.liquid('url', fields.url, 2000, true);
       if (typeof fields.url === 'string' && !/^(https?:\/\/|\{\{)/i.test(fields.url)) check.fail('url', 'must start with http:// or https://');
       if (fields.headers !== undefined) {

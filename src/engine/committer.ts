@@ -36,7 +36,9 @@ export class RunCommitter {
   private readonly leaseHeld;
 
   constructor(private readonly db: Db) {
-    this.leaseHeld = db.$client.prepare<[number, string], { id: number }>("SELECT id FROM workflow_runs WHERE id = ? AND lease_owner = ? AND status = 'RUNNING'");
+    this.leaseHeld = db.$client.prepare<[number, string], { id: number }>(
+      "SELECT id FROM workflow_runs WHERE id = ? AND lease_owner = ? AND status = 'RUNNING'",
+    );
   }
 
   /** Applies the run's writes at the next group commit; resolves false when its lease was lost. */

@@ -148,7 +148,13 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
   // A provider may quote the message back in its error (a refused recipient line, say).
   const error = redactSecrets(result.error, input.secrets);
   markAttempt(db, attempt.id, { status: 'FAILED', error });
-  return { attemptId: attempt.id, status: 'FAILED', transient: result.transient, error, ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}) };
+  return {
+    attemptId: attempt.id,
+    status: 'FAILED',
+    transient: result.transient,
+    error,
+    ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}),
+  };
 }
 
 /**
@@ -167,14 +173,22 @@ export function retryDelayMs(config: Pick<Config, 'deliveryRetryBaseMs'>, attemp
  * own attempt row. In-process, for messages outside runs (test emails): runs schedule
  * their retries durably instead. An abort stops the waiting and returns the last outcome.
  */
-export async function deliverWithRetries(deps: DeliverDeps, input: Omit<DeliveryInput, 'attempt'>, opts: { signal?: AbortSignal } = {}): Promise<DeliveryOutcome> {
+export async function deliverWithRetries(
+  deps: DeliverDeps,
+  input: Omit<DeliveryInput, 'attempt'>,
+  opts: { signal?: AbortSignal } = {},
+): Promise<DeliveryOutcome> {
   const max = deps.config.deliveryMaxAttempts;
   for (let attempt = 1; ; attempt++) {
     const outcome = await deliverOnce(deps, { ...input, attempt });
     if (outcome.status === 'SENT' || !outcome.transient || attempt >= max || opts.signal?.aborted) return outcome;
     try {
       // A rate-limit answer says when to come back: never sooner than it asks.
-      await sleep(Math.max(retryDelayMs(deps.config, attempt), Math.min(HOUR_MS, outcome.retryAfterMs ?? 0)), undefined, opts.signal ? { signal: opts.signal } : {});
+      await sleep(
+        Math.max(retryDelayMs(deps.config, attempt), Math.min(HOUR_MS, outcome.retryAfterMs ?? 0)),
+        undefined,
+        opts.signal ? { signal: opts.signal } : {},
+      );
     } catch {
       return outcome;
     }
@@ -237,7 +251,13 @@ export async function startTestEmail(
   const workspace = getWorkspace(ctx, ctx.workspaceId);
   let rendered: Record<string, unknown>;
   try {
-    rendered = await (opts.render ?? renderContent)(source, { contact: {}, trigger: input.data ?? {}, workspace: { id: workspace.id, name: workspace.name }, run: null, extra: { data: input.data ?? {} } });
+    rendered = await (opts.render ?? renderContent)(source, {
+      contact: {},
+      trigger: input.data ?? {},
+      workspace: { id: workspace.id, name: workspace.name },
+      run: null,
+      extra: { data: input.data ?? {} },
+    });
   } catch (err) {
     if (!(err instanceof RenderError)) throw err;
     const path = input.templateId !== undefined ? '/templateId' : (err.path ?? '/');

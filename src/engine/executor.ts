@@ -71,10 +71,14 @@ function prepare(db: Db) {
          EXISTS (SELECT 1 FROM workspaces w WHERE w.id = workflow_runs.workspace_id AND w.sandbox_of IS NOT NULL) AS sandbox
        FROM workflow_runs WHERE id = ?`,
     ),
-    contact: c.prepare<[number, number], ContactRow>('SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE id = ? AND workspace_id = ?'),
+    contact: c.prepare<[number, number], ContactRow>(
+      'SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE id = ? AND workspace_id = ?',
+    ),
     tags: c.prepare<[number], { name: string }>('SELECT name FROM contact_tags WHERE contact_id = ? ORDER BY tag_key'),
     workspace: c.prepare<[number], { id: number; name: string; plan: string }>('SELECT id, name, plan FROM workspaces WHERE id = ?'),
-    template: c.prepare<[number, number], { id: number; channel: string; content: string }>('SELECT id, channel, content FROM templates WHERE id = ? AND workspace_id = ?'),
+    template: c.prepare<[number, number], { id: number; channel: string; content: string }>(
+      'SELECT id, channel, content FROM templates WHERE id = ? AND workspace_id = ?',
+    ),
     addTag: c.prepare('INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING'),
     removeTag: c.prepare('DELETE FROM contact_tags WHERE contact_id = ? AND workspace_id = ? AND tag_key = ?'),
     updateContact: c.prepare(
@@ -87,7 +91,9 @@ function prepare(db: Db) {
          updated_at = @now, finished_at = @finishedAt WHERE id = @id AND lease_owner = @owner`,
     ),
     saveProgress: c.prepare('UPDATE workflow_runs SET step_states = ?, updated_at = ? WHERE id = ? AND lease_owner = ?'),
-    attemptsForStep: c.prepare<[number, number], { status: string }>('SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id'),
+    attemptsForStep: c.prepare<[number, number], { status: string }>(
+      'SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id',
+    ),
     insertAttempt: c.prepare(
       `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
        VALUES (@workspaceId, @channel, @provider, @to, @status, @attempt, @providerMessageId, @error, @runId, @stepIndex, @templateId, @rendered)`,
@@ -98,7 +104,9 @@ function prepare(db: Db) {
          AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.id = channel_settings.workspace_id AND w.sandbox_of IS NOT NULL)`,
     ),
     recordRequest: c.prepare('INSERT INTO sandbox_requests (workspace_id, run_id, step_index, method, url, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)'),
-    markAttempt: c.prepare('UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id'),
+    markAttempt: c.prepare(
+      'UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id',
+    ),
   };
 }
 
@@ -121,7 +129,7 @@ interface Execution {
 /** The run's lease was lost, or the engine is shutting down: stop without writing or calling out. */
 class RunStopped extends Error {
   constructor(readonly outcome: 'LOST' | 'RELEASED') {
-    super(outcome === 'LOST' ? 'the run\'s lease was lost' : 'the engine is stopping');
+    super(outcome === 'LOST' ? "the run's lease was lost" : 'the engine is stopping');
   }
 }
 
@@ -230,17 +238,28 @@ export class RunExecutor {
     }
     if (status === 'COMPLETED') {
       // Steps the run never reached (a filter ended it, or the other branch) are SKIPPED.
-      for (let i = 0; i < steps.length; i++) if (!states[i] || states[i]!.status === 'PENDING') states[i] = { status: 'SKIPPED', startedAt: null, finishedAt: null };
+      for (let i = 0; i < steps.length; i++)
+        if (!states[i] || states[i]!.status === 'PENDING') states[i] = { status: 'SKIPPED', startedAt: null, finishedAt: null };
     }
     for (let i = 0; i < steps.length; i++) states[i] ??= { status: 'PENDING', startedAt: null, finishedAt: null };
     const save = (finalStatus: string, finalStates: StepState[]) => {
       const now = new Date().toISOString();
-      this.sql.saveRun.run({ id: lease.id, owner: lease.token, status: finalStatus, stepStates: JSON.stringify(finalStates), runAt, now, finishedAt: finalStatus === 'WAITING' ? null : now });
+      this.sql.saveRun.run({
+        id: lease.id,
+        owner: lease.token,
+        status: finalStatus,
+        stepStates: JSON.stringify(finalStates),
+        runAt,
+        now,
+        finishedAt: finalStatus === 'WAITING' ? null : now,
+      });
     };
     const held = await this.committer.commit(lease, [...exec.ops, () => save(status, states)], (err) => {
       // The run's writes could not be applied (e.g. another contact took the email meanwhile).
       const failed = states.map((st, i) =>
-        i === lastIndex ? { ...st, status: 'FAILED' as const, finishedAt: new Date().toISOString(), error: `could not be saved: ${(err as Error).message}` } : st,
+        i === lastIndex
+          ? { ...st, status: 'FAILED' as const, finishedAt: new Date().toISOString(), error: `could not be saved: ${(err as Error).message}` }
+          : st,
       );
       status = 'FAILED';
       save('FAILED', failed);
@@ -248,7 +267,14 @@ export class RunExecutor {
     return held ? status : 'LOST';
   }
 
-  private async executeStep(exec: Execution, index: number, step: StepDefinition, state: StepState, ctx: RenderContext, contact: LiveContact | undefined): Promise<Outcome> {
+  private async executeStep(
+    exec: Execution,
+    index: number,
+    step: StepDefinition,
+    state: StepState,
+    ctx: RenderContext,
+    contact: LiveContact | undefined,
+  ): Promise<Outcome> {
     const run = exec.row;
     switch (step.type) {
       case 'wait': {
@@ -371,7 +397,14 @@ export class RunExecutor {
     return { kind: 'completed' };
   }
 
-  private async send(exec: Execution, index: number, step: StepDefinition, state: StepState, ctx: RenderContext, contact: LiveContact | undefined): Promise<Outcome> {
+  private async send(
+    exec: Execution,
+    index: number,
+    step: StepDefinition,
+    state: StepState,
+    ctx: RenderContext,
+    contact: LiveContact | undefined,
+  ): Promise<Outcome> {
     const run = exec.row;
     const channel = CHANNEL_OF[step.type]!;
     // A message is sent at most once: a SENT attempt completes the step, and a send that
@@ -389,7 +422,16 @@ export class RunExecutor {
     const rendered = await renderContent(JSON.parse(template.content) as Record<string, unknown>, ctx);
     const attempt = previous.length + 1;
     state.attempts = attempt;
-    const row = { workspaceId: run.workspace_id, channel, to, attempt, runId: run.id, stepIndex: index, templateId: template.id, rendered: JSON.stringify(rendered) };
+    const row = {
+      workspaceId: run.workspace_id,
+      channel,
+      to,
+      attempt,
+      runId: run.id,
+      stepIndex: index,
+      templateId: template.id,
+      rendered: JSON.stringify(rendered),
+    };
 
     if (run.sandbox || (this.sql.provider.get(run.workspace_id, channel)?.provider ?? 'outbox') === 'outbox') {
       // The outbox only records: the attempt is one more queued write of this run.
@@ -410,11 +452,17 @@ export class RunExecutor {
     // The SENDING row is committed with the run's progress, under its lease, before the call.
     let attemptId = 0;
     await this.beforeNetwork(exec, [
-      () => (attemptId = Number(this.sql.insertAttempt.run({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }).lastInsertRowid)),
+      () =>
+        (attemptId = Number(
+          this.sql.insertAttempt.run({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }).lastInsertRowid,
+        )),
     ]);
     let result: SendResult;
     try {
-      result = await providerFor(resolved.provider).send({ channel, to, rendered }, resolved.settings, resolved.credentials, { timeoutMs: this.config.httpTimeoutMs, outbound: this.outbound });
+      result = await providerFor(resolved.provider).send({ channel, to, rendered }, resolved.settings, resolved.credentials, {
+        timeoutMs: this.config.httpTimeoutMs,
+        outbound: this.outbound,
+      });
     } catch (err) {
       // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
       result = { ok: false, transient: true, error: `${resolved.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };

@@ -55,7 +55,8 @@ export interface HttpPolicy {
 }
 
 export function httpPolicyFrom(
-  config: Pick<Config, 'httpAllowPrivate' | 'httpAllowedHosts' | 'httpTimeoutMs' | 'httpMaxResponseBytes'> & Partial<Pick<Config, 'outboundPerHostConcurrency'>>,
+  config: Pick<Config, 'httpAllowPrivate' | 'httpAllowedHosts' | 'httpTimeoutMs' | 'httpMaxResponseBytes'> &
+    Partial<Pick<Config, 'outboundPerHostConcurrency'>>,
 ): HttpPolicy {
   return {
     allowPrivate: config.httpAllowPrivate,
@@ -115,8 +116,20 @@ const USER_AGENT = 'svc-http/1';
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 /** Hop-by-hop headers, headers the client computes itself, and ones undici refuses. */
 const STRIPPED_HEADERS = new Set([
-  'host', 'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
-  'te', 'trailer', 'transfer-encoding', 'upgrade', 'content-length', 'expect', 'user-agent', 'http2-settings',
+  'host',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'expect',
+  'user-agent',
+  'http2-settings',
 ]);
 /** Dropped when a redirect turns the request into a GET without body (Fetch, "request-body-header name"). */
 const BODY_HEADERS = ['content-type', 'content-encoding', 'content-language', 'content-location'];
@@ -135,8 +148,10 @@ function parseTarget(raw: string): URL {
   } catch {
     throw new HttpRequestError('invalid_url', `not an absolute URL: ${JSON.stringify(raw.slice(0, 200))}`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new HttpRequestError('invalid_url', `only http: and https: URLs are allowed, not ${url.protocol}`);
-  if (url.username !== '' || url.password !== '') throw new HttpRequestError('invalid_url', 'URLs with credentials (user:pass@) are not allowed; send an Authorization header instead');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new HttpRequestError('invalid_url', `only http: and https: URLs are allowed, not ${url.protocol}`);
+  if (url.username !== '' || url.password !== '')
+    throw new HttpRequestError('invalid_url', 'URLs with credentials (user:pass@) are not allowed; send an Authorization header instead');
   if (url.hostname === '') throw new HttpRequestError('invalid_url', 'the URL has no host');
   return url;
 }
@@ -180,7 +195,8 @@ function discard(body: NodeJS.ReadableStream & { destroy(): unknown }): void {
 
 function mapError(err: unknown, timedOut: boolean, policy: HttpPolicy): HttpRequestError {
   if (err instanceof HttpRequestError) return err;
-  if (err instanceof OutboundError) return new HttpRequestError(timedOut ? 'timeout' : err.code, timedOut ? `no complete answer within ${policy.timeoutMs} ms` : err.message, { cause: err });
+  if (err instanceof OutboundError)
+    return new HttpRequestError(timedOut ? 'timeout' : err.code, timedOut ? `no complete answer within ${policy.timeoutMs} ms` : err.message, { cause: err });
   if (timedOut) return new HttpRequestError('timeout', `no complete answer within ${policy.timeoutMs} ms`, { cause: err });
   const code = (err as { code?: unknown })?.code;
   const message = (err as Error)?.message ?? String(err);
@@ -210,7 +226,9 @@ function rateKey(url: URL, headers: Record<string, string>): string {
 }
 
 function rateLimited(key: string, left: number): HttpRequestError {
-  return new HttpRequestError('rate_limited', `${key.replace(/#.*$/, '')} asked to slow down; it may be called again in ${Math.ceil(left / 1000)} s`, { retryAfterMs: left });
+  return new HttpRequestError('rate_limited', `${key.replace(/#.*$/, '')} asked to slow down; it may be called again in ${Math.ceil(left / 1000)} s`, {
+    retryAfterMs: left,
+  });
 }
 
 /** How long a "slow down" answer asks to wait, or undefined when it is no such answer. */

@@ -40,9 +40,15 @@ export const MAX_RATE_LIMIT_DELAY_MS = 3_600_000;
 export const MAX_IN_THREAD_WAIT_MS = 10_000;
 
 /** The policy of the default configuration: nothing private, nothing allow-listed. */
-export const STRICT_OUTBOUND_POLICY: OutboundPolicy = Object.freeze({ allowPrivate: false, allowedHosts: Object.freeze([]), perHostConcurrency: DEFAULT_PER_HOST_CONCURRENCY });
+export const STRICT_OUTBOUND_POLICY: OutboundPolicy = Object.freeze({
+  allowPrivate: false,
+  allowedHosts: Object.freeze([]),
+  perHostConcurrency: DEFAULT_PER_HOST_CONCURRENCY,
+});
 
-export function outboundPolicyFrom(config: Pick<Config, 'httpAllowPrivate' | 'httpAllowedHosts'> & Partial<Pick<Config, 'outboundPerHostConcurrency'>>): OutboundPolicy {
+export function outboundPolicyFrom(
+  config: Pick<Config, 'httpAllowPrivate' | 'httpAllowedHosts'> & Partial<Pick<Config, 'outboundPerHostConcurrency'>>,
+): OutboundPolicy {
   return {
     allowPrivate: config.httpAllowPrivate,
     allowedHosts: [...config.httpAllowedHosts],
@@ -114,7 +120,7 @@ function ipv4ToInt(octets: readonly number[]): number {
 
 function isBlockedV4(octets: readonly number[]): boolean {
   const n = ipv4ToInt(octets);
-  return BLOCKED_V4.some(([base, prefix]) => (prefix === 0 ? 0 : (n >>> (32 - prefix)) === (base >>> (32 - prefix))));
+  return BLOCKED_V4.some(([base, prefix]) => (prefix === 0 ? 0 : n >>> (32 - prefix) === base >>> (32 - prefix)));
 }
 
 /** The 16 bytes of an IPv6 address (zone id ignored), or null. */
@@ -125,7 +131,10 @@ function parseIPv6(input: string): number[] | null {
   const tail: number[] = [];
   const lastColon = text.lastIndexOf(':');
   if (text.slice(lastColon + 1).includes('.')) {
-    const quad = text.slice(lastColon + 1).split('.').map(Number);
+    const quad = text
+      .slice(lastColon + 1)
+      .split('.')
+      .map(Number);
     tail.push(((quad[0] ?? 0) << 8) | (quad[1] ?? 0), ((quad[2] ?? 0) << 8) | (quad[3] ?? 0));
     text = `${text.slice(0, lastColon + 1)}0:0`;
   }
@@ -232,14 +241,19 @@ export async function resolveChecked(hostname: string, port: number | string, po
   try {
     found = isIP(host) ? [{ address: host }] : await lookup(host);
   } catch (err) {
-    throw new OutboundError('network', `cannot resolve ${host}: ${(err as NodeJS.ErrnoException)?.code ?? (err as Error)?.message ?? String(err)}`, { cause: err });
+    throw new OutboundError('network', `cannot resolve ${host}: ${(err as NodeJS.ErrnoException)?.code ?? (err as Error)?.message ?? String(err)}`, {
+      cause: err,
+    });
   }
   const addresses = found.map((a) => a.address);
   if (addresses.length === 0) throw new OutboundError('network', `${host} did not resolve to any address`);
   if (!isExempt(policy, hostname, port)) {
     const bad = addresses.find((a) => isBlockedAddress(a));
     if (bad !== undefined) {
-      throw new OutboundError('blocked_address', bad === host ? `${host} is a private, loopback or reserved address` : `${host} resolves to ${bad}, a private, loopback or reserved address`);
+      throw new OutboundError(
+        'blocked_address',
+        bad === host ? `${host} is a private, loopback or reserved address` : `${host} resolves to ${bad}, a private, loopback or reserved address`,
+      );
     }
   }
   return addresses;
@@ -294,7 +308,13 @@ export function guardedConnector(policy: OutboundPolicy, timeoutMs: number, look
 }
 
 /** A plain TCP socket to a checked address of the destination (SMTP's socket hook). */
-export async function connectChecked(hostname: string, port: number, policy: OutboundPolicy, timeoutMs: number, lookup: HostLookup = systemLookup): Promise<Socket> {
+export async function connectChecked(
+  hostname: string,
+  port: number,
+  policy: OutboundPolicy,
+  timeoutMs: number,
+  lookup: HostLookup = systemLookup,
+): Promise<Socket> {
   const deadline = Date.now() + timeoutMs;
   let timer: NodeJS.Timeout | undefined;
   const addresses = await Promise.race([
@@ -330,7 +350,9 @@ export async function connectChecked(hostname: string, port: number, policy: Out
   }
   if (last instanceof OutboundError) throw last;
   const code = (last as NodeJS.ErrnoException | undefined)?.code;
-  throw new OutboundError(last === undefined ? 'timeout' : 'network', `cannot connect to ${destinationKey(hostname, port)}${code ? ` (${code})` : ''}`, { cause: last });
+  throw new OutboundError(last === undefined ? 'timeout' : 'network', `cannot connect to ${destinationKey(hostname, port)}${code ? ` (${code})` : ''}`, {
+    cause: last,
+  });
 }
 
 // ---------------------------------------------------------------------------------------

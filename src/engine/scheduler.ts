@@ -342,7 +342,8 @@ export class Engine {
         const claim = this.inFlight.get(id);
         if (claim) claim.lost = true;
       }
-      if (lost.length) this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
+      if (lost.length)
+        this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
     } catch (err) {
       if (!this.batcher.storage?.full) this.log.error({ err }, 'renewing run leases failed');
     }

@@ -88,7 +88,13 @@ export async function createCheckoutSession(
  * value must equal HMAC-SHA256(secret, `${t}.${rawBody}`), compared in constant time, and t
  * must be within the tolerance of now. Returns false for anything missing or malformed.
  */
-export function verifyStripeSignature(header: string | undefined, raw: Buffer, secret: string, toleranceSeconds: number, nowSeconds = Math.floor(Date.now() / 1000)): boolean {
+export function verifyStripeSignature(
+  header: string | undefined,
+  raw: Buffer,
+  secret: string,
+  toleranceSeconds: number,
+  nowSeconds = Math.floor(Date.now() / 1000),
+): boolean {
   if (!header || !secret) return false;
   let timestamp: string | undefined;
   const signatures: string[] = [];

@@ -22,10 +22,7 @@ export interface EngineWorkerData {
 }
 
 /** Messages on the engine's channel. */
-export type EngineMessage =
-  | { type: 'done'; runIds: number[] }
-  | { type: 'stop' }
-  | { type: 'counts'; deliveries: DeliveryCount[] };
+export type EngineMessage = { type: 'done'; runIds: number[] } | { type: 'stop' } | { type: 'counts'; deliveries: DeliveryCount[] };
 
 let executor: RunExecutor | undefined;
 let channel: BroadcastChannel | undefined;

@@ -139,11 +139,7 @@ export function webhookUrlForRouting(url: string): string {
 export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
   const app = Fastify({
-    ...(deps.logger === undefined
-      ? { logger: loggerOptions(config, deps.logTo) }
-      : deps.logger
-        ? { loggerInstance: deps.logger }
-        : { logger: false }),
+    ...(deps.logger === undefined ? { logger: loggerOptions(config, deps.logTo) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
     bodyLimit: config.bodyLimit,
     trustProxy: trustProxyOption(config.trustProxy),
     rewriteUrl: (req) => (req.method === 'POST' ? webhookUrlForRouting(req.url ?? '/') : (req.url ?? '/')),
@@ -161,7 +157,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
       if (code === 'FST_ERR_MAX_PARAM_LENGTH') {
         const webhook = req.url.startsWith('/v1/webhooks/in/');
-        return sendProblem(reply, problem(404, webhook ? 'webhook_not_found' : 'not_found', webhook ? 'No active webhook workflow has this URL' : 'No resource has this id'));
+        return sendProblem(
+          reply,
+          problem(404, webhook ? 'webhook_not_found' : 'not_found', webhook ? 'No active webhook workflow has this URL' : 'No resource has this id'),
+        );
       }
       return sendProblem(reply, problem(400, 'bad_url', 'The URL could not be decoded'));
     },
@@ -182,7 +181,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const readiness = new Readiness(deps.db, storage);
   registerReadiness(app, readiness);
   registerErrorHandling(app, storage);
-  const metrics = config.metricsToken !== null || config.metricsPort !== null ? new Metrics({ config, db: deps.db, storage, engine: () => app.engine }) : undefined;
+  const metrics =
+    config.metricsToken !== null || config.metricsPort !== null ? new Metrics({ config, db: deps.db, storage, engine: () => app.engine }) : undefined;
   app.decorate('metrics', metrics);
   if (metrics) registerMetrics(app, metrics);
   await app.register(cookie);

@@ -51,7 +51,12 @@ export class Metrics {
     const { db, config, storage } = sources;
     collectDefaultMetrics({ register: this.registry });
 
-    this.http = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests answered, by route pattern, method and status', labelNames: ['method', 'route', 'status'], registers });
+    this.http = new Counter({
+      name: 'svc_http_requests_total',
+      help: 'HTTP requests answered, by route pattern, method and status',
+      labelNames: ['method', 'route', 'status'],
+      registers,
+    });
     this.latency = new Histogram({
       name: 'svc_http_request_duration_seconds',
       help: 'Time to answer an HTTP request, by route pattern and method',
@@ -59,14 +64,21 @@ export class Metrics {
       buckets: LATENCY_BUCKETS,
       registers,
     });
-    this.accepted = new Counter({ name: 'svc_webhooks_accepted_total', help: 'Inbound webhooks answered 202 (replayed: an Idempotency-Key seen before)', labelNames: ['replayed'], registers });
+    this.accepted = new Counter({
+      name: 'svc_webhooks_accepted_total',
+      help: 'Inbound webhooks answered 202 (replayed: an Idempotency-Key seen before)',
+      labelNames: ['replayed'],
+      registers,
+    });
     this.refused = new Counter({ name: 'svc_webhooks_refused_total', help: 'Inbound webhooks refused, by problem code', labelNames: ['code'], registers });
 
     new Gauge({ name: 'svc_build_info', help: 'The running version of svc', labelNames: ['version'], registers }).set({ version: VERSION }, 1);
 
     const c = db.$client;
     const countStatus = c.prepare<[string, number], { n: number }>('SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ? LIMIT ?)');
-    const countDue = c.prepare<[string, number], { n: number }>("SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ? LIMIT ?)");
+    const countDue = c.prepare<[string, number], { n: number }>(
+      "SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ? LIMIT ?)",
+    );
     const oldestDue = c.prepare<[string], { at: string | null }>("SELECT min(run_at) AS at FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ?");
 
     new Gauge({
@@ -131,13 +143,36 @@ export class Metrics {
     engineGauge('svc_engine_threads', 'Worker threads of the run engine (0: this node runs no engine)', (s) => s.threads);
     engineGauge('svc_engine_runs_in_flight', 'Runs this process is executing now', (s) => s.runsInFlight);
     engineGauge('svc_engine_run_capacity', 'Runs this process executes at once at most (runConcurrency)', (s) => s.runConcurrency);
-    engineGauge('svc_engine_utilization', 'Share of the run slots in use (runs in flight / runConcurrency), 0 to 1', (s) => (s.runConcurrency ? s.runsInFlight / s.runConcurrency : 0));
+    engineGauge('svc_engine_utilization', 'Share of the run slots in use (runs in flight / runConcurrency), 0 to 1', (s) =>
+      s.runConcurrency ? s.runsInFlight / s.runConcurrency : 0,
+    );
     engineGauge('svc_engine_queued_tasks', 'Batches of claimed runs waiting for a free worker thread', (s) => s.queuedTasks);
 
     const pragma = (name: string) => Number(c.pragma(name, { simple: true }));
-    new Gauge({ name: 'svc_sqlite_page_count', help: 'Pages in the SQLite database file', registers, collect: function () { this.set(pragma('page_count')); } });
-    new Gauge({ name: 'svc_sqlite_page_size_bytes', help: 'Size of one SQLite page', registers, collect: function () { this.set(pragma('page_size')); } });
-    new Gauge({ name: 'svc_sqlite_freelist_pages', help: 'Unused pages in the SQLite database file', registers, collect: function () { this.set(pragma('freelist_count')); } });
+    new Gauge({
+      name: 'svc_sqlite_page_count',
+      help: 'Pages in the SQLite database file',
+      registers,
+      collect: function () {
+        this.set(pragma('page_count'));
+      },
+    });
+    new Gauge({
+      name: 'svc_sqlite_page_size_bytes',
+      help: 'Size of one SQLite page',
+      registers,
+      collect: function () {
+        this.set(pragma('page_size'));
+      },
+    });
+    new Gauge({
+      name: 'svc_sqlite_freelist_pages',
+      help: 'Unused pages in the SQLite database file',
+      registers,
+      collect: function () {
+        this.set(pragma('freelist_count'));
+      },
+    });
     new Gauge({
       name: 'svc_sqlite_wal_bytes',
       help: 'Size of the SQLite write-ahead log file',
@@ -161,7 +196,13 @@ export class Metrics {
   }
 
   /** Counts an answered request (an onResponse hook). */
-  observe(method: string, route: string | undefined, status: number, seconds: number, reply: { problemCode: string | null; getHeader(name: string): unknown }): void {
+  observe(
+    method: string,
+    route: string | undefined,
+    status: number,
+    seconds: number,
+    reply: { problemCode: string | null; getHeader(name: string): unknown },
+  ): void {
     const pattern = route ?? UNMATCHED;
     this.http.inc({ method, route: pattern, status: String(status) });
     this.latency.observe({ method, route: pattern }, seconds);

@@ -35,7 +35,12 @@ function postSigned(url: string, path: string, body: unknown) {
 async function setUpWorkspace(server: ServeProcess, token: string): Promise<{ workflowId: number; path: string }> {
   const wf = await request(server.url, 'POST', '/workflows', {
     token,
-    body: { name: 'backed up', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true, signingSecret: SIGNING_SECRET } },
+    body: {
+      name: 'backed up',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true, signingSecret: SIGNING_SECRET },
+    },
   });
   assert.equal(wf.status, 201, wf.text);
   const channels = await request(server.url, 'PUT', '/settings/channels', {
@@ -185,7 +190,10 @@ describe('svc backup and restore', { concurrency: true }, () => {
     const backupFile = join(tempDir(t), 'b.db');
     // While a restore swaps the database (its lock names a live process), no server starts.
     mkdirSync(join(dataDir, 'locks'), { mode: 0o700 });
-    writeFileSync(join(dataDir, 'locks', 'restore.json'), JSON.stringify({ pid: process.pid, hostname: hostname(), startedAt: new Date().toISOString(), procStart: null }));
+    writeFileSync(
+      join(dataDir, 'locks', 'restore.json'),
+      JSON.stringify({ pid: process.pid, hostname: hostname(), startedAt: new Date().toISOString(), procStart: null }),
+    );
     const blocked = await runCli(dataDir, ['serve', '--port', '0']);
     assert.notEqual(blocked.code, 0, show(blocked));
     assert.match(blocked.stderr, new RegExp(`restore into .* is in progress \\(pid ${process.pid}\\)`));
@@ -205,7 +213,10 @@ describe('svc backup and restore', { concurrency: true }, () => {
     assert.equal(lines(refused.stderr).length, 1, show(refused));
     assert.match(refused.stderr, new RegExp(`server is running .*pid ${server.child.pid}`));
     assert.equal(sha256(join(dataDir, 'svc.db')), dbBefore);
-    assert.deepEqual(readdirSync(dataDir).filter((f) => f.includes('before-restore')), []);
+    assert.deepEqual(
+      readdirSync(dataDir).filter((f) => f.includes('before-restore')),
+      [],
+    );
 
     // Several servers may share a folder: a second one holds it too.
     const other = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_LOG_LEVEL: 'warn' } });
@@ -223,7 +234,10 @@ describe('svc backup and restore', { concurrency: true }, () => {
     const result = restore.json();
     assert.match(result.previous.database, /svc\.db\.before-restore-\d{4}-\d\d-\d\dT[-\dZ]+$/);
     assert.ok(result.previous.files.includes(result.previous.database));
-    assert.ok(result.previous.files.some((f: string) => f.endsWith('-wal')), 'the killed server left a -wal file, kept aside with the database');
+    assert.ok(
+      result.previous.files.some((f: string) => f.endsWith('-wal')),
+      'the killed server left a -wal file, kept aside with the database',
+    );
     for (const f of result.previous.files) assert.ok(existsSync(f), f);
     assert.ok(existsSync(result.previous.config));
     assert.deepEqual(integrity(result.previous.database), ['ok'], 'the database kept aside opens with its -wal');
@@ -276,7 +290,11 @@ describe('svc backup and restore', { concurrency: true }, () => {
     }
     assert.equal(sha256(join(dataDir, 'svc.db')), dbBefore, 'the database was not touched');
     assert.equal(readFileSync(join(dataDir, 'config.json'), 'utf8'), configBefore);
-    assert.deepEqual(readdirSync(dataDir).filter((f) => f !== 'config.json' && f !== 'svc.db' && f !== 'locks'), [], 'nothing was left in the folder');
+    assert.deepEqual(
+      readdirSync(dataDir).filter((f) => f !== 'config.json' && f !== 'svc.db' && f !== 'locks'),
+      [],
+      'nothing was left in the folder',
+    );
 
     const ok = await runCli(dataDir, ['restore', good, '--json']);
     assert.equal(ok.code, 0, show(ok));
@@ -322,7 +340,9 @@ describe('svc backup and restore', { concurrency: true }, () => {
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /backup\.interval must be a number of seconds or a duration/);
 
-    const server = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_BACKUP_DIR: backupDir, SVC_BACKUP_INTERVAL: '1s', SVC_BACKUP_KEEP: '2', SVC_LOG_LEVEL: 'info' } });
+    const server = await startServe(t, dataDir, ['--port', '0'], {
+      env: { SVC_BACKUP_DIR: backupDir, SVC_BACKUP_INTERVAL: '1s', SVC_BACKUP_KEEP: '2', SVC_LOG_LEVEL: 'info' },
+    });
     const written = () => (server.stdout() + server.stderr()).split('\n').filter((l) => l.includes('scheduled backup written')).length;
     const deadline = Date.now() + 60_000;
     while (written() < 4 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));

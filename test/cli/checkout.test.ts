@@ -12,7 +12,9 @@ import { lines, runCli, show, tempDir } from './helpers.js';
 
 test('svc checkout complete: completes a manual checkout once; the plan changes at once', async (t) => {
   const dataDir = `${tempDir(t)}/data`;
-  const init = await runCli(dataDir, ['init', '--yes', '--plan', 'STARTER', '--email', 'owner@acme.test', '--password-stdin', '--json'], { stdin: 'owner-password-1\n' });
+  const init = await runCli(dataDir, ['init', '--yes', '--plan', 'STARTER', '--email', 'owner@acme.test', '--password-stdin', '--json'], {
+    stdin: 'owner-password-1\n',
+  });
   assert.equal(init.code, 0, show(init));
   const workspaceId: number = init.json().workspace.id;
 

@@ -66,8 +66,14 @@ describe('svc workspace / user / admin / keys', { concurrency: true }, () => {
       assert.equal(r.code, 0, show(r));
       const [header, ...rows] = lines(r.stdout);
       assert.match(header!, /^ID\s+NAME\s+PLAN\b/);
-      assert.ok(rows.some((l) => new RegExp(`^${created.id}\\s+Growth Co\\s+GROWTH\\b`).test(l)), r.stdout);
-      assert.ok(rows.some((l) => new RegExp(`^${starter.id}\\s+`).test(l)), r.stdout);
+      assert.ok(
+        rows.some((l) => new RegExp(`^${created.id}\\s+Growth Co\\s+GROWTH\\b`).test(l)),
+        r.stdout,
+      );
+      assert.ok(
+        rows.some((l) => new RegExp(`^${starter.id}\\s+`).test(l)),
+        r.stdout,
+      );
     });
 
     await t.test('show ID --json prints the workspace', async () => {
@@ -226,7 +232,10 @@ describe('svc workspace / user / admin / keys', { concurrency: true }, () => {
       assert.equal(r.code, 0, show(r));
       const [header, ...rows] = lines(r.stdout);
       assert.match(header!, /^ID\s+NAME\s+ROLE\s+PREFIX\b/);
-      assert.ok(rows.some((l) => new RegExp(`^${viewer.id}\\s+k\\s+VIEWER\\s+`).test(l)), r.stdout);
+      assert.ok(
+        rows.some((l) => new RegExp(`^${viewer.id}\\s+k\\s+VIEWER\\s+`).test(l)),
+        r.stdout,
+      );
       assert.ok(!r.stdout.includes(viewer.key));
     });
 

@@ -33,7 +33,10 @@ test('svc contacts import / export: NDJSON and CSV files, errors by line, --json
   assert.equal(imported.stderr, '', 'no progress bar when stderr is not a terminal');
 
   const csv = join(dataDir, 'more.csv');
-  writeFileSync(csv, '\uFEFFemail,firstName,lastName,tags,city\r\nbob@example.com,Bob,"Builder, Jr.",vip;trade,"Paris\nFrance"\r\nada@example.com,Ada,Lovelace,,\r\n');
+  writeFileSync(
+    csv,
+    '\uFEFFemail,firstName,lastName,tags,city\r\nbob@example.com,Bob,"Builder, Jr.",vip;trade,"Paris\nFrance"\r\nada@example.com,Ada,Lovelace,,\r\n',
+  );
   const human = await runCli(dataDir, ['contacts', 'import', csv, '--workspace', ws]);
   assert.equal(human.code, 0, show(human));
   assert.match(human.stdout, /import \d+: COMPLETED\n {2}1 created, 1 updated, 0 skipped, 0 refused, 4 lines/);
@@ -49,14 +52,23 @@ test('svc contacts import / export: NDJSON and CSV files, errors by line, --json
   assert.equal(readFileSync(out, 'utf8').split('\r\n')[0], 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');
   const vip = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--tag', 'VIP']);
   assert.equal(vip.code, 0, show(vip));
-  const vipRows = vip.stdout.trim().split('\n').map((l) => JSON.parse(l));
-  assert.deepEqual(vipRows.map((c) => c.email), ['bob@example.com', 'ada@example.com']);
+  const vipRows = vip.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  assert.deepEqual(
+    vipRows.map((c) => c.email),
+    ['bob@example.com', 'ada@example.com'],
+  );
   assert.deepEqual(vipRows[0].attributes, { city: 'Paris\nFrance' });
 
   // Round trip: both exports import into a new workspace as the same contacts.
   const ndOut = join(dataDir, 'export.ndjson');
   assert.equal((await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--out', ndOut])).code, 0);
-  const all = (await runCli(dataDir, ['contacts', 'export', '--workspace', ws])).stdout.trim().split('\n').map((l) => JSON.parse(l));
+  const all = (await runCli(dataDir, ['contacts', 'export', '--workspace', ws])).stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   const shape = (c: any) => ({ email: c.email, phone: c.phone, firstName: c.firstName, lastName: c.lastName, tags: c.tags, attributes: c.attributes });
   for (const file of [out, ndOut]) {
     const other = await runCli(dataDir, ['workspace', 'create', '--name', `copy ${file}`, '--json']);
@@ -64,7 +76,10 @@ test('svc contacts import / export: NDJSON and CSV files, errors by line, --json
     const back = await runCli(dataDir, ['contacts', 'import', file, '--workspace', otherId, '--json']);
     assert.equal(back.code, 0, show(back));
     assert.deepEqual([back.json().created, back.json().errorCount], [3, 0]);
-    const copy = (await runCli(dataDir, ['contacts', 'export', '--workspace', otherId])).stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const copy = (await runCli(dataDir, ['contacts', 'export', '--workspace', otherId])).stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     // The export is newest first, so the copy was created in the other order.
     assert.deepEqual(copy.map(shape).reverse(), all.map(shape), file);
   }

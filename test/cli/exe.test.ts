@@ -38,7 +38,11 @@ before(async () => {
   const out = join(buildDir, 'svc');
   const started = Date.now();
   const log = await new Promise<string>((resolve, reject) => {
-    const child = spawn(process.execPath, [join(REPO, 'build-exe.mjs')], { cwd: REPO, env: { ...process.env, SVC_EXE_OUT: out }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [join(REPO, 'build-exe.mjs')], {
+      cwd: REPO,
+      env: { ...process.env, SVC_EXE_OUT: out },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (text += d));
     child.stderr.setEncoding('utf8').on('data', (d: string) => (text += d));
@@ -131,7 +135,10 @@ async function serve(t: Parameters<typeof tempDir>[0], f: Folder): Promise<Serve
     const line = stdout.split('\n')[0];
     if (stdout.includes('\n') && line) {
       const first = JSON.parse(line) as ServeLine;
-      const ok = await fetch(`${first.url}/healthz`).then((r) => r.status === 200, () => false);
+      const ok = await fetch(`${first.url}/healthz`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
       if (ok) {
         const readyMs = Date.now() - started;
         return {
@@ -194,7 +201,13 @@ test('the executable runs alone: version, serve on an empty folder, a webhook ru
   const token = login.body.token as string;
   const wf = await request(server.url, 'POST', '/workflows', {
     token,
-    body: { name: 'signup', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'add_tags', tags: ['lead'] }], webhook: { lookup: 'email', createIfNotFound: true } },
+    body: {
+      name: 'signup',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['lead'] }],
+      webhook: { lookup: 'email', createIfNotFound: true },
+    },
   });
   assert.equal(wf.status, 201, wf.text);
   const hook = new URL(wf.body.webhook.url as string).pathname;
@@ -202,10 +215,16 @@ test('the executable runs alone: version, serve on an empty folder, a webhook ru
   assert.equal(accepted.status, 202, accepted.text);
   // A worker thread of the engine (Piscina, extracted script) ran it on SQLite (extracted addon).
   const run = await waitForRun(server.url, token, accepted.body.runId as number, 'COMPLETED');
-  assert.deepEqual(run.steps.map((s: { type: string }) => s.type), ['add_tags']);
+  assert.deepEqual(
+    run.steps.map((s: { type: string }) => s.type),
+    ['add_tags'],
+  );
 
   // The render pool's thread (the same extracted worker script, its `render` export).
-  const tpl = await request(server.url, 'POST', '/templates', { token, body: { name: 'hi', channel: 'SMS', content: { text: 'Hi {{ contact.firstName | default: "friend" }}' } } });
+  const tpl = await request(server.url, 'POST', '/templates', {
+    token,
+    body: { name: 'hi', channel: 'SMS', content: { text: 'Hi {{ contact.firstName | default: "friend" }}' } },
+  });
   assert.equal(tpl.status, 201, tpl.text);
   const preview = await request(server.url, 'POST', `/templates/${tpl.body.id}/preview`, { token, body: {} });
   assert.equal(preview.status, 200, preview.text);

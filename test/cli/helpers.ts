@@ -189,7 +189,10 @@ function startServeNow(t: TestContext, dataDir: string, args: string[], opts: { 
     child.kill(signal);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, rej) => {
-      timer = setTimeout(() => rej(new Error(`svc serve did not stop within ${stopTimeoutMs} ms of ${signal}\nstdout: ${stdout}\nstderr: ${stderr}`)), stopTimeoutMs);
+      timer = setTimeout(
+        () => rej(new Error(`svc serve did not stop within ${stopTimeoutMs} ms of ${signal}\nstdout: ${stdout}\nstderr: ${stderr}`)),
+        stopTimeoutMs,
+      );
     });
     try {
       const status = await Promise.race([exited, timeout]);

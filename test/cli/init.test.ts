@@ -39,9 +39,13 @@ describe('svc init', { concurrency: true }, () => {
 
   test('init takes --workspace, --email, --plan and --password-stdin; no password is printed then', async (t) => {
     const dataDir = join(tempDir(t), 'data');
-    const r = await runCli(dataDir, ['init', '--yes', '--workspace', 'Acme Inc', '--email', ' Owner@Example.COM ', '--plan', 'growth', '--password-stdin', '--json'], {
-      stdin: 'correct horse battery staple\n',
-    });
+    const r = await runCli(
+      dataDir,
+      ['init', '--yes', '--workspace', 'Acme Inc', '--email', ' Owner@Example.COM ', '--plan', 'growth', '--password-stdin', '--json'],
+      {
+        stdin: 'correct horse battery staple\n',
+      },
+    );
     assert.equal(r.code, 0, show(r));
     const doc = r.json();
     assert.deepEqual(Object.keys(doc).sort(), ['dataDir', 'user', 'workspace'], 'no password key when it was given on stdin');

@@ -60,7 +60,10 @@ describe('svc migrate', { concurrency: true }, () => {
     assert.deepEqual(r.json(), { applied: [], pending: [] });
 
     const tag = stampFutureMigration(dataDir);
-    for (const args of [['migrate', '--json'], ['workspace', 'list', '--json']]) {
+    for (const args of [
+      ['migrate', '--json'],
+      ['workspace', 'list', '--json'],
+    ]) {
       const r = await runCli(dataDir, args);
       assert.notEqual(r.code, 0, `${args.join(' ')}: ${show(r)}`);
       assert.equal(r.stdout, '', `${args.join(' ')}: ${show(r)}`);

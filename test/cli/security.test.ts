@@ -45,7 +45,9 @@ async function withUmask<T>(mask: number, fn: () => Promise<T>): Promise<T> {
 
 test('svc.db and its -wal/-shm files are 0600 after svc init and while svc serve writes, even under umask 000', async (t) => {
   const dataDir = join(tempDir(t), 'data');
-  const init = await withUmask(0o000, () => runCli(dataDir, ['init', '--yes', '--email', 'owner@example.test', '--password-stdin', '--json'], { stdin: 'owner-password-1\n' }));
+  const init = await withUmask(0o000, () =>
+    runCli(dataDir, ['init', '--yes', '--email', 'owner@example.test', '--password-stdin', '--json'], { stdin: 'owner-password-1\n' }),
+  );
   assert.equal(init.code, 0, show(init));
   assertPrivate(dataDir, 'after svc init', false);
 
@@ -73,7 +75,13 @@ test('svc workflow activate refuses a send step naming a missing template or one
   const ctx = { db, config, workspaceId, actor: { type: 'CLI' as const, id: null, label: 'test' }, ip: null };
   const sms = createTemplate(ctx, { name: 'sms', channel: 'SMS', content: { text: 'hi' } });
   const email = createTemplate(ctx, { name: 'email', channel: 'EMAIL', content: { subject: 's', text: 't' } });
-  const wrong = createWorkflow(ctx, { name: 'wrong channel', steps: [{ type: 'add_tags', tags: ['x'] }, { type: 'send_email', templateId: sms.id }] });
+  const wrong = createWorkflow(ctx, {
+    name: 'wrong channel',
+    steps: [
+      { type: 'add_tags', tags: ['x'] },
+      { type: 'send_email', templateId: sms.id },
+    ],
+  });
   const missing = createWorkflow(ctx, { name: 'missing', steps: [{ type: 'send_sms', templateId: 9999 }] });
   const good = createWorkflow(ctx, { name: 'good', steps: [{ type: 'send_email', templateId: email.id }] });
   db.$client.close();

@@ -128,7 +128,8 @@ describe('svc serve', { concurrency: true }, () => {
     const ownerLogin = await login(a.url, user.email, password);
     assert.equal(ownerLogin.status, 200, ownerLogin.text);
 
-    const mint = (role: string, name: string) => runCli(dataDir, ['keys', 'create', '--workspace', String(workspace.id), '--role', role, '--name', name, '--json']);
+    const mint = (role: string, name: string) =>
+      runCli(dataDir, ['keys', 'create', '--workspace', String(workspace.id), '--role', role, '--name', name, '--json']);
     const [viewerRes, adminRes, memberRes] = await Promise.all([mint('VIEWER', 'viewer'), mint('ADMIN', 'admin'), mint('MEMBER', 'member')]);
     for (const r of [viewerRes, adminRes, memberRes]) assert.equal(r.code, 0, show(r));
     const viewer = viewerRes.json();

@@ -104,8 +104,14 @@ describe('svc serve --json', { concurrency: true }, () => {
     assert.ok(server.stdout().endsWith('\n'));
     // The logs went to stderr, as JSON lines, and never carry the password.
     const logs = lines(server.stderr()).map((l) => JSON.parse(l));
-    assert.ok(logs.some((l) => l.req?.url === '/healthz' || /incoming request|request completed/.test(l.msg ?? '')), server.stderr());
-    assert.ok(logs.some((l) => /shutting down|stopped/.test(l.msg ?? '')), 'shutdown is logged to stderr');
+    assert.ok(
+      logs.some((l) => l.req?.url === '/healthz' || /incoming request|request completed/.test(l.msg ?? '')),
+      server.stderr(),
+    );
+    assert.ok(
+      logs.some((l) => /shutting down|stopped/.test(l.msg ?? '')),
+      'shutdown is logged to stderr',
+    );
     assert.ok(!server.stderr().includes(line.owner.password), 'the password is never logged');
 
     // The folder is initialised now: the next start says where it is, nothing more.

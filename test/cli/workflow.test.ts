@@ -16,7 +16,12 @@ test('svc workflow / webhook / runs: list, activate, deactivate, events, replay,
   const token = login.body.token as string;
   const created = await request(server.url, 'POST', '/workflows', {
     token,
-    body: { name: 'signup', triggerSource: 'WEBHOOK', steps: [{ type: 'add_tags', tags: ['lead'] }], webhook: { lookup: 'email', path: 'user.email', createIfNotFound: true } },
+    body: {
+      name: 'signup',
+      triggerSource: 'WEBHOOK',
+      steps: [{ type: 'add_tags', tags: ['lead'] }],
+      webhook: { lookup: 'email', path: 'user.email', createIfNotFound: true },
+    },
   });
   assert.equal(created.status, 201, created.text);
   const id = String(created.body.id);
@@ -69,7 +74,10 @@ test('svc workflow / webhook / runs: list, activate, deactivate, events, replay,
   assert.equal(one.code, 0, show(one));
   assert.equal(one.json().status, 'QUEUED');
   assert.deepEqual(one.json().trigger, { user: { email: 'New@Example.com' } });
-  assert.deepEqual(one.json().steps.map((s: { type: string }) => s.type), ['add_tags']);
+  assert.deepEqual(
+    one.json().steps.map((s: { type: string }) => s.type),
+    ['add_tags'],
+  );
   const human = await runCli(dataDir, ['runs', 'show', String(accepted.body.runId)]);
   assert.match(human.stdout, /run \d+ of workflow \d+: QUEUED/);
 

@@ -41,7 +41,13 @@ test('create and edit a contact; a 409 and a 422 are shown at their field; delet
   // 409: another contact has this email; the message is at the Email field.
   await email.fill('taken@example.com');
   await page.getByRole('button', { name: 'Save' }).click();
-  await assert.doesNotReject(page.locator('.field-invalid').filter({ has: page.getByLabel('Email') }).getByText(/already has this email/).waitFor());
+  await assert.doesNotReject(
+    page
+      .locator('.field-invalid')
+      .filter({ has: page.getByLabel('Email') })
+      .getByText(/already has this email/)
+      .waitFor(),
+  );
   assert.equal(await email.getAttribute('aria-invalid'), 'true');
   await assertAccessible(page, 'contact form with a conflict');
   await screenshot(page, 'contact-409');
@@ -50,7 +56,10 @@ test('create and edit a contact; a 409 and a 422 are shown at their field; delet
   await email.fill('ann@example.com');
   await page.getByLabel('Phone').fill('not a phone');
   await page.getByRole('button', { name: 'Save' }).click();
-  const phoneError = page.locator('.field-invalid').filter({ has: page.getByLabel('Phone') }).locator('.field-error');
+  const phoneError = page
+    .locator('.field-invalid')
+    .filter({ has: page.getByLabel('Phone') })
+    .locator('.field-error');
   await phoneError.waitFor();
   assert.equal(await page.getByLabel('Phone').getAttribute('aria-invalid'), 'true');
   assert.equal(await email.getAttribute('aria-invalid'), null, 'the email field is fine now');

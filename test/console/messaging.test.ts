@@ -27,7 +27,10 @@ test('a template: a Liquid error at its field and line, then a preview for a con
   await page.getByLabel('Subject').fill('Thanks {{ contact.firstName }');
   await page.getByLabel('Text').fill('Hello {{ contact.firstName }}, your total is {{ trigger.total }}.');
   await page.getByRole('button', { name: 'Save' }).click();
-  const subjectError = page.locator('.field-invalid').filter({ has: page.getByLabel('Subject') }).locator('.field-error');
+  const subjectError = page
+    .locator('.field-invalid')
+    .filter({ has: page.getByLabel('Subject') })
+    .locator('.field-error');
   await subjectError.waitFor();
   assert.match((await subjectError.textContent()) ?? '', /line 1/);
   await screenshot(page, 'template-error');
@@ -72,7 +75,10 @@ test('a webhook workflow: configure, activate, copy the URL, post a signed body,
   await page.getByRole('button', { name: 'Save webhook settings' }).click();
   await page.getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
   await page.getByRole('button', { name: 'Activate' }).click();
-  await page.getByRole('alert').filter({ hasText: /lookup/i }).waitFor();
+  await page
+    .getByRole('alert')
+    .filter({ hasText: /lookup/i })
+    .waitFor();
 
   await page.getByLabel('Contact lookup').selectOption('email');
   await page.getByLabel('Path in the body').fill('customer.email');
@@ -84,7 +90,11 @@ test('a webhook workflow: configure, activate, copy the URL, post a signed body,
   const secret = 'a-signing-secret-of-32-characters';
   await page.getByLabel('Signing secret', { exact: true }).fill('short');
   await page.getByRole('button', { name: 'Set secret' }).click();
-  await page.locator('.field-invalid').filter({ has: page.getByLabel('Signing secret', { exact: true }) }).locator('.field-error').waitFor();
+  await page
+    .locator('.field-invalid')
+    .filter({ has: page.getByLabel('Signing secret', { exact: true }) })
+    .locator('.field-error')
+    .waitFor();
   await page.getByLabel('Signing secret', { exact: true }).fill(secret);
   await page.getByRole('button', { name: 'Set secret' }).click();
   await page.getByText('The signing secret is set.').waitFor();
@@ -122,7 +132,11 @@ test('a webhook workflow: configure, activate, copy the URL, post a signed body,
   // A signed POST from outside, as a sender would.
   const body = JSON.stringify({ customer: { email: 'new@example.com' } });
   const signature = `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
-  const posted = await fetch(url.replace(/^https?:\/\/[^/]+/, s.url), { method: 'POST', headers: { 'content-type': 'application/json', 'x-service-signature': signature }, body });
+  const posted = await fetch(url.replace(/^https?:\/\/[^/]+/, s.url), {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-service-signature': signature },
+    body,
+  });
   assert.equal(posted.status, 202, await posted.clone().text());
   const { runId } = (await posted.json()) as { runId: number };
 

@@ -28,8 +28,12 @@ async function seed(s: TestServer, token: string): Promise<{ automationId: numbe
     ['ann@example.com', 'Ann', ['vip']],
     ['bob@example.com', 'Bob', ['newsletter']],
     ['cy@example.com', 'Cy', []],
-  ] as const) ok(await s.request('POST', '/contacts', { token, body: { email, firstName, tags: [...tags] } }));
-  const welcome = await s.request('POST', '/templates', { token, body: { name: 'Welcome', channel: 'EMAIL', content: { subject: 'Hi {{ data.name }}', text: 'Welcome!' } } });
+  ] as const)
+    ok(await s.request('POST', '/contacts', { token, body: { email, firstName, tags: [...tags] } }));
+  const welcome = await s.request('POST', '/templates', {
+    token,
+    body: { name: 'Welcome', channel: 'EMAIL', content: { subject: 'Hi {{ data.name }}', text: 'Welcome!' } },
+  });
   ok(welcome);
   ok(await s.request('POST', '/messages/test-email', { token, body: { to: 'ann@example.com', templateId: welcome.body.id, data: { name: 'Ann' } } }));
   ok(await s.request('POST', '/templates', { token, body: { name: 'Reminder', channel: 'SMS', content: { text: 'See you soon' } } }));
@@ -48,7 +52,18 @@ async function seed(s: TestServer, token: string): Promise<{ automationId: numbe
   };
   const automation = await s.request('POST', '/automations', { token, body: { name: 'Order size', graph } });
   ok(automation);
-  ok(await s.request('POST', '/workflows', { token, body: { name: 'Signup', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true }, steps: [{ type: 'add_tags', tags: ['signed-up'] }] } }));
+  ok(
+    await s.request('POST', '/workflows', {
+      token,
+      body: {
+        name: 'Signup',
+        triggerSource: 'WEBHOOK',
+        status: 'ACTIVE',
+        webhook: { lookup: 'email', createIfNotFound: true },
+        steps: [{ type: 'add_tags', tags: ['signed-up'] }],
+      },
+    }),
+  );
   return { automationId: automation.body.id };
 }
 
@@ -81,7 +96,10 @@ test('each page: the main navigation, one h1, no serious accessibility violation
   await page.locator('.react-flow__node').nth(3).waitFor();
   assert.equal(await page.locator('.react-flow__node').count(), 4);
   assert.equal(await page.locator('.react-flow__edge').count(), 3);
-  assert.ok(scripts.some((path) => /GraphView/.test(path)), 'the editor code was loaded for the graph');
+  assert.ok(
+    scripts.some((path) => /GraphView/.test(path)),
+    'the editor code was loaded for the graph',
+  );
   await assertAccessible(page, 'automation graph');
   await screenshot(page, 'automation');
 
@@ -141,7 +159,14 @@ test('a page that cannot render shows a readable message, and the rest of the co
   t.after(() => context.close());
   // An answer the page does not expect (tags is not a list) makes it throw while rendering.
   await page.route('**/contacts?*', (route) =>
-    route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ data: [{ id: 1, email: 'x@example.com', phone: null, firstName: null, lastName: null, attributes: {}, tags: null, createdAt: '', updatedAt: '' }], nextCursor: null }) }),
+    route.fulfill({
+      status: 200,
+      contentType: 'application/json',
+      body: JSON.stringify({
+        data: [{ id: 1, email: 'x@example.com', phone: null, firstName: null, lastName: null, attributes: {}, tags: null, createdAt: '', updatedAt: '' }],
+        nextCursor: null,
+      }),
+    }),
   );
   await page.goto('/app/contacts');
   await logIn(page, s.owner.email, s.owner.password);
@@ -152,5 +177,8 @@ test('a page that cannot render shows a readable message, and the rest of the co
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Templates' }).click();
   await assertOneH1(page, 'Templates');
   assert.equal(await alert.count(), 0);
-  assert.ok(problems.every((p) => p.startsWith('page error:') || /tags/.test(p)), problems.join('\n'));
+  assert.ok(
+    problems.every((p) => p.startsWith('page error:') || /tags/.test(p)),
+    problems.join('\n'),
+  );
 });

@@ -35,7 +35,8 @@ test('/ and /app redirect to /app/; client routes and /invite answer the page wi
     assert.equal(res.headers.get('x-frame-options'), 'DENY');
   }
   const csp = CONSOLE_CSP;
-  for (const part of ["default-src 'self'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "object-src 'none'"]) assert.ok(csp.includes(part), part);
+  for (const part of ["default-src 'self'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "object-src 'none'"])
+    assert.ok(csp.includes(part), part);
   assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval|\*/);
   // The page has no inline script for the CSP to allow.
   assert.doesNotMatch(index, /<script(?![^>]*\bsrc=)[^>]*>/);

@@ -22,7 +22,11 @@ test('create an API key: the raw key is shown once, works, and is revoked after 
 
   // A 422 for a missing name is shown at the Name field.
   await page.getByRole('button', { name: 'Create API key' }).click();
-  await page.locator('.field-invalid').filter({ has: page.getByLabel('Name') }).locator('.field-error').waitFor();
+  await page
+    .locator('.field-invalid')
+    .filter({ has: page.getByLabel('Name') })
+    .locator('.field-error')
+    .waitFor();
 
   await page.getByLabel('Name').fill('CRM sync');
   await page.getByLabel('Role').selectOption('MEMBER');
@@ -93,7 +97,11 @@ test('invite a member; they accept in another browser, are signed in, and are li
   await invitee.page.getByLabel('Name').fill('New Person');
   await invitee.page.getByLabel('Password').fill('short');
   await invitee.page.getByRole('button', { name: 'Accept invitation' }).click();
-  await invitee.page.locator('.field-invalid').filter({ has: invitee.page.getByLabel('Password') }).locator('.field-error').waitFor();
+  await invitee.page
+    .locator('.field-invalid')
+    .filter({ has: invitee.page.getByLabel('Password') })
+    .locator('.field-error')
+    .waitFor();
   await invitee.page.getByLabel('Password').fill('a-good-long-password');
   await invitee.page.getByRole('button', { name: 'Accept invitation' }).click();
   await invitee.page.waitForURL('**/app/contacts');
@@ -115,7 +123,10 @@ test('invite a member; they accept in another browser, are signed in, and are li
   await page.getByRole('dialog').getByRole('button', { name: 'Remove' }).click();
   await row.waitFor({ state: 'detached' });
   const list = await s.request('GET', '/memberships', { token });
-  assert.equal(list.body.data.some((m: { email: string }) => m.email === 'new.person@example.com'), false);
+  assert.equal(
+    list.body.data.some((m: { email: string }) => m.email === 'new.person@example.com'),
+    false,
+  );
   assert.deepEqual(admin.problems, []);
 });
 

@@ -14,5 +14,7 @@ test('the committed API types are what the OpenAPI document describes (run `npm 
   if (committed === generated) return;
   const [a, b] = [committed.split('\n'), generated.split('\n')];
   const line = a.findIndex((text, i) => text !== b[i]);
-  assert.fail(`src/console/api/schema.d.ts is out of date: run \`npm run console:types\` (line ${line + 1}: committed ${JSON.stringify(a[line])}, generated ${JSON.stringify(b[line])})`);
+  assert.fail(
+    `src/console/api/schema.d.ts is out of date: run \`npm run console:types\` (line ${line + 1}: committed ${JSON.stringify(a[line])}, generated ${JSON.stringify(b[line])})`,
+  );
 });

@@ -16,11 +16,17 @@ test('a workflow changed by the CLI or another server applies to the very next w
   const token = login.body.token as string;
   const wf = await request(a.url, 'POST', '/workflows', {
     token,
-    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'email', createIfNotFound: true, signingSecret: 'first-secret-0123456789' } },
+    body: {
+      name: 'w',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      webhook: { lookup: 'email', path: 'email', createIfNotFound: true, signingSecret: 'first-secret-0123456789' },
+    },
   });
   assert.equal(wf.status, 201, wf.text);
   const path = new URL(wf.body.webhook.url).pathname;
-  const post = (raw: string, secret: string) => request(b.url, 'POST', path, { raw, headers: { 'content-type': 'application/json', 'x-service-signature': sign(secret, raw) } });
+  const post = (raw: string, secret: string) =>
+    request(b.url, 'POST', path, { raw, headers: { 'content-type': 'application/json', 'x-service-signature': sign(secret, raw) } });
   const body = JSON.stringify({ email: 'jane@example.com', nested: { mail: 'ann@example.com' } });
 
   // B learns the workflow (and caches it) from an accepted request.

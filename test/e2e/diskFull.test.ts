@@ -63,18 +63,29 @@ function fillDisk(dir: string): string {
 
 const canMount = process.getuid?.() === 0 || !!process.env.CI;
 
-test('disk full: 503 storage_full with Retry-After, readyz not ready, 202s kept, intake resumes by itself', { skip: canMount ? false : 'needs root to mount a tmpfs (CI runs it)', timeout: 180_000 }, async (t) => {
+test('disk full: 503 storage_full with Retry-After, readyz not ready, 202s kept, intake resumes by itself', {
+  skip: canMount ? false : 'needs root to mount a tmpfs (CI runs it)',
+  timeout: 180_000,
+}, async (t) => {
   const disk = mountSmallDisk(t);
   if (!disk) return t.skip('could not mount a tmpfs here (CI fails instead)');
   const dataDir = join(disk, 'data');
   mkdirSync(dataDir, { mode: 0o700 });
   const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', OPS.email, '--password-stdin'], { stdin: OPS.password });
   assert.equal(init.code, 0, init.stderr);
-  const server = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_WEBHOOK_RATE_LIMIT: '100000', SVC_WORKERS: '1', SVC_METRICS_TOKEN: METRICS_TOKEN } });
+  const server = await startServe(t, dataDir, ['--port', '0'], {
+    env: { SVC_WEBHOOK_RATE_LIMIT: '100000', SVC_WORKERS: '1', SVC_METRICS_TOKEN: METRICS_TOKEN },
+  });
   const token = await login(server);
   const wf = await request(server.url, 'POST', '/workflows', {
     token,
-    body: { name: 'intake', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'add_tags', tags: ['seen'] }], webhook: { lookup: 'email', path: 'email', createIfNotFound: true } },
+    body: {
+      name: 'intake',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['seen'] }],
+      webhook: { lookup: 'email', path: 'email', createIfNotFound: true },
+    },
   });
   assert.equal(wf.status, 201, wf.text);
   const path = new URL(wf.body.webhook.url).pathname;
@@ -110,7 +121,10 @@ test('disk full: 503 storage_full with Retry-After, readyz not ready, 202s kept,
     assertProblem(res, 503, 'storage_full');
   }
   // Any route's write, not only the webhook's: a template that needs fresh pages.
-  const template = await request(server.url, 'POST', '/templates', { token, body: { name: 'big', channel: 'EMAIL', content: { subject: 'Hi', html: padding, text: padding } } });
+  const template = await request(server.url, 'POST', '/templates', {
+    token,
+    body: { name: 'big', channel: 'EMAIL', content: { subject: 'Hi', html: padding, text: padding } },
+  });
   assertProblem(template, 503, 'storage_full');
   assert.equal(template.headers.get('retry-after'), '30');
   const metrics = parseMetrics((await request(server.url, 'GET', '/metrics', { token: METRICS_TOKEN })).text);
@@ -142,12 +156,17 @@ test('disk full: 503 storage_full with Retry-After, readyz not ready, 202s kept,
 
   await server.stop();
   // The log said "disk full" once (not once a request), and that it recovered.
-  const logs = lines(server.stdout()).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: number; msg: string });
+  const logs = lines(server.stdout())
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as { level: number; msg: string });
   const full = logs.filter((l) => /disk of the data folder is full/.test(l.msg));
   assert.equal(full.length, 1, JSON.stringify(full));
   assert.equal(full[0]!.level, 50);
   assert.ok(logs.some((l) => /takes writes again/.test(l.msg)));
-  assert.ok(!logs.some((l) => ['request failed', 'webhook failed', 'claiming runs failed', 'renewing run leases failed'].includes(l.msg)), 'no error per request or per poll');
+  assert.ok(
+    !logs.some((l) => ['request failed', 'webhook failed', 'claiming runs failed', 'renewing run leases failed'].includes(l.msg)),
+    'no error per request or per poll',
+  );
 
   // Every run answered 202 is in the database, which is sound.
   const db = new Database(join(dataDir, 'svc.db'), { readonly: true });
@@ -182,7 +201,10 @@ test('StorageHealth: logs a full disk once a minute with the count of failed wri
   assert.equal(health.noteFailure(Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' })), false);
   health.noteSuccess();
   assert.equal(health.full, false);
-  assert.deepEqual(logged.map((l) => l.level), ['error', 'error', 'info']);
+  assert.deepEqual(
+    logged.map((l) => l.level),
+    ['error', 'error', 'info'],
+  );
   health.noteSuccess();
   assert.equal(logged.length, 3, 'recovery is said once');
 });

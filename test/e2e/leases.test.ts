@@ -29,7 +29,9 @@ const slowCall = (service: SlowService) => ({ type: 'http_request', method: 'POS
 async function postMany(url: string, path: string, n: number): Promise<number[]> {
   const ids: number[] = [];
   for (let i = 0; i < n; i += 50) {
-    const chunk = await Promise.all(Array.from({ length: Math.min(50, n - i) }, (_, j) => request(url, 'POST', path, { body: { email: `c${i + j}@example.com` } })));
+    const chunk = await Promise.all(
+      Array.from({ length: Math.min(50, n - i) }, (_, j) => request(url, 'POST', path, { body: { email: `c${i + j}@example.com` } })),
+    );
     for (const res of chunk) {
       assert.equal(res.status, 202, res.text);
       ids.push(res.body.runId);
@@ -48,7 +50,9 @@ function readDb<T>(dataDir: string, sql: string): T[] {
 }
 
 function statuses(dataDir: string): Record<string, number> {
-  return Object.fromEntries(readDb<{ status: string; n: number }>(dataDir, 'SELECT status, COUNT(*) AS n FROM workflow_runs GROUP BY status').map((r) => [r.status, r.n]));
+  return Object.fromEntries(
+    readDb<{ status: string; n: number }>(dataDir, 'SELECT status, COUNT(*) AS n FROM workflow_runs GROUP BY status').map((r) => [r.status, r.n]),
+  );
 }
 
 async function waitUntil(what: string, test: () => boolean, timeoutMs = 90_000): Promise<void> {
@@ -151,12 +155,22 @@ test('kill -9 with 500 runs in flight: every accepted run completes after a rest
   const token = await login(first);
   const put = await request(first.url, 'PUT', '/settings/channels', {
     token,
-    body: { SMS: { provider: 'twilio', settings: { baseUrl: `http://${twilioHost}`, accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: 'token' } } },
+    body: {
+      SMS: {
+        provider: 'twilio',
+        settings: { baseUrl: `http://${twilioHost}`, accountSid: 'AC123', from: '+15005550006' },
+        credentials: { authToken: 'token' },
+      },
+    },
   });
   assert.equal(put.status, 200, put.text);
   const template = await request(first.url, 'POST', '/templates', { token, body: { name: 's', channel: 'SMS', content: { text: 'run {{ run.id }}' } } });
   assert.equal(template.status, 201, template.text);
-  const path = await workflow(first, token, [slowCall(service), { type: 'send_sms', templateId: template.body.id, to: '+15005550009' }, { type: 'add_tags', tags: ['done'] }]);
+  const path = await workflow(first, token, [
+    slowCall(service),
+    { type: 'send_sms', templateId: template.body.id, to: '+15005550009' },
+    { type: 'add_tags', tags: ['done'] },
+  ]);
   const ids = await postMany(first.url, path, 500);
   // Every run in flight is inside its slow call (none has answered yet): kill now.
   await service.whenInProgress(450);
@@ -171,7 +185,10 @@ test('kill -9 with 500 runs in flight: every accepted run completes after a rest
   });
   assert.deepEqual(statuses(dataDir), { COMPLETED: 500 });
   for (const id of ids) assert.equal(sms.get(`run ${id}`), 1, `run ${id}: ${sms.get(`run ${id}`) ?? 0} messages`);
-  const sentTwice = readDb<{ run_id: number }>(dataDir, "SELECT run_id FROM delivery_attempts WHERE status = 'SENT' GROUP BY run_id, step_index HAVING COUNT(*) > 1");
+  const sentTwice = readDb<{ run_id: number }>(
+    dataDir,
+    "SELECT run_id FROM delivery_attempts WHERE status = 'SENT' GROUP BY run_id, step_index HAVING COUNT(*) > 1",
+  );
   assert.deepEqual(sentTwice, []);
   await second.stop();
 });

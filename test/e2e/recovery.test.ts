@@ -17,7 +17,10 @@ async function waitForRun(url: string, token: string, runId: number, statuses: s
 }
 
 async function workflow(url: string, token: string, steps: unknown[]) {
-  const template = await request(url, 'POST', '/templates', { token, body: { name: 't', channel: 'EMAIL', content: { subject: 'Hello', text: 'Body {{ trigger.n }}' } } });
+  const template = await request(url, 'POST', '/templates', {
+    token,
+    body: { name: 't', channel: 'EMAIL', content: { subject: 'Hello', text: 'Body {{ trigger.n }}' } },
+  });
   assert.equal(template.status, 201, template.text);
   const resolved = JSON.parse(JSON.stringify(steps).replaceAll('"TEMPLATE_ID"', String(template.body.id)));
   const wf = await request(url, 'POST', '/workflows', {
@@ -33,7 +36,10 @@ test('a wait survives a restart and the run completes on time', async (t) => {
   const env = { SVC_LOG_LEVEL: 'warn' };
   const first = await startServe(t, dataDir, ['--port', '0'], { env });
   const token = await login(first);
-  const path = await workflow(first.url, token, [{ type: 'wait', seconds: 2 }, { type: 'add_tags', tags: ['woke'] }]);
+  const path = await workflow(first.url, token, [
+    { type: 'wait', seconds: 2 },
+    { type: 'add_tags', tags: ['woke'] },
+  ]);
   const accepted = await request(first.url, 'POST', path, { body: { email: 'sleepy@example.com' } });
   assert.equal(accepted.status, 202, accepted.text);
   await waitForRun(first.url, token, accepted.body.runId, ['WAITING']);

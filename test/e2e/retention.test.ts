@@ -22,7 +22,9 @@ function fill(file: string): void {
     const run = db.prepare(
       "INSERT INTO workflow_runs (workspace_id, status, definition, trigger, created_at, updated_at, finished_at) VALUES (?, ?, '[]', '{\"old\":true}', ?, ?, ?)",
     );
-    const attempt = db.prepare("INSERT INTO delivery_attempts (workspace_id, channel, provider, \"to\", status, rendered, created_at, updated_at) VALUES (?, 'EMAIL', 'outbox', 'a@example.com', ?, '{}', ?, ?)");
+    const attempt = db.prepare(
+      "INSERT INTO delivery_attempts (workspace_id, channel, provider, \"to\", status, rendered, created_at, updated_at) VALUES (?, 'EMAIL', 'outbox', 'a@example.com', ?, '{}', ?, ?)",
+    );
     const audit = db.prepare("INSERT INTO audit_logs (workspace_id, at, actor_type, action) VALUES (?, ?, 'SYSTEM', 'test.old')");
     const session = db.prepare('INSERT INTO sessions (family_id, user_id, workspace_id, token_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)');
     db.transaction(() => {
@@ -59,7 +61,9 @@ test('svc serve prunes old finished runs, attempts, audit entries and sessions i
   fill(file);
   const auditBefore = count(file, 'SELECT COUNT(*) AS n FROM audit_logs');
 
-  const server = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_ENGINE: 'false', SVC_RUN_RETENTION_DAYS: '30', SVC_DELIVERY_RETENTION_DAYS: '30', SVC_AUDIT_RETENTION_DAYS: '365', SVC_LOG_LEVEL: 'info' } });
+  const server = await startServe(t, dataDir, ['--port', '0'], {
+    env: { SVC_ENGINE: 'false', SVC_RUN_RETENTION_DAYS: '30', SVC_DELIVERY_RETENTION_DAYS: '30', SVC_AUDIT_RETENTION_DAYS: '365', SVC_LOG_LEVEL: 'info' },
+  });
   const deadline = Date.now() + 20_000;
   while (count(file, 'SELECT COUNT(*) AS n FROM workflow_runs') > 3 || count(file, 'SELECT COUNT(*) AS n FROM delivery_attempts') > 2) {
     assert.ok(Date.now() < deadline, 'pruning did not finish within 20 s');
@@ -83,7 +87,9 @@ test('a retention of 0 keeps runs, attempts and audit entries for ever', async (
   const dataDir = await initFolder(t, 'svc-retention-');
   const file = join(dataDir, 'svc.db');
   fill(file);
-  const server = await startServe(t, dataDir, ['--port', '0'], { env: { SVC_ENGINE: 'false', SVC_RUN_RETENTION_DAYS: '0', SVC_DELIVERY_RETENTION_DAYS: '0', SVC_AUDIT_RETENTION_DAYS: '0' } });
+  const server = await startServe(t, dataDir, ['--port', '0'], {
+    env: { SVC_ENGINE: 'false', SVC_RUN_RETENTION_DAYS: '0', SVC_DELIVERY_RETENTION_DAYS: '0', SVC_AUDIT_RETENTION_DAYS: '0' },
+  });
   // Sessions still go (they have no "for ever"): once they are, the pruning pass is over.
   const deadline = Date.now() + 20_000;
   while (count(file, "SELECT COUNT(*) AS n FROM sessions WHERE family_id = 'old-family'") > 0) {

@@ -33,11 +33,18 @@ async function configure(s: TestServer, token: string, where: { smtpPort: number
     token,
     body: {
       EMAIL: { provider: 'smtp', settings: { host: '127.0.0.1', port: where.smtpPort, secure: false, from: 'shop@example.com' } },
-      SMS: { provider: 'twilio', settings: { baseUrl: where.twilio, accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: 'twilio-secret-1' } },
+      SMS: {
+        provider: 'twilio',
+        settings: { baseUrl: where.twilio, accountSid: 'AC123', from: '+15005550006' },
+        credentials: { authToken: 'twilio-secret-1' },
+      },
     },
   });
   assert.equal(put.status, 200, put.text);
-  const email = await s.request('POST', '/templates', { token, body: { name: 'mail', channel: 'EMAIL', content: { subject: 'Order {{ trigger.order }}', text: 'Thanks' } } });
+  const email = await s.request('POST', '/templates', {
+    token,
+    body: { name: 'mail', channel: 'EMAIL', content: { subject: 'Order {{ trigger.order }}', text: 'Thanks' } },
+  });
   const sms = await s.request('POST', '/templates', { token, body: { name: 'sms', channel: 'SMS', content: { text: 'Order {{ trigger.order }} shipped' } } });
   assert.equal(email.status, 201, email.text);
   assert.equal(sms.status, 201, sms.text);
@@ -50,7 +57,13 @@ async function configure(s: TestServer, token: string, where: { smtpPort: number
       steps: [
         { type: 'send_email', templateId: email.body.id },
         { type: 'send_sms', templateId: sms.body.id, to: '{{ trigger.phone }}' },
-        { type: 'http_request', method: 'POST', url: `${where.target}/orders/{{ trigger.order }}`, headers: { 'x-shop': 'acme' }, body: { order: '{{ trigger.order }}' } },
+        {
+          type: 'http_request',
+          method: 'POST',
+          url: `${where.target}/orders/{{ trigger.order }}`,
+          headers: { 'x-shop': 'acme' },
+          body: { order: '{{ trigger.order }}' },
+        },
         { type: 'add_tags', tags: ['notified'] },
       ],
       webhook: { lookup: 'email', createIfNotFound: true },
@@ -122,7 +135,10 @@ test('nothing leaves the machine from a sandbox: SMTP, Twilio and http_request s
   assert.equal((await waitForRun(s, owner, live.body.runId, ['COMPLETED', 'FAILED'])).status, 'COMPLETED');
   assert.equal(sink.received.length, 1);
   assert.equal(twilio.calls.length, 1);
-  assert.deepEqual(target.calls.map((c) => c.path), ['/orders/L-1']);
+  assert.deepEqual(
+    target.calls.map((c) => c.path),
+    ['/orders/L-1'],
+  );
   // The live side records no sandbox requests, and sees none of the sandbox's.
   assert.deepEqual((await s.request('GET', '/sandbox/requests', { token: owner })).body.data, []);
 });

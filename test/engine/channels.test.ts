@@ -19,7 +19,10 @@ async function setUp(t: TestContext, channel: 'EMAIL' | 'SMS', settings: Record<
       name: 'w',
       triggerSource: 'WEBHOOK',
       status: 'ACTIVE',
-      steps: [{ type: stepType, templateId: template.body.id }, { type: 'add_tags', tags: ['notified'] }],
+      steps: [
+        { type: stepType, templateId: template.body.id },
+        { type: 'add_tags', tags: ['notified'] },
+      ],
       webhook: { lookup: channel === 'EMAIL' ? 'email' : 'phone', createIfNotFound: true },
     },
   });
@@ -48,7 +51,11 @@ async function fakeSmsApi(t: TestContext, answer: (n: number) => { status: numbe
   return { calls, baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
-const smsSettings = (baseUrl: string) => ({ provider: 'twilio', settings: { baseUrl, accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: 'secret-token' } });
+const smsSettings = (baseUrl: string) => ({
+  provider: 'twilio',
+  settings: { baseUrl, accountSid: 'AC123', from: '+15005550006' },
+  credentials: { authToken: 'secret-token' },
+});
 
 test('a run sends its email through a real SMTP server with the rendered content', async (t) => {
   const { port, received } = await smtpSink(t);
@@ -80,7 +87,14 @@ test('an SMS provider failing twice (503) then succeeding: the run retries with 
   assert.match(decodeURIComponent(api.calls[2]!.body.replaceAll('+', ' ')), /Body=Code 1234/);
   const attempts = await s.request('GET', `/messages/delivery-attempts?runId=${runId}`, { token });
   const rows = attempts.body.data.sort((a: { attempt: number }, b: { attempt: number }) => a.attempt - b.attempt);
-  assert.deepEqual(rows.map((a: { attempt: number; status: string }) => [a.attempt, a.status]), [[1, 'FAILED'], [2, 'FAILED'], [3, 'SENT']]);
+  assert.deepEqual(
+    rows.map((a: { attempt: number; status: string }) => [a.attempt, a.status]),
+    [
+      [1, 'FAILED'],
+      [2, 'FAILED'],
+      [3, 'SENT'],
+    ],
+  );
   assert.equal(rows[2].providerMessageId, 'SM42');
 });
 
@@ -127,7 +141,13 @@ test('a hostile template fails its step cleanly and the engine goes on with othe
   assert.equal(hostile.status, 201, hostile.text);
   const wf = await s.request('POST', '/workflows', {
     token,
-    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'send_sms', templateId: hostile.body.id }], webhook: { lookup: 'phone', createIfNotFound: true } },
+    body: {
+      name: 'w',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'send_sms', templateId: hostile.body.id }],
+      webhook: { lookup: 'phone', createIfNotFound: true },
+    },
   });
   const path = new URL(wf.body.webhook.url).pathname;
   const bad = await s.request('POST', path, { body: { phone: '+14155552671' } });
@@ -138,7 +158,13 @@ test('a hostile template fails its step cleanly and the engine goes on with othe
   assert.ok(Date.now() - started < 10_000);
   const fine = await s.request('POST', '/workflows', {
     token,
-    body: { name: 'ok', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'add_tags', tags: ['ok'] }], webhook: { lookup: 'phone', createIfNotFound: true } },
+    body: {
+      name: 'ok',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['ok'] }],
+      webhook: { lookup: 'phone', createIfNotFound: true },
+    },
   });
   const ok = await s.request('POST', new URL(fine.body.webhook.url).pathname, { body: { phone: '+14155552671' } });
   assert.equal((await waitForRun(s, token, ok.body.runId, ['COMPLETED', 'FAILED'])).status, 'COMPLETED');

@@ -7,13 +7,23 @@ async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: 
   const token = await s.login(s.owner.email, s.owner.password);
   const template = await s.request('POST', '/templates', {
     token,
-    body: { name: 'welcome', channel: 'EMAIL', content: { subject: 'Hi {{ contact.firstName }}', text: 'Order {{ trigger.order.id }} for {{ trigger.fields[0].value }}' } },
+    body: {
+      name: 'welcome',
+      channel: 'EMAIL',
+      content: { subject: 'Hi {{ contact.firstName }}', text: 'Order {{ trigger.order.id }} for {{ trigger.fields[0].value }}' },
+    },
   });
   assert.equal(template.status, 201, template.text);
   const resolved = JSON.parse(JSON.stringify(steps).replaceAll('"TEMPLATE_ID"', String(template.body.id)));
   const wf = await s.request('POST', '/workflows', {
     token,
-    body: { name: 'flow', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: resolved, webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true, ...webhook } },
+    body: {
+      name: 'flow',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: resolved,
+      webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true, ...webhook },
+    },
   });
   assert.equal(wf.status, 201, wf.text);
   const path = new URL(wf.body.webhook.url).pathname;
@@ -36,7 +46,10 @@ test('a webhook leads to a COMPLETED run: contact updated, tagged, email recorde
   const { runId, contactId } = await post(BODY);
   const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
   assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
-  assert.deepEqual(run.steps.map((st: { status: string }) => st.status), ['COMPLETED', 'COMPLETED', 'COMPLETED']);
+  assert.deepEqual(
+    run.steps.map((st: { status: string }) => st.status),
+    ['COMPLETED', 'COMPLETED', 'COMPLETED'],
+  );
   for (const st of run.steps) assert.ok(st.startedAt && st.finishedAt && st.finishedAt >= st.startedAt);
   assert.ok(run.finishedAt);
 
@@ -67,14 +80,23 @@ test('filter false ends the run early; later steps are SKIPPED', async (t) => {
   const big = await post({ ...BODY, customer: { email: 'rich@example.com' }, total: 500 });
   const smallRun = await waitForRun(s, token, small.runId, ['COMPLETED', 'FAILED']);
   const bigRun = await waitForRun(s, token, big.runId, ['COMPLETED', 'FAILED']);
-  assert.deepEqual(smallRun.steps.map((st: { status: string }) => st.status), ['COMPLETED', 'SKIPPED']);
-  assert.deepEqual(bigRun.steps.map((st: { status: string }) => st.status), ['COMPLETED', 'COMPLETED']);
+  assert.deepEqual(
+    smallRun.steps.map((st: { status: string }) => st.status),
+    ['COMPLETED', 'SKIPPED'],
+  );
+  assert.deepEqual(
+    bigRun.steps.map((st: { status: string }) => st.status),
+    ['COMPLETED', 'COMPLETED'],
+  );
   assert.deepEqual((await s.request('GET', `/contacts/${small.contactId}`, { token })).body.tags, []);
   assert.deepEqual((await s.request('GET', `/contacts/${big.contactId}`, { token })).body.tags, ['big-spender']);
 });
 
 test('wait parks the run (WAITING) and resumes it on time', async (t) => {
-  const { s, token, post } = await setUp(t, [{ type: 'wait', seconds: 1 }, { type: 'add_tags', tags: ['after-wait'] }]);
+  const { s, token, post } = await setUp(t, [
+    { type: 'wait', seconds: 1 },
+    { type: 'add_tags', tags: ['after-wait'] },
+  ]);
   const started = Date.now();
   const { runId } = await post(BODY);
   const waiting = await waitForRun(s, token, runId, ['WAITING']);
@@ -107,7 +129,10 @@ test('http_request to a loopback address is refused and fails the step', async (
 });
 
 test('many webhooks: every run completes exactly once', async (t) => {
-  const { s, token, post } = await setUp(t, [{ type: 'add_tags', tags: ['seen'] }, { type: 'send_email', templateId: 'TEMPLATE_ID' }]);
+  const { s, token, post } = await setUp(t, [
+    { type: 'add_tags', tags: ['seen'] },
+    { type: 'send_email', templateId: 'TEMPLATE_ID' },
+  ]);
   const accepted = await Promise.all(Array.from({ length: 120 }, (_, i) => post({ ...BODY, customer: { email: `c${i}@example.com` } })));
   for (const { runId } of accepted) {
     const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
@@ -115,5 +140,8 @@ test('many webhooks: every run completes exactly once', async (t) => {
   }
   const rows = s.db.$client.prepare('SELECT run_id, COUNT(*) AS n FROM delivery_attempts GROUP BY run_id').all() as { run_id: number; n: number }[];
   assert.equal(rows.length, 120);
-  assert.ok(rows.every((r) => r.n === 1), 'one delivery per run');
+  assert.ok(
+    rows.every((r) => r.n === 1),
+    'one delivery per run',
+  );
 });

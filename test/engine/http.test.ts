@@ -82,19 +82,75 @@ after(closeAll);
 
 describe('isBlockedAddress', () => {
   const blocked = [
-    '127.0.0.1', '127.255.255.254', '0.0.0.0', '0.1.2.3', '10.0.0.1', '10.255.255.255', '172.16.0.1', '172.31.255.255',
-    '192.168.1.1', '169.254.169.254', '169.254.0.1', '100.64.0.1', '100.127.255.255', '224.0.0.1', '239.255.255.250',
-    '240.0.0.1', '255.255.255.255', '192.0.0.170', '198.18.0.1', '192.0.2.1',
-    '::', '::1', 'fc00::1', 'fd12:3456::1', 'fe80::1', 'fe80::1%eth0', 'febf::1', 'fec0::1', 'ff02::1', '100::1',
-    '::ffff:127.0.0.1', '::ffff:7f00:1', '0:0:0:0:0:ffff:7f00:0001', '::ffff:10.0.0.1', '::ffff:169.254.169.254',
-    '::127.0.0.1', '::7f00:1', '::ffff:0:127.0.0.1', '64:ff9b::127.0.0.1', '64:ff9b::a9fe:a9fe', '64:ff9b:1::1',
-    '2002:7f00:1::1', '2002:c0a8:101::', '2001::1', '2001:db8::1',
+    '127.0.0.1',
+    '127.255.255.254',
+    '0.0.0.0',
+    '0.1.2.3',
+    '10.0.0.1',
+    '10.255.255.255',
+    '172.16.0.1',
+    '172.31.255.255',
+    '192.168.1.1',
+    '169.254.169.254',
+    '169.254.0.1',
+    '100.64.0.1',
+    '100.127.255.255',
+    '224.0.0.1',
+    '239.255.255.250',
+    '240.0.0.1',
+    '255.255.255.255',
+    '192.0.0.170',
+    '198.18.0.1',
+    '192.0.2.1',
+    '::',
+    '::1',
+    'fc00::1',
+    'fd12:3456::1',
+    'fe80::1',
+    'fe80::1%eth0',
+    'febf::1',
+    'fec0::1',
+    'ff02::1',
+    '100::1',
+    '::ffff:127.0.0.1',
+    '::ffff:7f00:1',
+    '0:0:0:0:0:ffff:7f00:0001',
+    '::ffff:10.0.0.1',
+    '::ffff:169.254.169.254',
+    '::127.0.0.1',
+    '::7f00:1',
+    '::ffff:0:127.0.0.1',
+    '64:ff9b::127.0.0.1',
+    '64:ff9b::a9fe:a9fe',
+    '64:ff9b:1::1',
+    '2002:7f00:1::1',
+    '2002:c0a8:101::',
+    '2001::1',
+    '2001:db8::1',
     // not canonical literals: refused rather than guessed at
-    '2130706433', '0x7f.0.0.1', '0177.0.0.1', '127.1', 'localhost', '', 'not an ip',
+    '2130706433',
+    '0x7f.0.0.1',
+    '0177.0.0.1',
+    '127.1',
+    'localhost',
+    '',
+    'not an ip',
   ];
   const allowed = [
-    '8.8.8.8', '1.1.1.1', '93.184.216.34', '172.15.255.255', '172.32.0.1', '100.63.255.255', '100.128.0.1', '169.253.255.255',
-    '11.0.0.1', '223.255.255.255', '2606:4700:4700::1111', '2a00:1450:4001:80b::200e', '::ffff:8.8.8.8', '64:ff9b::8.8.8.8',
+    '8.8.8.8',
+    '1.1.1.1',
+    '93.184.216.34',
+    '172.15.255.255',
+    '172.32.0.1',
+    '100.63.255.255',
+    '100.128.0.1',
+    '169.253.255.255',
+    '11.0.0.1',
+    '223.255.255.255',
+    '2606:4700:4700::1111',
+    '2a00:1450:4001:80b::200e',
+    '::ffff:8.8.8.8',
+    '64:ff9b::8.8.8.8',
     '2002:808:808::1',
   ];
   for (const ip of blocked) test(`blocks ${JSON.stringify(ip)}`, () => assert.equal(isBlockedAddress(ip), true));
@@ -104,7 +160,11 @@ describe('isBlockedAddress', () => {
 test('httpPolicyFrom copies the config fields and defaults maxRedirects to 5 and the per-host cap to 256', () => {
   const p = httpPolicyFrom({ httpAllowPrivate: true, httpAllowedHosts: ['a:1'], httpTimeoutMs: 1234, httpMaxResponseBytes: 4096 });
   assert.deepEqual(p, { allowPrivate: true, allowedHosts: ['a:1'], timeoutMs: 1234, maxResponseBytes: 4096, maxRedirects: 5, perHostConcurrency: 256 });
-  assert.equal(httpPolicyFrom({ httpAllowPrivate: false, httpAllowedHosts: [], httpTimeoutMs: 1, httpMaxResponseBytes: 1, outboundPerHostConcurrency: 7 }).perHostConcurrency, 7);
+  assert.equal(
+    httpPolicyFrom({ httpAllowPrivate: false, httpAllowedHosts: [], httpTimeoutMs: 1, httpMaxResponseBytes: 1, outboundPerHostConcurrency: 7 })
+      .perHostConcurrency,
+    7,
+  );
 });
 
 describe('blocked targets are refused before any socket opens', () => {
@@ -144,7 +204,18 @@ describe('blocked targets are refused before any socket opens', () => {
   });
 
   test('private, link-local (metadata) and other reserved literals', async () => {
-    for (const url of ['http://10.0.0.1/', 'http://169.254.169.254/latest/meta-data/', 'http://192.168.0.1:8080/', 'http://172.16.5.4/', 'http://100.64.0.1/', 'http://224.0.0.1/', 'http://255.255.255.255/', 'http://[fd00::1]/', 'http://[fe80::1]/', 'http://[64:ff9b::7f00:1]/']) {
+    for (const url of [
+      'http://10.0.0.1/',
+      'http://169.254.169.254/latest/meta-data/',
+      'http://192.168.0.1:8080/',
+      'http://172.16.5.4/',
+      'http://100.64.0.1/',
+      'http://224.0.0.1/',
+      'http://255.255.255.255/',
+      'http://[fd00::1]/',
+      'http://[fe80::1]/',
+      'http://[64:ff9b::7f00:1]/',
+    ]) {
       const started = Date.now();
       await refused(safeRequest({ method: 'GET', url }, policy()), 'blocked_address');
       assert.ok(Date.now() - started < 500, `${url} was not refused at once`);
@@ -177,7 +248,10 @@ describe('resolution happens in the connector', () => {
     assert.equal(lookups, 1);
 
     // ANY refused address refuses the name, even when a public one comes first.
-    const mixed = async () => [{ address: '93.184.216.34', family: 4 }, { address: '127.0.0.1', family: 4 }];
+    const mixed = async () => [
+      { address: '93.184.216.34', family: 4 },
+      { address: '127.0.0.1', family: 4 },
+    ];
     await refused(safeRequest({ method: 'GET', url: `http://mixed.test:${target.port}/` }, policy(), { lookup: mixed }), 'blocked_address');
     assert.equal(target.connections, 0);
 
@@ -200,7 +274,9 @@ describe('resolution happens in the connector', () => {
   test('https keeps SNI on the host name and verifies the certificate against it', async (t) => {
     const { port, seen } = await sniServer(t, 'sni.test');
     const err = await refused(
-      safeRequest({ method: 'GET', url: `https://sni.test:${port}/` }, policy({ allowPrivate: true }), { lookup: async () => [{ address: '127.0.0.1', family: 4 }] }),
+      safeRequest({ method: 'GET', url: `https://sni.test:${port}/` }, policy({ allowPrivate: true }), {
+        lookup: async () => [{ address: '127.0.0.1', family: 4 }],
+      }),
       'network',
     );
     assert.match(err.message, /self[- ]signed|certificate/i);
@@ -238,7 +314,10 @@ describe('redirects', () => {
         res.writeHead(302, { location });
         res.end();
       });
-      await refused(safeRequest({ method: 'GET', url: `${redirector.origin}/go` }, policy({ allowedHosts: [`127.0.0.1:${redirector.port}`] })), 'blocked_address');
+      await refused(
+        safeRequest({ method: 'GET', url: `${redirector.origin}/go` }, policy({ allowedHosts: [`127.0.0.1:${redirector.port}`] })),
+        'blocked_address',
+      );
       assert.equal(redirector.requests.length, 1);
     }
     assert.equal(target.connections, 0);
@@ -268,7 +347,9 @@ describe('redirects', () => {
   });
 
   test('relative locations resolve against the current URL; credentials do not cross origins', async () => {
-    const other = await serve((req, res) => res.end(JSON.stringify({ auth: req.headers.authorization ?? null, cookie: req.headers.cookie ?? null, keep: req.headers['x-keep'] ?? null })));
+    const other = await serve((req, res) =>
+      res.end(JSON.stringify({ auth: req.headers.authorization ?? null, cookie: req.headers.cookie ?? null, keep: req.headers['x-keep'] ?? null })),
+    );
     const first = await serve((req, res) => {
       if (req.url === '/start') {
         res.writeHead(302, { location: 'next?x=1' });
@@ -277,9 +358,18 @@ describe('redirects', () => {
       }
       res.end();
     });
-    const res = await safeRequest({ method: 'GET', url: `${first.origin}/start`, headers: { Authorization: 'Bearer s3cret', Cookie: 'a=b', 'X-Keep': 'kept' } }, policy({ allowPrivate: true }));
+    const res = await safeRequest(
+      { method: 'GET', url: `${first.origin}/start`, headers: { Authorization: 'Bearer s3cret', Cookie: 'a=b', 'X-Keep': 'kept' } },
+      policy({ allowPrivate: true }),
+    );
     assert.deepEqual(JSON.parse(res.body), { auth: null, cookie: null, keep: 'kept' });
-    assert.deepEqual(first.requests.map((r) => [r.url, r.headers.authorization]), [['/start', 'Bearer s3cret'], ['/next?x=1', 'Bearer s3cret']]);
+    assert.deepEqual(
+      first.requests.map((r) => [r.url, r.headers.authorization]),
+      [
+        ['/start', 'Bearer s3cret'],
+        ['/next?x=1', 'Bearer s3cret'],
+      ],
+    );
   });
 
   test('too many redirects', async () => {
@@ -287,7 +377,10 @@ describe('redirects', () => {
       res.writeHead(302, { location: `/hop${Number(req.url!.slice(4) || 0) + 1}` });
       res.end();
     });
-    const err = await refused(safeRequest({ method: 'GET', url: `${loop.origin}/hop0` }, policy({ allowPrivate: true, maxRedirects: 3 })), 'too_many_redirects');
+    const err = await refused(
+      safeRequest({ method: 'GET', url: `${loop.origin}/hop0` }, policy({ allowPrivate: true, maxRedirects: 3 })),
+      'too_many_redirects',
+    );
     assert.match(err.message, /3 redirects/);
     assert.equal(loop.requests.length, 4);
     loop.requests.length = 0;
@@ -372,7 +465,10 @@ describe('limits', () => {
       pump();
     });
     const started = Date.now();
-    const err = await refused(safeRequest({ method: 'GET', url: endless.origin }, policy({ allowPrivate: true, maxResponseBytes: 4096, timeoutMs: 5000 })), 'too_large');
+    const err = await refused(
+      safeRequest({ method: 'GET', url: endless.origin }, policy({ allowPrivate: true, maxResponseBytes: 4096, timeoutMs: 5000 })),
+      'too_large',
+    );
     assert.match(err.message, /4096/);
     assert.ok(Date.now() - started < 2000);
     // The server did start streaming, and stopped once the client hung up.
@@ -413,7 +509,21 @@ describe('limits', () => {
 
 describe('request shape', () => {
   test('invalid URLs are refused with invalid_url', async () => {
-    for (const url of ['ftp://example.com/', 'example.com/path', '//example.com/', '/relative', '', 'http://', 'http://user:pass@example.com/', 'http://user@example.com/', 'file:///etc/passwd', 'javascript:alert(1)', 'gopher://127.0.0.1:70/', 'http://[::1/', 'http://exa mple.com/']) {
+    for (const url of [
+      'ftp://example.com/',
+      'example.com/path',
+      '//example.com/',
+      '/relative',
+      '',
+      'http://',
+      'http://user:pass@example.com/',
+      'http://user@example.com/',
+      'file:///etc/passwd',
+      'javascript:alert(1)',
+      'gopher://127.0.0.1:70/',
+      'http://[::1/',
+      'http://exa mple.com/',
+    ]) {
       await refused(safeRequest({ method: 'GET', url }, policy({ allowPrivate: true })), 'invalid_url');
     }
   });
@@ -427,7 +537,7 @@ describe('request shape', () => {
     assert.equal(s.connections, 0);
   });
 
-  test('POST body and headers arrive as sent; Host and hop-by-hop headers are not the caller\'s', async () => {
+  test("POST body and headers arrive as sent; Host and hop-by-hop headers are not the caller's", async () => {
     const echo = await serve((req, res, body) => {
       res.setHeader('content-type', 'application/json');
       res.setHeader('set-cookie', ['a=1', 'b=2']);

@@ -73,7 +73,9 @@ test('Retry-After is read as seconds or as an HTTP date, and capped at an hour',
 });
 
 test('twilio 429 Retry-After: 2 defers by 2 s, and the next send to it waits that long instead of failing', async () => {
-  const server = await api((n) => (n === 1 ? { status: 429, headers: { 'retry-after': '2' }, body: { code: 20429, message: 'Too Many Requests' } } : { status: 201, body: { sid: 'SM2' } }));
+  const server = await api((n) =>
+    n === 1 ? { status: 429, headers: { 'retry-after': '2' }, body: { code: 20429, message: 'Too Many Requests' } } : { status: 201, body: { sid: 'SM2' } },
+  );
   const first = await twilio(server.port);
   const ms = deferral(first);
   assert.equal(ms, 2000);
@@ -92,7 +94,9 @@ test('twilio 20429 without Retry-After defers by the default; a long block defer
   const ms = deferral(await twilio(coded.port));
   assert.ok(ms >= 1000 && ms <= 5000, `default ${ms}`);
 
-  const long = await api((n) => (n === 1 ? { status: 429, headers: { 'retry-after': '60' }, body: { code: 20429, message: 'Too Many Requests' } } : { status: 201, body: { sid: 'SM3' } }));
+  const long = await api((n) =>
+    n === 1 ? { status: 429, headers: { 'retry-after': '60' }, body: { code: 20429, message: 'Too Many Requests' } } : { status: 201, body: { sid: 'SM3' } },
+  );
   assert.equal(deferral(await twilio(long.port)), 60_000);
   const started = Date.now();
   const again = await twilio(long.port);
@@ -112,7 +116,9 @@ test('whatsapp rate-limit codes defer; the pair limit (131056) does not block ot
     assert.ok(ms >= 1000 && ms <= 5000);
     await closeOutbound();
   }
-  const pair = await api((n) => (n === 1 ? { status: 400, body: { error: { message: 'Pair rate limit', code: 131056 } } } : { status: 200, body: { messages: [{ id: 'wamid.2' }] } }));
+  const pair = await api((n) =>
+    n === 1 ? { status: 400, body: { error: { message: 'Pair rate limit', code: 131056 } } } : { status: 200, body: { messages: [{ id: 'wamid.2' }] } },
+  );
   deferral(await whatsapp(pair.port));
   const started = Date.now();
   assert.deepEqual(await whatsapp(pair.port), { ok: true, providerMessageId: 'wamid.2' });
@@ -174,7 +180,15 @@ test('SMTP 421 and 451 are transient with retryAfterMs and hold the next send; 4
 });
 
 test('http_request: 429 carries retryAfterMs and blocks the origin; a 503 without Retry-After does not', async () => {
-  const server = await api((n) => (n === 1 ? { status: 429, headers: { 'retry-after': '1' } } : n === 3 ? { status: 503 } : n === 4 ? { status: 429, headers: { 'retry-after': '120' } } : { status: 200 }));
+  const server = await api((n) =>
+    n === 1
+      ? { status: 429, headers: { 'retry-after': '1' } }
+      : n === 3
+        ? { status: 503 }
+        : n === 4
+          ? { status: 429, headers: { 'retry-after': '120' } }
+          : { status: 200 },
+  );
   const policy = { ...OPEN, timeoutMs: 3000, maxResponseBytes: 4096 };
   const url = `http://127.0.0.1:${server.port}/crm`;
 

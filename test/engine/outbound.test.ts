@@ -101,7 +101,12 @@ const wa = { channel: 'WHATSAPP' as const, to: '+15551234567', rendered: { text:
 const email = { channel: 'EMAIL' as const, to: 'buyer@example.com', rendered: { subject: 'Hi', text: 'Thanks' } };
 
 const twilio = (host: string, port: number, outbound: OutboundPolicy, timeoutMs?: number) =>
-  providerFor('twilio').send(sms, { baseUrl: `http://${host}:${port}`, accountSid: 'AC1', from: '+15005550006' }, { authToken: 'tw-token' }, opts(outbound, timeoutMs));
+  providerFor('twilio').send(
+    sms,
+    { baseUrl: `http://${host}:${port}`, accountSid: 'AC1', from: '+15005550006' },
+    { authToken: 'tw-token' },
+    opts(outbound, timeoutMs),
+  );
 const whatsapp = (host: string, port: number, outbound: OutboundPolicy) =>
   providerFor('whatsapp').send(wa, { baseUrl: `http://${host}:${port}/v20.0`, phoneNumberId: '1098765' }, { accessToken: 'wa-token' }, opts(outbound));
 const mail = (host: string, port: number, outbound: OutboundPolicy, timeoutMs?: number) =>
@@ -122,7 +127,11 @@ const REFUSED_HOSTS = ['127.0.0.1', '10.0.0.1', '169.254.169.254', 'localhost'];
 
 test('the policy refuses the literal addresses and a name resolving to loopback', async () => {
   for (const host of ['127.0.0.1', '10.0.0.1', '169.254.169.254', '0.0.0.0', '::1', '::ffff:127.0.0.1', '100.64.0.1', '224.0.0.1', 'fe80::1']) {
-    assert.throws(() => checkLiteral(host, 80, STRICT_OUTBOUND_POLICY), (e: unknown) => e instanceof OutboundError && e.code === 'blocked_address', host);
+    assert.throws(
+      () => checkLiteral(host, 80, STRICT_OUTBOUND_POLICY),
+      (e: unknown) => e instanceof OutboundError && e.code === 'blocked_address',
+      host,
+    );
   }
   await assert.rejects(resolveChecked('localhost', 80, STRICT_OUTBOUND_POLICY), (e: unknown) => e instanceof OutboundError && e.code === 'blocked_address');
   // A name that rebinds between two lookups: the one answer we get is the one checked.
@@ -184,7 +193,12 @@ test('a name that only resolves to loopback stays refused for SMTP even on a lis
 
 test('SMTP over implicit TLS connects to the checked address and still names the host (SNI)', async (t) => {
   const { port, seen } = await sniServer(t, 'localhost');
-  const r = await providerFor('smtp').send(email, { host: 'localhost', port, secure: true, requireTLS: false, from: 'shop@example.com' }, {}, opts(policy({ allowedHosts: [`localhost:${port}`] }), 2000));
+  const r = await providerFor('smtp').send(
+    email,
+    { host: 'localhost', port, secure: true, requireTLS: false, from: 'shop@example.com' },
+    {},
+    opts(policy({ allowedHosts: [`localhost:${port}`] }), 2000),
+  );
   // The self-signed certificate is refused (verification stays on): a permanent TLS failure.
   assert.deepEqual(r, { ok: false, transient: false, error: 'smtp: TLS failed, the certificate was not accepted (ETLS)' });
   assert.deepEqual(seen, ['localhost']);
@@ -201,7 +215,10 @@ test('stored provider errors carry only the provider error fields, never a raw b
   const graph = await whatsapp('127.0.0.1', html.port, open);
   assert.deepEqual(graph, { ok: false, transient: true, error: 'whatsapp: HTTP 500: no details' });
 
-  const long = await api(() => ({ status: 400, body: JSON.stringify({ code: 21211, message: `bad number\n${'x'.repeat(1000)}`, more_info: 'https://internal.example/secret' }) }));
+  const long = await api(() => ({
+    status: 400,
+    body: JSON.stringify({ code: 21211, message: `bad number\n${'x'.repeat(1000)}`, more_info: 'https://internal.example/secret' }),
+  }));
   const r = await twilio('127.0.0.1', long.port, open);
   assert.equal(r.ok, false);
   if (!r.ok) {
@@ -252,7 +269,9 @@ test('HTTP providers and http_request reuse keep-alive connections', async () =>
   assert.ok(hook.stats.sockets <= 2, `ten sequential http_request calls over ${hook.stats.sockets} connections`);
 
   // Concurrent calls open more sockets, but far fewer than requests once they are reused.
-  await Promise.all(Array.from({ length: 30 }, (_, i) => safeRequest({ method: 'GET', url: `${hook.origin}/c${i}` }, httpPolicy({ ...open, perHostConcurrency: 5 }))));
+  await Promise.all(
+    Array.from({ length: 30 }, (_, i) => safeRequest({ method: 'GET', url: `${hook.origin}/c${i}` }, httpPolicy({ ...open, perHostConcurrency: 5 }))),
+  );
   assert.ok(hook.stats.sockets <= 7, `sockets: ${hook.stats.sockets}`);
 });
 
@@ -269,7 +288,9 @@ test('never more than the per-destination cap in flight; the rest wait their tur
   assert.equal(tw.stats.maxInFlight, 2);
 
   const fifo = await api(() => ({ status: 200, body: 'ok', delayMs: 5 }));
-  await Promise.all(Array.from({ length: 8 }, (_, i) => safeRequest({ method: 'GET', url: `${fifo.origin}/${i}` }, httpPolicy({ ...open, perHostConcurrency: 1 }))));
+  await Promise.all(
+    Array.from({ length: 8 }, (_, i) => safeRequest({ method: 'GET', url: `${fifo.origin}/${i}` }, httpPolicy({ ...open, perHostConcurrency: 1 }))),
+  );
   assert.deepEqual(fifo.stats.paths, ['/0', '/1', '/2', '/3', '/4', '/5', '/6', '/7'], 'first come, first served');
 });
 

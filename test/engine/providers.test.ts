@@ -78,7 +78,13 @@ async function useWhatsApp(s: TestServer, token: string, baseUrl: string): Promi
   assert.equal(res.status, 200, res.text);
 }
 
-const sms = (s: TestServer, extra: Record<string, unknown> = {}) => ({ workspaceId: s.workspaceId, channel: 'SMS' as const, to: '+15551234567', rendered: { text: 'Your code is 42' }, ...extra });
+const sms = (s: TestServer, extra: Record<string, unknown> = {}) => ({
+  workspaceId: s.workspaceId,
+  channel: 'SMS' as const,
+  to: '+15551234567',
+  rendered: { text: 'Your code is 42' },
+  ...extra,
+});
 
 function rows(s: TestServer) {
   return s.db.select().from(deliveryAttempts).all();
@@ -86,7 +92,9 @@ function rows(s: TestServer) {
 
 test('twilio: form-encoded POST with Basic auth; 503 twice is transient and the third try succeeds', async (t) => {
   const { s, token } = await setup(t);
-  const api = await apiServer(t, (n) => (n <= 2 ? { status: 503, body: { message: 'Service Unavailable' } } : { status: 201, body: { sid: 'SM0001', status: 'queued' } }));
+  const api = await apiServer(t, (n) =>
+    n <= 2 ? { status: 503, body: { message: 'Service Unavailable' } } : { status: 201, body: { sid: 'SM0001', status: 'queued' } },
+  );
   await useTwilio(s, token, api.url);
 
   const first = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), runId: 7, stepIndex: 2, templateId: 3, attempt: 1 });
@@ -97,7 +105,13 @@ test('twilio: form-encoded POST with Basic auth; 503 twice is transient and the 
   const done = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 8, stepIndex: 0 });
   assert.equal(done.status, 'SENT');
   const attempts = findAttemptsForStep(s.db, 8, 0);
-  assert.deepEqual(attempts.map((a) => [a.attempt, a.status, a.providerMessageId ?? null]), [[1, 'FAILED', null], [2, 'SENT', 'SM0001']]);
+  assert.deepEqual(
+    attempts.map((a) => [a.attempt, a.status, a.providerMessageId ?? null]),
+    [
+      [1, 'FAILED', null],
+      [2, 'SENT', 'SM0001'],
+    ],
+  );
   assert.equal(attempts[1]!.id, done.attemptId);
 
   assert.equal(api.seen.length, 3);
@@ -117,21 +131,45 @@ test('retries through deliverWithRetries: separate rows numbered 1..n, a 503 the
   const api = await apiServer(t, (n) => (n <= 2 ? { status: 503 } : { status: 201, body: { sid: 'SM0002' } }));
   await useTwilio(s, token, api.url);
   const recorded: [number, string][] = [];
-  const outcome = await deliverWithRetries({ db: s.db, config: s.config, onRecorded: (id, status) => recorded.push([id, status]) }, { ...sms(s), runId: 1, stepIndex: 4 });
+  const outcome = await deliverWithRetries(
+    { db: s.db, config: s.config, onRecorded: (id, status) => recorded.push([id, status]) },
+    { ...sms(s), runId: 1, stepIndex: 4 },
+  );
   assert.equal(outcome.status, 'SENT');
   const attempts = findAttemptsForStep(s.db, 1, 4);
-  assert.deepEqual(attempts.map((a) => [a.attempt, a.status]), [[1, 'FAILED'], [2, 'FAILED'], [3, 'SENT']]);
+  assert.deepEqual(
+    attempts.map((a) => [a.attempt, a.status]),
+    [
+      [1, 'FAILED'],
+      [2, 'FAILED'],
+      [3, 'SENT'],
+    ],
+  );
   for (const a of attempts.slice(0, 2)) assert.match(a.error ?? '', /HTTP 503/);
-  assert.deepEqual(recorded, attempts.map((a) => [a.id, 'SENDING']), 'each try recorded as SENDING first');
+  assert.deepEqual(
+    recorded,
+    attempts.map((a) => [a.id, 'SENDING']),
+    'each try recorded as SENDING first',
+  );
 
   // The API view through the server shows the same history.
   const list = await s.request('GET', '/messages/delivery-attempts?runId=1', { token });
-  assert.deepEqual(list.body.data.map((a: { attempt: number; stepIndex: number }) => [a.attempt, a.stepIndex]), [[3, 4], [2, 4], [1, 4]]);
+  assert.deepEqual(
+    list.body.data.map((a: { attempt: number; stepIndex: number }) => [a.attempt, a.stepIndex]),
+    [
+      [3, 4],
+      [2, 4],
+      [1, 4],
+    ],
+  );
 });
 
 test('twilio: a 400 is permanent and carries the provider message; 429 and timeouts are transient', async (t) => {
   const { s, token } = await setup(t);
-  const bad = await apiServer(t, () => ({ status: 400, body: { code: 21211, message: "The 'To' number +1555 is not a valid phone number.", more_info: 'https://www.twilio.com/docs/errors/21211', status: 400 } }));
+  const bad = await apiServer(t, () => ({
+    status: 400,
+    body: { code: 21211, message: "The 'To' number +1555 is not a valid phone number.", more_info: 'https://www.twilio.com/docs/errors/21211', status: 400 },
+  }));
   await useTwilio(s, token, bad.url);
   const outcome = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 2, stepIndex: 0 });
   assert.equal(outcome.status, 'FAILED');
@@ -187,7 +225,12 @@ test('the SENDING row is committed before the provider is called', async (t) => 
   await useTwilio(s, token, api.url);
   const order: string[] = [];
   const outcome = await deliverOnce(
-    { db: s.db, config: s.config, beforeNetwork: () => order.push(`beforeNetwork:${rows(s).length}`), onRecorded: (_id, status) => order.push(`recorded:${status}`) },
+    {
+      db: s.db,
+      config: s.config,
+      beforeNetwork: () => order.push(`beforeNetwork:${rows(s).length}`),
+      onRecorded: (_id, status) => order.push(`recorded:${status}`),
+    },
     { ...sms(s), attempt: 1 },
   );
   assert.equal(outcome.status, 'SENT');
@@ -199,20 +242,32 @@ test('the SENDING row is committed before the provider is called', async (t) => 
 
 test('whatsapp: text and template messages with a Bearer token; messages[0].id is the provider id', async (t) => {
   const { s, token } = await setup(t);
-  const api = await apiServer(t, (n) => ({ status: 200, body: { messaging_product: 'whatsapp', contacts: [{ wa_id: '15551234567' }], messages: [{ id: `wamid.${n}` }] } }));
+  const api = await apiServer(t, (n) => ({
+    status: 200,
+    body: { messaging_product: 'whatsapp', contacts: [{ wa_id: '15551234567' }], messages: [{ id: `wamid.${n}` }] },
+  }));
   await useWhatsApp(s, token, api.url);
   const base = { workspaceId: s.workspaceId, channel: 'WHATSAPP' as const, to: '+15551234567', attempt: 1 };
 
   const text = await deliverOnce({ db: s.db, config: s.config }, { ...base, rendered: { text: 'Hello Ada' } });
   assert.deepEqual(text, { attemptId: text.attemptId, status: 'SENT', transient: false });
-  const tpl = await deliverOnce({ db: s.db, config: s.config }, { ...base, rendered: { templateName: 'order_update', language: 'en_US', parameters: ['Ada', 'A-17'] } });
+  const tpl = await deliverOnce(
+    { db: s.db, config: s.config },
+    { ...base, rendered: { templateName: 'order_update', language: 'en_US', parameters: ['Ada', 'A-17'] } },
+  );
   assert.equal(tpl.status, 'SENT');
 
   const [first, second] = api.seen;
   assert.equal(first!.url, '/v20.0/1098765/messages');
   assert.equal(first!.headers.authorization, `Bearer ${WA_TOKEN}`);
   assert.equal(first!.headers['content-type'], 'application/json');
-  assert.deepEqual(JSON.parse(first!.body), { messaging_product: 'whatsapp', recipient_type: 'individual', to: '15551234567', type: 'text', text: { body: 'Hello Ada' } });
+  assert.deepEqual(JSON.parse(first!.body), {
+    messaging_product: 'whatsapp',
+    recipient_type: 'individual',
+    to: '15551234567',
+    type: 'text',
+    text: { body: 'Hello Ada' },
+  });
   assert.deepEqual(JSON.parse(second!.body), {
     messaging_product: 'whatsapp',
     recipient_type: 'individual',
@@ -221,27 +276,48 @@ test('whatsapp: text and template messages with a Bearer token; messages[0].id i
     template: {
       name: 'order_update',
       language: { code: 'en_US' },
-      components: [{ type: 'body', parameters: [{ type: 'text', text: 'Ada' }, { type: 'text', text: 'A-17' }] }],
+      components: [
+        {
+          type: 'body',
+          parameters: [
+            { type: 'text', text: 'Ada' },
+            { type: 'text', text: 'A-17' },
+          ],
+        },
+      ],
     },
   });
-  assert.deepEqual(rows(s).map((r) => r.providerMessageId), ['wamid.1', 'wamid.2']);
+  assert.deepEqual(
+    rows(s).map((r) => r.providerMessageId),
+    ['wamid.1', 'wamid.2'],
+  );
   assert.ok(!JSON.stringify(rows(s)).includes(WA_TOKEN));
 });
 
 test('whatsapp: 503 twice then success; a 400 is permanent with the Graph error; rate-limit codes are transient', async (t) => {
   const { s, token } = await setup(t);
-  const flaky = await apiServer(t, (n) => (n <= 2 ? { status: 503, body: { error: { message: 'Service temporarily unavailable', code: 2 } } } : { status: 200, body: { messages: [{ id: 'wamid.ok' }] } }));
+  const flaky = await apiServer(t, (n) =>
+    n <= 2
+      ? { status: 503, body: { error: { message: 'Service temporarily unavailable', code: 2 } } }
+      : { status: 200, body: { messages: [{ id: 'wamid.ok' }] } },
+  );
   await useWhatsApp(s, token, flaky.url);
   const input = { workspaceId: s.workspaceId, channel: 'WHATSAPP' as const, to: '+15551234567', rendered: { text: 'hi' }, runId: 5, stepIndex: 1 };
   const outcome = await deliverWithRetries({ db: s.db, config: s.config }, input);
   assert.equal(outcome.status, 'SENT');
-  assert.deepEqual(findAttemptsForStep(s.db, 5, 1).map((a) => [a.attempt, a.status, a.providerMessageId ?? a.error]), [
-    [1, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
-    [2, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
-    [3, 'SENT', 'wamid.ok'],
-  ]);
+  assert.deepEqual(
+    findAttemptsForStep(s.db, 5, 1).map((a) => [a.attempt, a.status, a.providerMessageId ?? a.error]),
+    [
+      [1, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
+      [2, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
+      [3, 'SENT', 'wamid.ok'],
+    ],
+  );
 
-  const bad = await apiServer(t, () => ({ status: 400, body: { error: { message: '(#100) Invalid parameter', type: 'OAuthException', code: 100, fbtrace_id: 'X' } } }));
+  const bad = await apiServer(t, () => ({
+    status: 400,
+    body: { error: { message: '(#100) Invalid parameter', type: 'OAuthException', code: 100, fbtrace_id: 'X' } },
+  }));
   await useWhatsApp(s, token, bad.url);
   const refused = await deliverWithRetries({ db: s.db, config: s.config }, { ...input, runId: 6 });
   assert.deepEqual([refused.status, refused.transient, refused.error], ['FAILED', false, 'whatsapp: HTTP 400: (#100) Invalid parameter (code 100)']);
@@ -263,7 +339,11 @@ test('without an allowing policy a provider aimed at 127.0.0.1 fails permanently
   assert.deepEqual([outcome.status, outcome.transient], ['FAILED', false]);
   assert.match(outcome.error ?? '', /^twilio: destination refused by the outbound policy: 127\.0\.0\.1 is a private, loopback or reserved address$/);
   assert.equal(api.seen.length, 0);
-  assert.deepEqual(findAttemptsForStep(s.db, 9, 0).map((a) => [a.attempt, a.status]), [[1, 'FAILED']], 'a refusal is not retried');
+  assert.deepEqual(
+    findAttemptsForStep(s.db, 9, 0).map((a) => [a.attempt, a.status]),
+    [[1, 'FAILED']],
+    'a refusal is not retried',
+  );
 });
 
 test('outbox: SENT at once with the rendered content, no network', async (t) => {

@@ -81,7 +81,11 @@ test('renderContent renders every string and keeps the shape', async () => {
   const email = { subject: 'Hi {{ contact.firstName }}', html: '<p>{{ workspace.name }}</p>', text: '{{ trigger.total }}' };
   assert.deepEqual(await renderContent(email, ctx), { subject: 'Hi Ada', html: '<p>Acme</p>', text: '150' });
 
-  const whatsapp = { templateName: 'order_{{ trigger.fields[1].value }}', language: 'en_US', parameters: ['{{ contact.firstName }}', '{{ trigger.total }}', 'plain'] };
+  const whatsapp = {
+    templateName: 'order_{{ trigger.fields[1].value }}',
+    language: 'en_US',
+    parameters: ['{{ contact.firstName }}', '{{ trigger.total }}', 'plain'],
+  };
   assert.deepEqual(await renderContent(whatsapp, ctx), { templateName: 'order_second', language: 'en_US', parameters: ['Ada', '150', 'plain'] });
 });
 

@@ -58,17 +58,30 @@ test('the init owner (a super-admin) sees every workspace, user and the stats, w
   const list = await s.request('GET', '/admin/workspaces', { token });
   assert.equal(list.status, 200, list.text);
   assert.equal(list.body.nextCursor, null);
-  assert.deepEqual(list.body.data.map((w: any) => w.id), [other.workspaceId, s.workspaceId], 'newest first');
+  assert.deepEqual(
+    list.body.data.map((w: any) => w.id),
+    [other.workspaceId, s.workspaceId],
+    'newest first',
+  );
   const [theirs, ours] = list.body.data;
-  assert.deepEqual({ name: ours.name, plan: ours.plan, memberCount: ours.memberCount, contactCount: ours.contactCount }, { name: 'Acme', plan: 'PRO', memberCount: 2, contactCount: 3 });
-  assert.deepEqual({ plan: theirs.plan, memberCount: theirs.memberCount, contactCount: theirs.contactCount }, { plan: 'STARTER', memberCount: 2, contactCount: 1 });
+  assert.deepEqual(
+    { name: ours.name, plan: ours.plan, memberCount: ours.memberCount, contactCount: ours.contactCount },
+    { name: 'Acme', plan: 'PRO', memberCount: 2, contactCount: 3 },
+  );
+  assert.deepEqual(
+    { plan: theirs.plan, memberCount: theirs.memberCount, contactCount: theirs.contactCount },
+    { plan: 'STARTER', memberCount: 2, contactCount: 1 },
+  );
   assertNoSecrets(list.text);
 
   const page1 = await s.request('GET', '/admin/workspaces?limit=1', { token });
   assert.equal(page1.body.data.length, 1);
   assert.equal(page1.body.data[0].id, other.workspaceId);
   const page2 = await s.request('GET', `/admin/workspaces?limit=1&cursor=${page1.body.nextCursor}`, { token });
-  assert.deepEqual(page2.body.data.map((w: any) => w.id), [s.workspaceId]);
+  assert.deepEqual(
+    page2.body.data.map((w: any) => w.id),
+    [s.workspaceId],
+  );
   assert.equal(page2.body.nextCursor, null);
 
   const detail = await s.request('GET', `/admin/workspaces/${other.workspaceId}`, { token });
@@ -138,7 +151,15 @@ test('everyone but a super-admin user gets 403: a plain OWNER, other workspaces,
   const s = await build(t, { plan: 'PRO' });
   const owner2 = await s.userWithRole('OWNER');
   const other = await s.otherWorkspace('PRO');
-  const callers = [owner2.token, other.token, (await s.userWithRole('ADMIN')).token, s.mintKey('ADMIN'), s.mintKey('MEMBER'), s.mintKey('VIEWER'), s.mintKey('ADMIN', other.workspaceId)];
+  const callers = [
+    owner2.token,
+    other.token,
+    (await s.userWithRole('ADMIN')).token,
+    s.mintKey('ADMIN'),
+    s.mintKey('MEMBER'),
+    s.mintKey('VIEWER'),
+    s.mintKey('ADMIN', other.workspaceId),
+  ];
   for (const path of ENDPOINTS) {
     assertProblem(await s.request('GET', path), 401);
     for (const token of callers) assertProblem(await s.request('GET', path, { token }), 403, 'forbidden');

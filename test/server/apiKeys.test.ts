@@ -47,7 +47,6 @@ function setPlan(s: TestServer, plan: Plan, workspaceId = s.workspaceId): void {
   setWorkspacePlan(systemCtx(s), workspaceId, plan);
 }
 
-
 function assertUnauthorized(res: HttpResult, code?: string): void {
   assertProblem(res, 401, code);
   assert.match(res.headers.get('www-authenticate') ?? '', /^Bearer\b/);
@@ -122,7 +121,15 @@ test('the raw key is never returned again and is stored only as a hash', async (
   assert.equal(list.body.data.length, 1);
   const item = list.body.data[0];
   assert.deepEqual(Object.keys(item).sort(), ['createdAt', 'id', 'lastUsedAt', 'name', 'prefix', 'revokedAt', 'role']);
-  assert.deepEqual(item, { id: minted.id, name: 'reporting', role: 'VIEWER', prefix: minted.prefix, createdAt: item.createdAt, lastUsedAt: null, revokedAt: null });
+  assert.deepEqual(item, {
+    id: minted.id,
+    name: 'reporting',
+    role: 'VIEWER',
+    prefix: minted.prefix,
+    createdAt: item.createdAt,
+    lastUsedAt: null,
+    revokedAt: null,
+  });
   const secretPart = minted.key.slice(minted.prefix.length);
   assert.ok(!list.text.includes(minted.key), 'GET /api-keys returns the raw key');
   assert.ok(!list.text.includes(secretPart), 'GET /api-keys returns the secret part of the key');
@@ -329,7 +336,7 @@ test('DELETE /api-keys/:id answers 204 and the key is refused at once with 401 a
   assert.equal(list.body.data.find((k: { id: number }) => k.id === kept.id).revokedAt, null);
 });
 
-test('DELETE of another workspace\'s key id is 404 and that key keeps working', async (t) => {
+test("DELETE of another workspace's key id is 404 and that key keeps working", async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
   const other = createWorkspace(systemCtx(s), { name: 'Other', plan: 'PRO' });
@@ -344,7 +351,7 @@ test('DELETE of another workspace\'s key id is 404 and that key keeps working', 
   // The same answer as for an id that does not exist: existence does not leak.
   assert.equal(res.body.code, unknown.body.code);
 
-  assert.equal((await useKey(s, theirs)).status, 200, 'the other workspace\'s key still works');
+  assert.equal((await useKey(s, theirs)).status, 200, "the other workspace's key still works");
   assert.equal((s.db.$client.prepare('SELECT revoked_at FROM api_keys WHERE id = ?').get(theirsId) as { revoked_at: string | null }).revoked_at, null);
 
   // Lists are per workspace too.
@@ -395,7 +402,8 @@ test('lastUsedAt is set once the key has been used', async (t) => {
   uniqueKeyIds(s);
   const minted = await mintOk(s, token, 'VIEWER', 'used');
   const unused = await mintOk(s, token, 'VIEWER', 'unused');
-  const lastUsed = async (id: number) => ((await listKeys(s, token)).body.data as { id: number; lastUsedAt: string | null }[]).find((k) => k.id === id)!.lastUsedAt;
+  const lastUsed = async (id: number) =>
+    ((await listKeys(s, token)).body.data as { id: number; lastUsedAt: string | null }[]).find((k) => k.id === id)!.lastUsedAt;
 
   assert.equal(await lastUsed(minted.id), null);
   const before = Date.now();
@@ -418,7 +426,13 @@ test('invalid mint bodies are refused (422, or 400/415 for bodies that are not J
     { name: 'missing role', body: { name: 'k' }, status: 422, code: 'validation_failed', path: '/role' },
     { name: 'unknown role', body: { name: 'k', role: 'SUPERUSER' }, status: 422, code: 'validation_failed', path: '/role' },
     { name: 'lower-case role', body: { name: 'k', role: 'viewer' }, status: 422, code: 'validation_failed', path: '/role' },
-    { name: 'unknown field', body: { name: 'k', role: 'VIEWER', expiresAt: '2030-01-01T00:00:00Z' }, status: 422, code: 'validation_failed', path: '/expiresAt' },
+    {
+      name: 'unknown field',
+      body: { name: 'k', role: 'VIEWER', expiresAt: '2030-01-01T00:00:00Z' },
+      status: 422,
+      code: 'validation_failed',
+      path: '/expiresAt',
+    },
     { name: 'name too long', body: { name: 'n'.repeat(101), role: 'VIEWER' }, status: 422, code: 'validation_failed', path: '/name' },
     { name: 'empty name', body: { name: '', role: 'VIEWER' }, status: 422, code: 'validation_failed', path: '/name' },
     { name: 'blank name', body: { name: '   ', role: 'VIEWER' }, status: 422, code: 'validation_failed', path: '/name' },
@@ -437,7 +451,11 @@ test('invalid mint bodies are refused (422, or 400/415 for bodies that are not J
     assertProblem(res, c.status, c.code);
     if (c.status === 422) {
       assert.ok(Array.isArray(res.body.errors) && res.body.errors.length > 0, `${c.name}: errors[] expected: ${res.text}`);
-      if (c.path) assert.ok(res.body.errors.some((e: { path: string }) => e.path === c.path), `${c.name}: no error at ${c.path}: ${res.text}`);
+      if (c.path)
+        assert.ok(
+          res.body.errors.some((e: { path: string }) => e.path === c.path),
+          `${c.name}: no error at ${c.path}: ${res.text}`,
+        );
     }
   }
   // A 100-character name is the longest allowed.
@@ -457,10 +475,16 @@ test('minting and revoking are audited, and the audit trail never holds the raw 
   const del = await s.request('DELETE', `/api-keys/${minted.id}`, { token });
   assert.equal(del.status, 204);
 
-  type AuditRow = { workspace_id: number; action: string; actor_type: string; actor_id: number | null; target_type: string; target_id: string; metadata: string };
-  const rows = s.db.$client
-    .prepare("SELECT * FROM audit_logs WHERE action IN ('api_key.created', 'api_key.revoked') ORDER BY id")
-    .all() as AuditRow[];
+  type AuditRow = {
+    workspace_id: number;
+    action: string;
+    actor_type: string;
+    actor_id: number | null;
+    target_type: string;
+    target_id: string;
+    metadata: string;
+  };
+  const rows = s.db.$client.prepare("SELECT * FROM audit_logs WHERE action IN ('api_key.created', 'api_key.revoked') ORDER BY id").all() as AuditRow[];
   assert.deepEqual(
     rows.map((r) => r.action),
     ['api_key.created', 'api_key.revoked'],

@@ -37,7 +37,11 @@ test('the feed shows earlier actions, newest first, with the right actors', asyn
   const data: any[] = res.body.data;
   assert.equal(res.body.nextCursor, null);
   const ids = data.map((e) => e.id);
-  assert.deepEqual(ids, [...ids].sort((a, b) => b - a), 'newest first');
+  assert.deepEqual(
+    ids,
+    [...ids].sort((a, b) => b - a),
+    'newest first',
+  );
 
   const login = data.find((e) => e.action === 'auth.login');
   assert.ok(login, 'auth.login is logged');
@@ -99,15 +103,24 @@ test('filters: action (exact and prefix), actorType, since/until', async (t) => 
   assert.equal(byUser.length, 1);
   assert.equal(byUser[0].actor.id, s.owner.id);
   const bySystem = await feed(s, token, '?actorType=SYSTEM');
-  assert.ok(bySystem.some((e) => e.action === 'workspace.created'), 'set-up entries are SYSTEM');
+  assert.ok(
+    bySystem.some((e) => e.action === 'workspace.created'),
+    'set-up entries are SYSTEM',
+  );
 
   const all = await feed(s, token);
   const pivot = all.find((e) => e.action === 'contact.updated');
   const since = await feed(s, token, `?since=${encodeURIComponent(pivot.at)}`);
   assert.ok(since.every((e) => e.at >= pivot.at));
-  assert.ok(since.some((e) => e.id === pivot.id), 'since is inclusive');
+  assert.ok(
+    since.some((e) => e.id === pivot.id),
+    'since is inclusive',
+  );
   const until = await feed(s, token, `?until=${encodeURIComponent(pivot.at)}`);
-  assert.ok(until.every((e) => e.at < pivot.at), 'until is exclusive');
+  assert.ok(
+    until.every((e) => e.at < pivot.at),
+    'until is exclusive',
+  );
   assert.equal(since.length + until.length, all.length);
 
   assert.equal((await feed(s, token, '?since=2000-01-01T00:00:00Z&until=2000-01-02')).length, 0);
@@ -141,7 +154,10 @@ test('pagination walks the whole feed without repeats', async (t) => {
     cursor = res.body.nextCursor;
     pages++;
   } while (cursor && pages < 50);
-  assert.deepEqual(seen, all.map((e) => e.id));
+  assert.deepEqual(
+    seen,
+    all.map((e) => e.id),
+  );
   assert.ok(pages >= 3);
 
   // A cursor combines with a filter.
@@ -162,11 +178,17 @@ test("another workspace's entries are never visible", async (t) => {
 
   const data = await feed(s, token, '?limit=200');
   const created = data.filter((e) => e.action === 'contact.created');
-  assert.deepEqual(created.map((e) => e.target.id), [mine.body.id]);
+  assert.deepEqual(
+    created.map((e) => e.target.id),
+    [mine.body.id],
+  );
   assert.ok(!data.some((e) => e.action === 'workspace.created' && e.target.id === other.workspaceId));
 
   const theirFeed = await feed(s, other.token, '?action=contact.created');
-  assert.deepEqual(theirFeed.map((e) => e.target.id), [theirs.body.id]);
+  assert.deepEqual(
+    theirFeed.map((e) => e.target.id),
+    [theirs.body.id],
+  );
 });
 
 test('access: ADMIN and OWNER (users or keys) read; VIEWER and MEMBER get 403; no credential 401', async (t) => {

@@ -63,7 +63,6 @@ function whoCanRead(s: TestServer, token: string | undefined, headers: Record<st
   return s.request('GET', '/contacts', { token, headers });
 }
 
-
 function assertUnauthorized(res: HttpResult, code?: string): void {
   assertProblem(res, 401, code);
   assert.match(res.headers.get('www-authenticate') ?? '', /^Bearer\b/);
@@ -91,7 +90,10 @@ interface JwtOptions {
 function ownerSession(s: TestServer): string {
   const familyId = randomBytes(16).toString('base64url');
   const expiresAt = new Date(Date.now() + 86_400_000).toISOString();
-  s.db.insert(sessions).values({ familyId, userId: s.owner.id, workspaceId: s.workspaceId, tokenHash: randomBytes(32).toString('hex'), expiresAt }).run();
+  s.db
+    .insert(sessions)
+    .values({ familyId, userId: s.owner.id, workspaceId: s.workspaceId, tokenHash: randomBytes(32).toString('hex'), expiresAt })
+    .run();
   return familyId;
 }
 
@@ -205,7 +207,13 @@ test('malformed login bodies are refused with 400, 415 or 422', async (t) => {
     { name: 'invalid JSON', raw: '{"email": "owner@acme.test",', contentType: 'application/json', status: 400, code: 'invalid_json' },
     { name: 'empty JSON body', raw: '', contentType: 'application/json', status: 400, code: 'invalid_json' },
     { name: 'text/plain', raw: JSON.stringify(good), contentType: 'text/plain', status: 415, code: 'unsupported_media_type' },
-    { name: 'form-encoded', raw: `email=${good.email}&password=${good.password}`, contentType: 'application/x-www-form-urlencoded', status: 415, code: 'unsupported_media_type' },
+    {
+      name: 'form-encoded',
+      raw: `email=${good.email}&password=${good.password}`,
+      contentType: 'application/x-www-form-urlencoded',
+      status: 415,
+      code: 'unsupported_media_type',
+    },
   ];
   for (const c of cases) {
     const res =
@@ -217,7 +225,11 @@ test('malformed login bodies are refused with 400, 415 or 422', async (t) => {
     assert.equal(res.headers.getSetCookie().length, 0, `${c.name}: no cookie`);
     if (c.status === 422) {
       assert.ok(Array.isArray(res.body.errors) && res.body.errors.length > 0, `${c.name}: errors[] expected`);
-      if (c.path) assert.ok(res.body.errors.some((e: any) => e.path === c.path), `${c.name}: no error at ${c.path}: ${res.text}`);
+      if (c.path)
+        assert.ok(
+          res.body.errors.some((e: any) => e.path === c.path),
+          `${c.name}: no error at ${c.path}: ${res.text}`,
+        );
     }
     assert.ok(!res.text.includes(good.password), `${c.name}: the password is echoed`);
   }
@@ -429,7 +441,10 @@ test('a user removed from the workspace is refused at once, and cannot refresh',
   const token = login.body.token as string;
   assert.equal((await whoCanRead(s, token)).status, 200);
 
-  s.db.delete(memberships).where(and(eq(memberships.userId, s.owner.id), eq(memberships.workspaceId, s.workspaceId))).run();
+  s.db
+    .delete(memberships)
+    .where(and(eq(memberships.userId, s.owner.id), eq(memberships.workspaceId, s.workspaceId)))
+    .run();
 
   const res = await whoCanRead(s, token);
   assertUnauthorized(res);
@@ -510,7 +525,12 @@ test('every response carries X-Request-Id, echoed when the client sends a sane o
     assert.equal(res.headers.get('x-request-id'), id, `${c.name}: the request id is not echoed`);
   }
   // Without a client id, the server makes one up, for successes and errors alike.
-  for (const [method, path, status] of [['GET', '/healthz', 200], ['GET', '/contacts', 401], ['GET', '/nowhere', 404], ['POST', '/auth/refresh', 401]] as const) {
+  for (const [method, path, status] of [
+    ['GET', '/healthz', 200],
+    ['GET', '/contacts', 401],
+    ['GET', '/nowhere', 404],
+    ['POST', '/auth/refresh', 401],
+  ] as const) {
     const res = await s.request(method, path);
     assert.equal(res.status, status);
     assert.ok((res.headers.get('x-request-id') ?? '').length > 0, `${method} ${path}: no X-Request-Id`);

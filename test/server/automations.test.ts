@@ -33,7 +33,10 @@ test('automations: create, read, list, update, delete', async (t) => {
   const got = await s.request('GET', `/automations/${created.body.id}`, { token });
   assert.deepEqual(got.body, created.body);
   const list = await s.request('GET', '/automations', { token });
-  assert.deepEqual(list.body.data.map((a: { id: number }) => a.id), [created.body.id]);
+  assert.deepEqual(
+    list.body.data.map((a: { id: number }) => a.id),
+    [created.body.id],
+  );
   const patched = await s.request('PATCH', `/automations/${created.body.id}`, { token, body: { name: 'Renamed', status: 'ACTIVE' } });
   assert.equal(patched.status, 200, patched.text);
   assert.equal(patched.body.name, 'Renamed');
@@ -41,7 +44,10 @@ test('automations: create, read, list, update, delete', async (t) => {
   assert.equal((await s.request('DELETE', `/automations/${created.body.id}`, { token })).status, 204);
   assertProblem(await s.request('GET', `/automations/${created.body.id}`, { token }), 404, 'automation_not_found');
   const audit = s.db.$client.prepare("SELECT action FROM audit_logs WHERE action LIKE 'automation.%' ORDER BY id").all() as { action: string }[];
-  assert.deepEqual(audit.map((a) => a.action), ['automation.created', 'automation.updated', 'automation.activated', 'automation.deleted']);
+  assert.deepEqual(
+    audit.map((a) => a.action),
+    ['automation.created', 'automation.updated', 'automation.activated', 'automation.deleted'],
+  );
 });
 
 test('graph validation failures, one by one, name the offending node or edge', async (t) => {
@@ -54,17 +60,33 @@ test('graph validation failures, one by one, name the offending node or edge', a
     ['edge from a missing node', { ...base, edges: [...base.edges, { from: 'ghost', to: 'after' }] }, '/graph/edges/4/from'],
     ['no trigger', { nodes: base.nodes.slice(1), edges: base.edges.slice(1) }, '/graph/nodes'],
     ['two triggers', { ...base, nodes: [...base.nodes, { id: 't2', type: 'trigger', data: { source: 'MANUAL' } }] }, '/graph/nodes'],
-    ['trigger with another source', { ...base, nodes: [{ id: 't', type: 'trigger', data: { source: 'WEBHOOK' } }, ...base.nodes.slice(1)] }, '/graph/nodes/0/data'],
+    [
+      'trigger with another source',
+      { ...base, nodes: [{ id: 't', type: 'trigger', data: { source: 'WEBHOOK' } }, ...base.nodes.slice(1)] },
+      '/graph/nodes/0/data',
+    ],
     ['a cycle, named by the edge that closes it', { ...base, edges: [...base.edges, { from: 'after', to: 'c' }] }, '/graph/edges/4'],
     ['unknown node type', { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'teleport', data: {} }] }, '/graph/nodes/4/type'],
-    ['step data from the catalog', { ...base, nodes: [...base.nodes.slice(0, 2), { id: 'yes', type: 'add_tags', data: { tags: 'x' } }, ...base.nodes.slice(3)] }, '/graph/nodes/2/data/tags'],
-    ['send_email without templateId', { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'send_email', data: {} }] }, '/graph/nodes/4/data/templateId'],
+    [
+      'step data from the catalog',
+      { ...base, nodes: [...base.nodes.slice(0, 2), { id: 'yes', type: 'add_tags', data: { tags: 'x' } }, ...base.nodes.slice(3)] },
+      '/graph/nodes/2/data/tags',
+    ],
+    [
+      'send_email without templateId',
+      { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'send_email', data: {} }] },
+      '/graph/nodes/4/data/templateId',
+    ],
     ['branch from a non-condition', { ...base, edges: [...base.edges.slice(0, 3), { from: 'yes', to: 'after', branch: true }] }, '/graph/edges/3/branch'],
     ['condition edge without a branch', { ...base, edges: [base.edges[0], { from: 'c', to: 'yes' }, base.edges[2], base.edges[3]] }, '/graph/edges/1/branch'],
     ['two true branches', { ...base, edges: [...base.edges, { from: 'c', to: 'after', branch: true }] }, '/graph/edges/4/branch'],
     ['two ways out of a step', { ...base, edges: [...base.edges, { from: 'yes', to: 'no' }] }, '/graph/edges/4'],
     ['edge into the trigger', { ...base, edges: [...base.edges, { from: 'no', to: 't' }] }, '/graph/edges/4/to'],
-    ['condition with a syntax error', { ...base, nodes: [base.nodes[0], { id: 'c', type: 'condition', data: { condition: '' } }, ...base.nodes.slice(2)] }, '/graph/nodes/1/data/condition'],
+    [
+      'condition with a syntax error',
+      { ...base, nodes: [base.nodes[0], { id: 'c', type: 'condition', data: { condition: '' } }, ...base.nodes.slice(2)] },
+      '/graph/nodes/1/data/condition',
+    ],
   ];
   for (const [name, graph, path] of cases) {
     const res = await s.request('POST', '/automations', { token, body: { name, graph } });
@@ -74,7 +96,12 @@ test('graph validation failures, one by one, name the offending node or edge', a
       `${name}: expected an error at ${path}, got ${JSON.stringify(res.body.errors)}`,
     );
   }
-  for (const body of [{ name: 'x' }, { name: 'x', graph: { nodes: [] } }, { name: 'x', graph: base, extra: 1 }, { name: 'x', graph: { ...base, nodes: [{ id: 't', type: 'trigger' }] } }]) {
+  for (const body of [
+    { name: 'x' },
+    { name: 'x', graph: { nodes: [] } },
+    { name: 'x', graph: base, extra: 1 },
+    { name: 'x', graph: { ...base, nodes: [{ id: 't', type: 'trigger' }] } },
+  ]) {
     assertProblem(await s.request('POST', '/automations', { token, body }), 422);
   }
   assert.equal((s.db.$client.prepare('SELECT COUNT(*) AS n FROM automations').get() as { n: number }).n, 0);

@@ -26,7 +26,12 @@ function planOf(s: TestServer): string {
 }
 
 function actions(s: TestServer): string[] {
-  return s.db.select().from(auditLogs).where(eq(auditLogs.workspaceId, s.workspaceId)).all().map((r) => r.action);
+  return s.db
+    .select()
+    .from(auditLogs)
+    .where(eq(auditLogs.workspaceId, s.workspaceId))
+    .all()
+    .map((r) => r.action);
 }
 
 interface StripeCall {
@@ -49,7 +54,9 @@ async function fakeStripe(t: TestContext): Promise<{ base: string; calls: Stripe
         return;
       }
       const n = state.calls.length;
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: `cs_test_${n}`, object: 'checkout.session', url: `https://checkout.stripe.test/pay/cs_test_${n}` }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ id: `cs_test_${n}`, object: 'checkout.session', url: `https://checkout.stripe.test/pay/cs_test_${n}` }));
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -75,7 +82,12 @@ async function stripeServer(t: TestContext, plan: 'STARTER' | 'GROWTH' | 'PRO' =
   return { s, stripe, token: await s.login(s.owner.email, s.owner.password) };
 }
 
-function completedEvent(sessionId: string, checkoutId: number, id = 'evt_1', extra: { type?: string; paymentStatus?: string | null; metadata?: unknown; clientReferenceId?: string } = {}): string {
+function completedEvent(
+  sessionId: string,
+  checkoutId: number,
+  id = 'evt_1',
+  extra: { type?: string; paymentStatus?: string | null; metadata?: unknown; clientReferenceId?: string } = {},
+): string {
   const object: Record<string, unknown> = {
     id: sessionId,
     object: 'checkout.session',
@@ -87,7 +99,10 @@ function completedEvent(sessionId: string, checkoutId: number, id = 'evt_1', ext
 }
 
 function sendWebhook(s: TestServer, raw: string, signature: string | undefined) {
-  return s.request('POST', '/billing/stripe/webhook', { raw, headers: { 'content-type': 'application/json', ...(signature !== undefined ? { 'stripe-signature': signature } : {}) } });
+  return s.request('POST', '/billing/stripe/webhook', {
+    raw,
+    headers: { 'content-type': 'application/json', ...(signature !== undefined ? { 'stripe-signature': signature } : {}) },
+  });
 }
 
 test('GET /billing/plan: plan, features and usage for every role', async (t) => {
@@ -269,7 +284,11 @@ test('stripe webhook: client_reference_id never finds a checkout (a Payment Link
   assert.equal(s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.status, 'PENDING');
   assert.ok(!actions(s).includes('billing.checkout_completed'));
   // A malformed object (no session id) is acknowledged and ignored, never a 500.
-  const bare = JSON.stringify({ id: 'evt_bare', type: 'checkout.session.completed', data: { object: { payment_status: 'paid', metadata: { checkoutId: String(checkoutId) } } } });
+  const bare = JSON.stringify({
+    id: 'evt_bare',
+    type: 'checkout.session.completed',
+    data: { object: { payment_status: 'paid', metadata: { checkoutId: String(checkoutId) } } },
+  });
   const r = await sendWebhook(s, bare, signStripePayload(bare, WEBHOOK_SECRET));
   assert.equal(r.status, 200, r.text);
   assert.equal(planOf(s), 'STARTER');

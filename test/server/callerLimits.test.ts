@@ -40,7 +40,13 @@ test('previews and test emails: at most SVC_RENDER_RATE_LIMIT a minute per calle
 test('automation runs and replays: at most SVC_RUN_START_RATE_LIMIT a minute per caller', async (t) => {
   const s = await build(t, { env: { SVC_RUN_START_RATE_LIMIT: '2' } });
   const token = await s.login(s.owner.email, s.owner.password);
-  const graph = { nodes: [{ id: 't', type: 'trigger', data: { source: 'MANUAL' } }, { id: 'a', type: 'add_tags', data: { tags: ['x'] } }], edges: [{ from: 't', to: 'a' }] };
+  const graph = {
+    nodes: [
+      { id: 't', type: 'trigger', data: { source: 'MANUAL' } },
+      { id: 'a', type: 'add_tags', data: { tags: ['x'] } },
+    ],
+    edges: [{ from: 't', to: 'a' }],
+  };
   const automation = await s.request('POST', '/automations', { token, body: { name: 'A', status: 'ACTIVE', graph } });
   assert.equal(automation.status, 201, automation.text);
   const contact = await s.request('POST', '/contacts', { token, body: { email: 'c@example.com' } });
@@ -48,7 +54,10 @@ test('automation runs and replays: at most SVC_RUN_START_RATE_LIMIT a minute per
 
   assert.equal((await start(token)).status, 202);
   // A replay counts against the same limit.
-  const wf = await s.request('POST', '/workflows', { token, body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } },
+  });
   assert.equal(wf.status, 201, wf.text);
   assert.equal((await s.request('POST', new URL(wf.body.webhook.url).pathname, { body: { email: 'w@example.com' } })).status, 202);
   const events = await s.request('GET', `/workflows/${wf.body.id}/webhook-events`, { token });

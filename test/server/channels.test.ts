@@ -14,7 +14,11 @@ const TWILIO_TOKEN = 'twilio-token-Hk29xLmQ';
 const WA_TOKEN = 'wa-token-P0oR7sUv';
 const SECRETS = [SMTP_PASS, TWILIO_TOKEN, WA_TOKEN];
 
-const SMTP = { provider: 'smtp', settings: { host: 'mail.example.com', port: 587, from: 'news@example.com' }, credentials: { user: 'mailer', pass: SMTP_PASS } };
+const SMTP = {
+  provider: 'smtp',
+  settings: { host: 'mail.example.com', port: 587, from: 'news@example.com' },
+  credentials: { user: 'mailer', pass: SMTP_PASS },
+};
 const TWILIO = { provider: 'twilio', settings: { accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } };
 const WHATSAPP = { provider: 'whatsapp', settings: { phoneNumberId: '1098765' }, credentials: { accessToken: WA_TOKEN } };
 
@@ -50,8 +54,16 @@ test('PUT replaces the given channels, fills defaults, and never shows credentia
     settings: { host: 'mail.example.com', port: 587, secure: false, from: 'news@example.com', requireTLS: false },
     hasCredentials: true,
   });
-  assert.deepEqual(put.body.SMS, { provider: 'twilio', settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' }, hasCredentials: true });
-  assert.deepEqual(put.body.WHATSAPP, { provider: 'whatsapp', settings: { baseUrl: 'https://graph.facebook.com/v20.0', phoneNumberId: '1098765' }, hasCredentials: true });
+  assert.deepEqual(put.body.SMS, {
+    provider: 'twilio',
+    settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' },
+    hasCredentials: true,
+  });
+  assert.deepEqual(put.body.WHATSAPP, {
+    provider: 'whatsapp',
+    settings: { baseUrl: 'https://graph.facebook.com/v20.0', phoneNumberId: '1098765' },
+    hasCredentials: true,
+  });
   assertNoSecrets(put.text, 'the PUT response');
   assert.ok(!put.text.includes('mailer'), 'the SMTP user is a credential too');
 
@@ -85,7 +97,11 @@ test('credentials are encrypted at rest and absent from the audit trail', async 
 
   // The engine reads them back decrypted.
   const sms = resolveChannel(s.db, s.config, s.workspaceId, 'SMS');
-  assert.deepEqual(sms, { provider: 'twilio', settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } });
+  assert.deepEqual(sms, {
+    provider: 'twilio',
+    settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' },
+    credentials: { authToken: TWILIO_TOKEN },
+  });
   assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').credentials, { user: 'mailer', pass: SMTP_PASS });
 });
 
@@ -94,19 +110,31 @@ test('omitted credentials are kept while the provider stays; a new provider need
   assert.equal((await s.request('PUT', '/settings/channels', { token, body: { SMS: TWILIO } })).status, 200);
 
   // Same destination (the default base URL), other account and sender: the token is kept.
-  const kept = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001' } } } });
+  const kept = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001' } } },
+  });
   assert.equal(kept.status, 200, kept.text);
   assert.equal(kept.body.SMS.hasCredentials, true);
   assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
   // A new destination with the credentials given again.
   const moved = await s.request('PUT', '/settings/channels', {
     token,
-    body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://sms.example.net:8443/' }, credentials: { authToken: TWILIO_TOKEN } } },
+    body: {
+      SMS: {
+        provider: 'twilio',
+        settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://sms.example.net:8443/' },
+        credentials: { authToken: TWILIO_TOKEN },
+      },
+    },
   });
   assert.equal(moved.status, 200, moved.text);
   assert.equal(moved.body.SMS.settings.baseUrl, 'https://sms.example.net:8443', 'stored without the trailing slash');
   // The same destination spelt differently (case, trailing slash) is not a change.
-  const respelt = await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://SMS.example.net:8443' } } } });
+  const respelt = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://SMS.example.net:8443' } } },
+  });
   assert.equal(respelt.status, 200, respelt.text);
   assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
   await s.request('PUT', '/settings/channels', { token, body: { SMS: TWILIO } });
@@ -149,9 +177,21 @@ test('PUT refuses invalid settings with 422 naming the field', async (t) => {
     { name: 'unknown credential', body: { EMAIL: { ...SMTP, credentials: { user: 'u', password: 'p' } } }, path: '/EMAIL/credentials/password' },
     { name: 'bad base URL', body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'not a url' } } }, path: '/SMS/settings/baseUrl' },
     { name: 'ftp base URL', body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'ftp://api.twilio.com' } } }, path: '/SMS/settings/baseUrl' },
-    { name: 'base URL with credentials', body: { WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://u:p@graph.example.com' } } }, path: '/WHATSAPP/settings/baseUrl' },
-    { name: 'base URL with a query', body: { WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://graph.example.com/?x=1' } } }, path: '/WHATSAPP/settings/baseUrl' },
-    { name: 'accountSid with a slash', body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, accountSid: 'AC1/../x' } } }, path: '/SMS/settings/accountSid' },
+    {
+      name: 'base URL with credentials',
+      body: { WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://u:p@graph.example.com' } } },
+      path: '/WHATSAPP/settings/baseUrl',
+    },
+    {
+      name: 'base URL with a query',
+      body: { WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://graph.example.com/?x=1' } } },
+      path: '/WHATSAPP/settings/baseUrl',
+    },
+    {
+      name: 'accountSid with a slash',
+      body: { SMS: { ...TWILIO, settings: { ...TWILIO.settings, accountSid: 'AC1/../x' } } },
+      path: '/SMS/settings/accountSid',
+    },
     { name: 'twilio without from', body: { SMS: { ...TWILIO, settings: { accountSid: 'AC1' } } }, path: '/SMS/settings/from' },
     { name: 'twilio without a token', body: { SMS: { ...TWILIO, credentials: {} } }, path: '/SMS/credentials/authToken' },
     { name: 'twilio without credentials', body: { SMS: { provider: 'twilio', settings: TWILIO.settings } }, path: '/SMS/credentials' },
@@ -173,7 +213,10 @@ test('PUT refuses invalid settings with 422 naming the field', async (t) => {
     assertNoSecrets(res.text, `${c.name}: the problem`);
   }
   const res = await s.request('GET', '/settings/channels', { token });
-  assert.ok(['EMAIL', 'SMS', 'WHATSAPP'].every((c) => res.body[c].provider === 'outbox'), 'nothing was stored');
+  assert.ok(
+    ['EMAIL', 'SMS', 'WHATSAPP'].every((c) => res.body[c].provider === 'outbox'),
+    'nothing was stored',
+  );
   assert.equal((s.db.$client.prepare("SELECT COUNT(*) AS n FROM audit_logs WHERE action = 'settings.channels_updated'").get() as { n: number }).n, 0);
 
   const ipv6 = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '::1' } } } });
@@ -181,7 +224,10 @@ test('PUT refuses invalid settings with 422 naming the field', async (t) => {
   await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'outbox' } } });
 
   // Errors of several channels are reported together; one bad channel stores none.
-  const both = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: {} }, SMS: TWILIO, WHATSAPP: { provider: 'smtp' } } });
+  const both = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { provider: 'smtp', settings: {} }, SMS: TWILIO, WHATSAPP: { provider: 'smtp' } },
+  });
   assertValidation(both, '/EMAIL/settings/host');
   assertValidation(both, '/WHATSAPP/provider');
   assert.equal((await s.request('GET', '/settings/channels', { token })).body.SMS.provider, 'outbox');
@@ -226,7 +272,8 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
   const { s, token } = await setup(t);
   const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP, SMS: TWILIO, WHATSAPP: WHATSAPP } });
   assert.equal(put.status, 200, put.text);
-  const stored = () => s.db.$client.prepare('SELECT channel, provider, settings, credentials FROM channel_settings WHERE workspace_id = ? ORDER BY channel').all(s.workspaceId);
+  const stored = () =>
+    s.db.$client.prepare('SELECT channel, provider, settings, credentials FROM channel_settings WHERE workspace_id = ? ORDER BY channel').all(s.workspaceId);
   const before = JSON.stringify(stored());
 
   const redirects: { name: string; body: Record<string, unknown>; path: string }[] = [
@@ -234,8 +281,16 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
     { name: 'SMTP port', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, port: 2525 } } }, path: '/EMAIL/credentials' },
     { name: 'SMTP secure', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, secure: true } } }, path: '/EMAIL/credentials' },
     { name: 'SMTP requireTLS', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, requireTLS: true } } }, path: '/EMAIL/credentials' },
-    { name: 'Twilio baseUrl', body: { SMS: { provider: 'twilio', settings: { ...TWILIO.settings, baseUrl: 'https://collect.attacker.test' } } }, path: '/SMS/credentials' },
-    { name: 'WhatsApp baseUrl', body: { WHATSAPP: { provider: 'whatsapp', settings: { ...WHATSAPP.settings, baseUrl: 'https://graph.attacker.test/v20.0' } } }, path: '/WHATSAPP/credentials' },
+    {
+      name: 'Twilio baseUrl',
+      body: { SMS: { provider: 'twilio', settings: { ...TWILIO.settings, baseUrl: 'https://collect.attacker.test' } } },
+      path: '/SMS/credentials',
+    },
+    {
+      name: 'WhatsApp baseUrl',
+      body: { WHATSAPP: { provider: 'whatsapp', settings: { ...WHATSAPP.settings, baseUrl: 'https://graph.attacker.test/v20.0' } } },
+      path: '/WHATSAPP/credentials',
+    },
     {
       name: 'one good channel and one redirected: nothing is saved',
       body: { EMAIL: { provider: 'outbox' }, SMS: { provider: 'twilio', settings: { ...TWILIO.settings, baseUrl: 'https://collect.attacker.test' } } },
@@ -253,17 +308,29 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
   assert.equal(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').settings.baseUrl, 'https://api.twilio.com');
 
   // A change that is not a destination keeps them (the sender address, the host's case).
-  const sender = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'MAIL.example.com', from: 'hello@example.com' } } } });
+  const sender = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'MAIL.example.com', from: 'hello@example.com' } } },
+  });
   assert.equal(sender.status, 200, sender.text);
   assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').credentials, { user: 'mailer', pass: SMTP_PASS });
   // A new destination with credentials given is accepted; with an empty set for SMTP, too (no account).
-  const movedWith = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'smtp.example.org' } } } });
+  const movedWith = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'smtp.example.org' } } },
+  });
   assert.equal(movedWith.status, 200, movedWith.text);
-  const movedEmpty = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'smtp2.example.org' }, credentials: {} } } });
+  const movedEmpty = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: 'smtp2.example.org' }, credentials: {} } },
+  });
   assert.equal(movedEmpty.status, 200, movedEmpty.text);
   assert.equal(movedEmpty.body.EMAIL.hasCredentials, false);
   // An SMTP channel without an account can move freely: there is nothing to redirect.
-  const free = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'smtp3.example.org' } } } });
+  const free = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'smtp3.example.org' } } },
+  });
   assert.equal(free.status, 200, free.text);
   const audit = s.db.$client.prepare("SELECT count(*) AS n FROM audit_logs WHERE action = 'settings.channels_updated'").get() as { n: number };
   assert.equal(audit.n, 5, 'each accepted PUT is audited, no refused one');

@@ -156,12 +156,18 @@ test('pending invitations are listed without tokens and can be withdrawn; inspec
   const paged = await s.request('GET', '/memberships/invitations?limit=2', { token });
   assert.equal(paged.body.data.length, 2);
   const rest = await s.request('GET', `/memberships/invitations?limit=2&cursor=${encodeURIComponent(paged.body.nextCursor)}`, { token });
-  assert.deepEqual(rest.body.data.map((i: { id: number }) => i.id), [a.id]);
+  assert.deepEqual(
+    rest.body.data.map((i: { id: number }) => i.id),
+    [a.id],
+  );
   assert.equal(rest.body.nextCursor, null);
 
   const inspected = await s.request('POST', '/invitations/inspect', { body: { token: a.token } });
   assert.equal(inspected.status, 200, inspected.text);
-  assert.deepEqual({ ...inspected.body, expiresAt: undefined }, { workspaceName: 'Acme', email: 'new.person@example.com', role: 'MEMBER', accountExists: false, expiresAt: undefined });
+  assert.deepEqual(
+    { ...inspected.body, expiresAt: undefined },
+    { workspaceName: 'Acme', email: 'new.person@example.com', role: 'MEMBER', accountExists: false, expiresAt: undefined },
+  );
   assert.equal((await s.request('POST', '/invitations/inspect', { body: { token: b.token } })).body.accountExists, true);
   assertProblem(await s.request('POST', '/invitations/inspect', { body: { token: 'A'.repeat(43) } }), 404, 'invitation_not_found');
   assertProblem(await s.request('POST', '/invitations/inspect', { body: {} }), 422);
@@ -181,7 +187,10 @@ test('pending invitations are listed without tokens and can be withdrawn; inspec
   assert.equal(accepted.status, 200, accepted.text);
   assertProblem(await s.request('POST', '/invitations/inspect', { body: { token: a.token } }), 410, 'invitation_used');
   assertProblem(await s.request('DELETE', `/memberships/invitations/${a.id}`, { token }), 409, 'invitation_used');
-  assert.deepEqual((await s.request('GET', '/memberships/invitations', { token })).body.data.map((i: { id: number }) => i.id), [b.id]);
+  assert.deepEqual(
+    (await s.request('GET', '/memberships/invitations', { token })).body.data.map((i: { id: number }) => i.id),
+    [b.id],
+  );
   const actions = s.db.$client.prepare("SELECT action FROM audit_logs WHERE action = 'invitation.revoked'").all();
   assert.equal(actions.length, 1);
 });
@@ -222,7 +231,12 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);
   const create = async (webhook: object) =>
-    (await s.request('POST', '/workflows', { token, body: { name: `w${Math.random()}`, triggerSource: 'WEBHOOK', webhook, steps: [{ type: 'add_tags', tags: ['x'] }] } })).body;
+    (
+      await s.request('POST', '/workflows', {
+        token,
+        body: { name: `w${Math.random()}`, triggerSource: 'WEBHOOK', webhook, steps: [{ type: 'add_tags', tags: ['x'] }] },
+      })
+    ).body;
   const strict = await create({ lookup: 'email', path: 'data.customer.email', createIfNotFound: false, signingSecret: 'a-signing-secret-1234' });
   await s.request('PATCH', `/workflows/${strict.id}`, { token, body: { status: 'ACTIVE' } });
   const lenient = await create({ lookup: 'phone', createIfNotFound: true, defaults: { firstName: 'Webhook', tags: ['inbound'] } });

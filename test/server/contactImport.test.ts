@@ -44,7 +44,14 @@ const lines = (rows: unknown[]) => `${rows.map((r) => JSON.stringify(r)).join('\
 test('NDJSON: rows are normalised like POST /contacts; bad rows are reported with line and field and never stop the good ones', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const body = [
-    JSON.stringify({ email: '  Ada@Example.COM ', phone: '+1 (613) 555-0138', firstName: ' Ada ', lastName: 'Lovelace', tags: ['VIP', 'vip', 'beta'], attributes: { plan: 'pro' } }),
+    JSON.stringify({
+      email: '  Ada@Example.COM ',
+      phone: '+1 (613) 555-0138',
+      firstName: ' Ada ',
+      lastName: 'Lovelace',
+      tags: ['VIP', 'vip', 'beta'],
+      attributes: { plan: 'pro' },
+    }),
     '',
     JSON.stringify({ email: 'not-an-email', firstName: 'Bad' }),
     JSON.stringify({ phone: '12', firstName: 'Bad phone' }),
@@ -216,7 +223,12 @@ test('an empty file, a wrong content type, roles, and another workspace left unt
   // Another workspace has a contact with the same email: an import here never touches it.
   const theirs = await s.otherWorkspace();
   const their = await s.request('POST', '/contacts', { token: theirs.token, body: { email: 'shared@example.com', firstName: 'Theirs', tags: ['x'] } });
-  const again = await importText(s, token, lines([{ email: 'shared@example.com', firstName: 'Changed', tags: ['y'] }, { email: 'only-here@example.com' }]), NDJSON);
+  const again = await importText(
+    s,
+    token,
+    lines([{ email: 'shared@example.com', firstName: 'Changed', tags: ['y'] }, { email: 'only-here@example.com' }]),
+    NDJSON,
+  );
   assert.deepEqual([again.body.created, again.body.updated], [1, 1]);
   const after = (await s.request('GET', `/contacts/${their.body.id}`, { token: theirs.token })).body;
   assert.deepEqual([after.firstName, after.tags], ['Theirs', ['x']]);
@@ -230,7 +242,11 @@ test('an empty file, a wrong content type, roles, and another workspace left unt
 });
 
 /** A POST with headers of our choosing and a body written by the test, to control the upload. */
-function rawUpload(s: TestServer, token: string, headers: Record<string, string | number>): { req: ClientRequest; response: Promise<{ res: IncomingMessage; text: string }> } {
+function rawUpload(
+  s: TestServer,
+  token: string,
+  headers: Record<string, string | number>,
+): { req: ClientRequest; response: Promise<{ res: IncomingMessage; text: string }> } {
   const url = new URL('/contacts/import', s.url);
   const req = httpRequest(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, ...headers } });
   const response = new Promise<{ res: IncomingMessage; text: string }>((resolve, reject) => {
@@ -291,7 +307,7 @@ test('a client that disconnects mid-upload: the job reports the rows committed, 
   assert.equal(job.failure.code, 'client_disconnected');
   assert.equal(job.created, 4000);
   assert.equal(job.lines, 4000);
-  const stored = s.db.$client.prepare('SELECT count(*) AS n, sum(email LIKE \'half%\') AS half FROM contacts').get() as { n: number; half: number };
+  const stored = s.db.$client.prepare("SELECT count(*) AS n, sum(email LIKE 'half%') AS half FROM contacts").get() as { n: number; half: number };
   assert.deepEqual(stored, { n: 4000, half: 0 });
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
 });
@@ -301,10 +317,15 @@ test('a job whose process stopped (a restart) is reported FAILED interrupted, wi
   const old = new Date(Date.now() - 5 * 60_000).toISOString();
   const id = Number(
     s.db.$client
-      .prepare("INSERT INTO contact_imports (workspace_id, format, mode, status, created, lines, heartbeat_at) VALUES (?, 'csv', 'upsert', 'RUNNING', 2000, 2001, ?)")
+      .prepare(
+        "INSERT INTO contact_imports (workspace_id, format, mode, status, created, lines, heartbeat_at) VALUES (?, 'csv', 'upsert', 'RUNNING', 2000, 2001, ?)",
+      )
       .run(s.workspaceId, old).lastInsertRowid,
   );
-  const fresh = Number(s.db.$client.prepare("INSERT INTO contact_imports (workspace_id, format, mode, status) VALUES (?, 'csv', 'upsert', 'RUNNING')").run(s.workspaceId).lastInsertRowid);
+  const fresh = Number(
+    s.db.$client.prepare("INSERT INTO contact_imports (workspace_id, format, mode, status) VALUES (?, 'csv', 'upsert', 'RUNNING')").run(s.workspaceId)
+      .lastInsertRowid,
+  );
   const job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
   assert.deepEqual([job.status, job.failure?.code, job.created, job.lines], ['FAILED', 'interrupted', 2000, 2001]);
   assert.ok(job.finishedAt);
@@ -315,7 +336,14 @@ test('export: NDJSON and CSV with the list filters, streamed, and both import ba
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);
   const rows = [
-    { email: 'a@example.com', phone: '+16135550101', firstName: 'Ann', lastName: 'Smith, Jr.', tags: ['vip', 'Beta'], attributes: { plan: 'pro', seats: 3, nested: { x: [1, 2] } } },
+    {
+      email: 'a@example.com',
+      phone: '+16135550101',
+      firstName: 'Ann',
+      lastName: 'Smith, Jr.',
+      tags: ['vip', 'Beta'],
+      attributes: { plan: 'pro', seats: 3, nested: { x: [1, 2] } },
+    },
     { email: 'b@example.com', firstName: 'Bob "B"', lastName: 'Line\nBreak', tags: [], attributes: {} },
     { phone: '+16135550103', firstName: ' ', tags: ['vip'], attributes: { note: 'comma, quote " and ;' } },
   ];
@@ -326,7 +354,10 @@ test('export: NDJSON and CSV with the list filters, streamed, and both import ba
   assert.equal(nd.status, 200);
   assert.match(nd.headers.get('content-type') ?? '', /^application\/x-ndjson/);
   assert.match(nd.headers.get('content-disposition') ?? '', /attachment; filename="contacts.ndjson"/);
-  const exported = nd.text.trim().split('\n').map((l) => JSON.parse(l));
+  const exported = nd.text
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   assert.deepEqual(exported, await contactsOf(s, token));
   const vip = await s.request('GET', '/contacts/export?tag=vip', { token });
   assert.equal(vip.text.trim().split('\n').length, 2);

@@ -11,7 +11,6 @@ const ISO_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 
 const setup = (t: TestContext) => buildAsOwner(t);
 
-
 /** Asserts a 422 validation problem naming `path` in errors[]. */
 function assertValidation(res: HttpResult, path: string, code = 'validation_failed'): void {
   assertProblem(res, 422, code);
@@ -157,13 +156,7 @@ test('phone is normalised to E.164 (default region US)', async (t) => {
 
 test('a contact needs an email or a phone (422 email_or_phone_required)', async (t) => {
   const { s, token } = await setup(t);
-  const bodies: Record<string, unknown>[] = [
-    {},
-    { firstName: 'Nobody' },
-    { email: null, phone: null },
-    { email: null },
-    { attributes: { a: 1 }, tags: ['x'] },
-  ];
+  const bodies: Record<string, unknown>[] = [{}, { firstName: 'Nobody' }, { email: null, phone: null }, { email: null }, { attributes: { a: 1 }, tags: ['x'] }];
   for (const body of bodies) {
     await t.test(JSON.stringify(body), async () => {
       const res = await s.request('POST', '/contacts', { token, body });
@@ -275,7 +268,7 @@ test('PATCH email to null is fine while a phone remains; clearing both is 422', 
   assert.equal(got.body.phone, '+16135550138', 'refused patch changed nothing');
 });
 
-test('PATCH to another contact\'s email or phone is 409 contact_exists; own values are fine', async (t) => {
+test("PATCH to another contact's email or phone is 409 contact_exists; own values are fine", async (t) => {
   const { s, token } = await setup(t);
   const a = await create(s, token, { email: 'a@example.com', phone: '+16135550138' });
   const b = await create(s, token, { email: 'b@example.com' });
@@ -462,7 +455,7 @@ test('bad list query inputs are 400 problems', async (t) => {
     [`?cursor=${Buffer.from('v1:0').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v2:5').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v1:-5').toString('base64url')}`, 'invalid_cursor'],
-    [`?cursor=${Buffer.from("v1:1 OR 1=1").toString('base64url')}`, 'invalid_cursor'],
+    [`?cursor=${Buffer.from('v1:1 OR 1=1').toString('base64url')}`, 'invalid_cursor'],
     ['?zzz=1', 'invalid_query'],
     ['?limit=10&foo=bar', 'invalid_query'],
   ];
@@ -768,7 +761,8 @@ test('hundreds of random and hostile bodies to POST and PATCH never yield a 5xx'
     if (r < 0.6) return pick(['a@example.com', 'A@EXAMPLE.COM', '+16135550138', '(415) 555-2671', 'x@y', '+', '']);
     if (r < 0.8) return Array.from({ length: Math.floor(rand() * 4) }, () => randValue(depth + 1));
     const o: Record<string, unknown> = {};
-    for (let i = Math.floor(rand() * 4); i > 0; i--) o[pick(['email', 'phone', 'firstName', 'lastName', 'attributes', 'tags', randString(8)])] = randValue(depth + 1);
+    for (let i = Math.floor(rand() * 4); i > 0; i--)
+      o[pick(['email', 'phone', 'firstName', 'lastName', 'attributes', 'tags', randString(8)])] = randValue(depth + 1);
     return o;
   };
   const randContactBody = (): unknown => {
@@ -814,7 +808,17 @@ test('hundreds of random and hostile bodies to POST and PATCH never yield a 5xx'
     '{"email":"ａ@example.com"}',
     '{"email":"user@xn--bcher-kva.example"}',
     '{"email":"user@bücher.example"}',
-    'null', 'true', '0', '"string"', '[]', '[{"email":"a@example.com"}]', '{}', '1e999', '-', '{"a":}', '\ufeff{}',
+    'null',
+    'true',
+    '0',
+    '"string"',
+    '[]',
+    '[{"email":"a@example.com"}]',
+    '{}',
+    '1e999',
+    '-',
+    '{"a":}',
+    '\ufeff{}',
   ];
   const bodies: { raw: string; label: string }[] = raws.map((raw, i) => ({ raw, label: `hostile #${i}: ${raw.slice(0, 60)}` }));
   for (let i = 0; i < 300; i++) {
@@ -1002,7 +1006,7 @@ test('a contact of another workspace answers 404 everywhere and is left untouche
   assert.deepEqual(still.body, theirs);
 });
 
-test('lists, filters and GET /tags never show another workspace\'s contacts', async (t) => {
+test("lists, filters and GET /tags never show another workspace's contacts", async (t) => {
   const { s, token } = await setup(t);
   const other = await s.otherWorkspace();
   const mine = await create(s, token, { email: 'mine@example.com', phone: '+16135550138', firstName: 'Shared', tags: ['vip'] });
@@ -1084,7 +1088,7 @@ test('contact writes by a user are audited with actor USER and the target id', a
 test('contact writes by an API key are audited with actor API_KEY', async (t) => {
   const { s } = await setup(t);
   const key = s.mintKey('MEMBER');
-  const keyRow = s.db.$client.prepare("SELECT id FROM api_keys ORDER BY id DESC LIMIT 1").get() as { id: number };
+  const keyRow = s.db.$client.prepare('SELECT id FROM api_keys ORDER BY id DESC LIMIT 1').get() as { id: number };
   const c = await create(s, key, { phone: '+16135550138' });
   await s.request('PATCH', `/contacts/${c.id}`, { token: key, body: { lastName: 'B' } });
   await s.request('POST', `/contacts/${c.id}/tags`, { token: key, body: { tags: ['k'] } });

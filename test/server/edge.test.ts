@@ -23,7 +23,13 @@ function assertSecurityHeaders(res: HttpResult, what: string): void {
 async function activeHook(s: TestServer, token: string): Promise<string> {
   const res = await s.request('POST', '/workflows', {
     token,
-    body: { name: 'Inbound', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'wait', seconds: 1 }], webhook: { lookup: 'email', createIfNotFound: true } },
+    body: {
+      name: 'Inbound',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'wait', seconds: 1 }],
+      webhook: { lookup: 'email', createIfNotFound: true },
+    },
   });
   assert.equal(res.status, 201, res.text);
   return new URL(res.body.webhook.url).pathname;
@@ -164,7 +170,10 @@ test('behind one trusted hop (SVC_TRUST_PROXY=1), a spoofed left-most X-Forwarde
   const hook = await activeHook(s, token);
   // The test client plays the proxy: it appends the address it saw (the real client).
   const via = (client: string, forged = true) =>
-    s.request('POST', hook, { raw: '{"email":"p@example.com"}', headers: { 'content-type': 'application/json', 'x-forwarded-for': forged ? `${spoof()}, ${client}` : client } });
+    s.request('POST', hook, {
+      raw: '{"email":"p@example.com"}',
+      headers: { 'content-type': 'application/json', 'x-forwarded-for': forged ? `${spoof()}, ${client}` : client },
+    });
 
   for (let i = 0; i < 5; i++) {
     const res = await via('203.0.113.10');
@@ -185,7 +194,8 @@ test('behind one trusted hop (SVC_TRUST_PROXY=1), a spoofed left-most X-Forwarde
 test('with a list of proxies (SVC_TRUST_PROXY=10.0.0.0/8,127.0.0.1), only listed hops are skipped', async (t) => {
   const { s, token } = await buildAsOwner(t, { env: { SVC_TRUST_PROXY: '10.0.0.0/8,127.0.0.1', SVC_WEBHOOK_RATE_LIMIT: '3' } });
   const hook = await activeHook(s, token);
-  const post = (xff: string) => s.request('POST', hook, { raw: '{"email":"p@example.com"}', headers: { 'content-type': 'application/json', 'x-forwarded-for': xff } });
+  const post = (xff: string) =>
+    s.request('POST', hook, { raw: '{"email":"p@example.com"}', headers: { 'content-type': 'application/json', 'x-forwarded-for': xff } });
 
   // Through two proxies (10.1.2.3, then this socket's 127.0.0.1): the client is 203.0.113.20.
   for (let i = 0; i < 3; i++) assert.equal((await post(`${spoof()}, 203.0.113.20, 10.1.2.3`)).status, 202);
@@ -220,7 +230,10 @@ test('behind one trusted hop, the login throttle and the audit log count the rea
 
 test('without a trusted proxy (the default), X-Forwarded-For is ignored by the login throttle and the audit log', async (t) => {
   const s = await build(t, { env: { SVC_LOGIN_RATE_LIMIT: '2' } });
-  const ok = await s.request('POST', '/auth/login', { body: { email: s.owner.email, password: s.owner.password }, headers: { 'x-forwarded-for': '203.0.113.40' } });
+  const ok = await s.request('POST', '/auth/login', {
+    body: { email: s.owner.email, password: s.owner.password },
+    headers: { 'x-forwarded-for': '203.0.113.40' },
+  });
   assert.equal(ok.status, 200, ok.text);
   const ip = s.db.$client.prepare("SELECT ip FROM audit_logs WHERE action = 'auth.login' ORDER BY id DESC LIMIT 1").pluck().get();
   assert.match(String(ip), /^(::ffff:)?127\.0\.0\.1$/);

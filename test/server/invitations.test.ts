@@ -49,12 +49,15 @@ function tokenIn(text: string): string {
 test('invitation emails: sent with the token and an accept link; stored and listed redacted; a VIEWER key finds no token', async (t) => {
   const { s, token, received } = await setUp(t);
   const outsider = await s.otherWorkspace();
-  await createUser({ db: s.db, config: s.config, actor: { type: 'SYSTEM', id: null, label: 'test' }, ip: null }, {
-    email: 'has-account@example.test',
-    password: 'has-account-password',
-    workspaceId: outsider.workspaceId,
-    role: 'MEMBER',
-  });
+  await createUser(
+    { db: s.db, config: s.config, actor: { type: 'SYSTEM', id: null, label: 'test' }, ip: null },
+    {
+      email: 'has-account@example.test',
+      password: 'has-account-password',
+      workspaceId: outsider.workspaceId,
+      role: 'MEMBER',
+    },
+  );
 
   // Two doors: POST /memberships/invitations (token shown once to the ADMIN) and POST /memberships (no token).
   const invited = await s.request('POST', '/memberships/invitations', { token, body: { email: 'new-admin@example.test', role: 'ADMIN' } });
@@ -93,9 +96,11 @@ test('invitation emails: sent with the token and an accept link; stored and list
     assert.match(res.body.rendered.text, new RegExp(`${PUBLIC_URL.replace(/\./g, '\\.')}/invite#\\[redacted\\]`));
     bodies.push(res.text);
   }
-  for (const body of bodies) for (const secret of secrets) assert.ok(!body.includes(secret), `a delivery-attempt response holds a token: ${body.slice(0, 300)}`);
+  for (const body of bodies)
+    for (const secret of secrets) assert.ok(!body.includes(secret), `a delivery-attempt response holds a token: ${body.slice(0, 300)}`);
   // Nor is it anywhere in the database.
-  const dump = JSON.stringify(s.db.$client.prepare('SELECT * FROM delivery_attempts').all()) + JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all());
+  const dump =
+    JSON.stringify(s.db.$client.prepare('SELECT * FROM delivery_attempts').all()) + JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all());
   for (const secret of secrets) assert.ok(!dump.includes(secret), 'a token is stored in clear');
 
   // A redacted copy is no token.
@@ -112,7 +117,9 @@ test('invitation emails: sent with the token and an accept link; stored and list
   const joined = await s.request('POST', '/invitations/accept', { body: { token: knownToken } });
   assert.equal(joined.status, 200, joined.text);
   assert.equal(joined.body.workspace.role, 'MEMBER');
-  const member = await s.request('POST', '/auth/login', { body: { email: 'has-account@example.test', password: 'has-account-password', workspaceId: s.workspaceId } });
+  const member = await s.request('POST', '/auth/login', {
+    body: { email: 'has-account@example.test', password: 'has-account-password', workspaceId: s.workspaceId },
+  });
   assert.equal(member.status, 200, member.text);
   assert.equal(member.body.workspace.role, 'MEMBER');
 });
@@ -120,12 +127,18 @@ test('invitation emails: sent with the token and an accept link; stored and list
 test('a provider error that quotes the message is redacted too', async (t) => {
   // An SMTP server that refuses the message, quoting a line of it back in its reply.
   const { port, received } = await smtpSink(t, (mail) => {
-    const line = bodyText(mail.raw).split(/\r?\n/).find((l) => l.includes('/invite#')) ?? 'no link';
+    const line =
+      bodyText(mail.raw)
+        .split(/\r?\n/)
+        .find((l) => l.includes('/invite#')) ?? 'no link';
     return Object.assign(new Error(`rejected content: ${line}`), { responseCode: 554 });
   });
   const s = await build(t, { env: { SVC_PUBLIC_URL: PUBLIC_URL, SVC_HTTP_ALLOWED_HOSTS: `127.0.0.1:${port}`, SVC_DELIVERY_MAX_ATTEMPTS: '1' } });
   const token = await s.login(s.owner.email, s.owner.password);
-  const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: { host: '127.0.0.1', port, secure: false, from: 'team@example.test' } } } });
+  const put = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { provider: 'smtp', settings: { host: '127.0.0.1', port, secure: false, from: 'team@example.test' } } },
+  });
   assert.equal(put.status, 200, put.text);
   const invited = await s.request('POST', '/memberships/invitations', { token, body: { email: 'someone@example.test', role: 'VIEWER' } });
   assert.equal(invited.status, 201, invited.text);

@@ -42,7 +42,12 @@ function auditActions(s: TestServer): { action: string; metadata: string }[] {
   return s.db.$client.prepare('SELECT action, metadata FROM audit_logs ORDER BY id').all() as { action: string; metadata: string }[];
 }
 
-async function invite(s: TestServer, token: string, email: string, role = 'MEMBER'): Promise<{ id: number; email: string; role: string; expiresAt: string; token: string }> {
+async function invite(
+  s: TestServer,
+  token: string,
+  email: string,
+  role = 'MEMBER',
+): Promise<{ id: number; email: string; role: string; expiresAt: string; token: string }> {
   const res = await s.request('POST', '/memberships/invitations', { token, body: { email, role } });
   assert.equal(res.status, 201, res.text);
   return res.body;
@@ -75,7 +80,10 @@ test('GET /memberships lists members with their user fields, newest first, paged
   assert.ok(page1.body.nextCursor);
   const page2 = await s.request('GET', `/memberships?limit=2&cursor=${page1.body.nextCursor}`, { token });
   assert.equal(page2.status, 200);
-  assert.deepEqual(page2.body.data.map((m: any) => m.userId), [s.owner.id]);
+  assert.deepEqual(
+    page2.body.data.map((m: any) => m.userId),
+    [s.owner.id],
+  );
   assert.equal(page2.body.nextCursor, null);
 });
 
@@ -147,7 +155,10 @@ test('PATCH /memberships/:id changes the role, DELETE removes the member', async
 
   const res = await s.request('PATCH', `/memberships/${id}`, { token, body: { role: 'ADMIN' } });
   assert.equal(res.status, 200, res.text);
-  assert.deepEqual({ id: res.body.id, userId: res.body.userId, email: res.body.email, role: res.body.role }, { id, userId: m.id, email: m.email, role: 'ADMIN' });
+  assert.deepEqual(
+    { id: res.body.id, userId: res.body.userId, email: res.body.email, role: res.body.role },
+    { id, userId: m.id, email: m.email, role: 'ADMIN' },
+  );
   // The role applies to the existing token at once.
   assert.equal((await s.request('GET', '/api-keys', { token: m.token })).status, 200);
 

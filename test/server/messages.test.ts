@@ -117,12 +117,17 @@ async function attemptsUntil(s: TestServer, token: string, done: (list: any[]) =
 }
 
 function insertTemplate(s: TestServer, channel: 'EMAIL' | 'SMS', content: Record<string, unknown>, workspaceId = s.workspaceId): number {
-  return s.db.insert(templates).values({ workspaceId, name: `${channel} template`, channel, content }).returning().get().id;
+  return s.db
+    .insert(templates)
+    .values({ workspaceId, name: `${channel} template`, channel, content })
+    .returning()
+    .get().id;
 }
 
 function assertAttemptShape(a: any): void {
   for (const key of ATTEMPT_KEYS) assert.ok(key in a, `attempt has ${key}: ${JSON.stringify(a)}`);
-  for (const key of Object.keys(a)) assert.ok([...ATTEMPT_KEYS, 'error', 'providerMessageId', 'runId', 'stepIndex', 'templateId'].includes(key), `unexpected ${key}`);
+  for (const key of Object.keys(a))
+    assert.ok([...ATTEMPT_KEYS, 'error', 'providerMessageId', 'runId', 'stepIndex', 'templateId'].includes(key), `unexpected ${key}`);
   for (const key of ['error', 'providerMessageId', 'runId', 'stepIndex', 'templateId']) assert.notEqual(a[key], null, `${key} is left out rather than null`);
   assert.ok(Number.isInteger(a.id) && a.id > 0);
   assert.ok(Number.isInteger(a.attempt) && a.attempt >= 1);
@@ -134,7 +139,13 @@ test('with no configuration a test email goes to the outbox: SENT, rendered cont
   const { s, token } = await setup(t);
   const res = await s.request('POST', '/messages/test-email', {
     token,
-    body: { to: ' Ada@Example.COM ', subject: 'Hello {{ trigger.name }}', html: '<p>Code {{ trigger.code }}</p>', text: 'Code {{ trigger.code }} for {{ workspace.name }}', data: { name: 'Ada', code: 42 } },
+    body: {
+      to: ' Ada@Example.COM ',
+      subject: 'Hello {{ trigger.name }}',
+      html: '<p>Code {{ trigger.code }}</p>',
+      text: 'Code {{ trigger.code }} for {{ workspace.name }}',
+      data: { name: 'Ada', code: 42 },
+    },
   });
   assert.equal(res.status, 202, res.text);
   assert.deepEqual(Object.keys(res.body).sort(), ['deliveryAttemptId', 'status']);
@@ -160,7 +171,11 @@ test('an EMAIL template is rendered and sent through a real SMTP server with the
   const { s, token } = await setup(t);
   const mail = await smtpServer(t);
   await useSmtp(s, token, mail.port);
-  const templateId = insertTemplate(s, 'EMAIL', { subject: 'Welcome {{ trigger.name }}', html: '<p>Hi <b>{{ trigger.name }}</b></p>', text: 'Hi {{ trigger.name }}, your code is {{ trigger.code }}' });
+  const templateId = insertTemplate(s, 'EMAIL', {
+    subject: 'Welcome {{ trigger.name }}',
+    html: '<p>Hi <b>{{ trigger.name }}</b></p>',
+    text: 'Hi {{ trigger.name }}, your code is {{ trigger.code }}',
+  });
 
   const res = await s.request('POST', '/messages/test-email', { token, body: { to: 'ada@example.com', templateId, data: { name: 'Ada', code: 'X7' } } });
   assert.equal(res.status, 202, res.text);
@@ -195,7 +210,14 @@ test('SMTP 451 is transient: each retry is its own attempt row until one is SENT
   assert.equal(res.body.status, 'SENDING');
 
   const list = await attemptsUntil(s, token, (l) => l.length === 3 && l[2].status === 'SENT');
-  assert.deepEqual(list.map((a) => [a.attempt, a.status]), [[1, 'FAILED'], [2, 'FAILED'], [3, 'SENT']]);
+  assert.deepEqual(
+    list.map((a) => [a.attempt, a.status]),
+    [
+      [1, 'FAILED'],
+      [2, 'FAILED'],
+      [3, 'SENT'],
+    ],
+  );
   assert.equal(list[0].id, res.body.deliveryAttemptId, 'the 202 names the first try');
   for (const failed of list.slice(0, 2)) assert.match(failed.error, /451.*greylisted/);
   assert.ok(!('error' in list[2]));
@@ -223,7 +245,10 @@ test('retries stop after deliveryMaxAttempts; a refused login is permanent and n
   await useSmtp(s, token, busy.port);
   await s.request('POST', '/messages/test-email', { token, body: { to: 'ada@example.com', subject: 'x', text: 'y' } });
   const tries = await attemptsUntil(s, token, (l) => l.length === 3 && l.every((a) => a.status === 'FAILED'));
-  assert.deepEqual(tries.map((a) => a.attempt), [1, 2, 3]);
+  assert.deepEqual(
+    tries.map((a) => a.attempt),
+    [1, 2, 3],
+  );
   await sleep(200);
   assert.equal((await s.request('GET', '/messages/delivery-attempts', { token })).body.data.length, 3, 'no fourth try');
 
@@ -245,7 +270,11 @@ test('an unreachable SMTP server is a transient failure', async (t) => {
   await useSmtp(s, token, await closedPort());
   await s.request('POST', '/messages/test-email', { token, body: { to: 'ada@example.com', subject: 'x', text: 'y' } });
   const list = await attemptsUntil(s, token, (l) => l.length === 2 && l.every((a) => a.status === 'FAILED'));
-  assert.deepEqual(list.map((a) => a.attempt), [1, 2], 'retried: the failure was transient');
+  assert.deepEqual(
+    list.map((a) => a.attempt),
+    [1, 2],
+    'retried: the failure was transient',
+  );
   assert.match(list[0].error, /^smtp: /);
 });
 
@@ -263,8 +292,20 @@ test('test-email validation: 422 for bad input, 404 for an unknown template', as
     { name: 'SMS template', body: { to: 'a@example.com', templateId: sms }, status: 422, code: 'template_channel_mismatch', path: '/templateId' },
     { name: "another workspace's template", body: { to: 'a@example.com', templateId: theirs }, status: 404, code: 'template_not_found' },
     { name: 'unknown template', body: { to: 'a@example.com', templateId: 999999 }, status: 404, code: 'template_not_found' },
-    { name: 'Liquid syntax error', body: { to: 'a@example.com', subject: 'Hi {{ trigger.name', text: 'y' }, status: 422, code: 'template_render_failed', path: '/subject' },
-    { name: 'unknown filter', body: { to: 'a@example.com', subject: 'x', text: '{{ trigger.name | shout }}' }, status: 422, code: 'template_render_failed', path: '/text' },
+    {
+      name: 'Liquid syntax error',
+      body: { to: 'a@example.com', subject: 'Hi {{ trigger.name', text: 'y' },
+      status: 422,
+      code: 'template_render_failed',
+      path: '/subject',
+    },
+    {
+      name: 'unknown filter',
+      body: { to: 'a@example.com', subject: 'x', text: '{{ trigger.name | shout }}' },
+      status: 422,
+      code: 'template_render_failed',
+      path: '/text',
+    },
     { name: 'unknown field', body: { to: 'a@example.com', subject: 'x', text: 'y', cc: 'b@example.com' }, status: 422, code: 'validation_failed', path: '/cc' },
     { name: 'data not an object', body: { to: 'a@example.com', subject: 'x', text: 'y', data: 'z' }, status: 422, code: 'validation_failed', path: '/data' },
   ];
@@ -272,7 +313,11 @@ test('test-email validation: 422 for bad input, 404 for an unknown template', as
     const res: HttpResult = await s.request('POST', '/messages/test-email', { token, body: c.body });
     try {
       assertProblem(res, c.status, c.code);
-      if (c.path) assert.ok(res.body.errors?.some((e: { path: string }) => e.path === c.path), `errors[] names ${c.path}: ${res.text}`);
+      if (c.path)
+        assert.ok(
+          res.body.errors?.some((e: { path: string }) => e.path === c.path),
+          `errors[] names ${c.path}: ${res.text}`,
+        );
     } catch (err) {
       throw new Error(`${c.name}: ${(err as Error).message}`);
     }
@@ -310,7 +355,11 @@ test("another workspace's delivery attempt is 404 and not listed", async (t) => 
   const mine = await s.request('POST', '/messages/test-email', { token, body: { to: 'ada@example.com', subject: 'secret subject', text: 'y' } });
   assert.equal(mine.status, 202);
 
-  assertProblem(await s.request('GET', `/messages/delivery-attempts/${mine.body.deliveryAttemptId}`, { token: other.token }), 404, 'delivery_attempt_not_found');
+  assertProblem(
+    await s.request('GET', `/messages/delivery-attempts/${mine.body.deliveryAttemptId}`, { token: other.token }),
+    404,
+    'delivery_attempt_not_found',
+  );
   const list = await s.request('GET', '/messages/delivery-attempts', { token: other.token });
   assert.deepEqual(list.body, { data: [], nextCursor: null });
   assertProblem(await s.request('GET', '/messages/delivery-attempts/999999', { token }), 404, 'delivery_attempt_not_found');
@@ -325,10 +374,16 @@ test('listing filters by status and runId and pages newest first', async (t) => 
     ids.push(res.body.deliveryAttemptId);
   }
   const page1 = await s.request('GET', '/messages/delivery-attempts?limit=2', { token });
-  assert.deepEqual(page1.body.data.map((a: { id: number }) => a.id), [ids[2], ids[1]]);
+  assert.deepEqual(
+    page1.body.data.map((a: { id: number }) => a.id),
+    [ids[2], ids[1]],
+  );
   assert.equal(typeof page1.body.nextCursor, 'string');
   const page2 = await s.request('GET', `/messages/delivery-attempts?limit=2&cursor=${page1.body.nextCursor}`, { token });
-  assert.deepEqual(page2.body.data.map((a: { id: number }) => a.id), [ids[0]]);
+  assert.deepEqual(
+    page2.body.data.map((a: { id: number }) => a.id),
+    [ids[0]],
+  );
   assert.equal(page2.body.nextCursor, null);
 
   assert.equal((await s.request('GET', '/messages/delivery-attempts?status=SENT', { token })).body.data.length, 3);

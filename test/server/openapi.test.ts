@@ -9,14 +9,22 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { build, type HttpResult } from '../helpers.js';
 
-type Operation = { operationId: string; tags: string[]; summary: string; security: unknown[]; responses: Record<string, { content?: Record<string, { schema: unknown }> }> };
+type Operation = {
+  operationId: string;
+  tags: string[];
+  summary: string;
+  security: unknown[];
+  responses: Record<string, { content?: Record<string, { schema: unknown }> }>;
+};
 type Doc = { openapi: string; paths: Record<string, Record<string, Operation>> };
 
 test('the document is valid OpenAPI 3.1 and lists every route with an id, a tag, a summary, its security and its errors', async (t) => {
   const routes: { method: string; url: string; access: unknown; hidden: boolean }[] = [];
   const s = await build(t, {
     onRoute: (r) => {
-      for (const method of [r.method].flat()) if (method !== 'HEAD') routes.push({ method, url: r.url, access: r.config?.access, hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true });
+      for (const method of [r.method].flat())
+        if (method !== 'HEAD')
+          routes.push({ method, url: r.url, access: r.config?.access, hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true });
     },
   });
   const res = await s.request('GET', '/openapi.json');
@@ -82,7 +90,10 @@ test('real answers validate against the schemas the document gives for them', as
   check('/contacts/{id}', 'get', await s.request('GET', '/contacts/999999', { token }));
   check('/contacts', 'post', await s.request('POST', '/contacts', { token, body: { email: 'not an email' } }));
   check('/contacts', 'get', await s.request('GET', '/contacts'));
-  const wf = await s.request('POST', '/workflows', { token, body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } },
+  });
   check('/workflows', 'post', wf);
   check('/workflows/{id}', 'get', await s.request('GET', `/workflows/${wf.body.id}`, { token }));
   const path = new URL(wf.body.webhook.url).pathname;
@@ -91,7 +102,11 @@ test('real answers validate against the schemas the document gives for them', as
   check('/billing/plan', 'get', await s.request('GET', '/billing/plan', { token }));
   check('/templates', 'get', await s.request('GET', '/templates', { token }));
   check('/auth/me', 'get', await s.request('GET', '/auth/me', { token }));
-  check('/workflows/{id}/webhook/test', 'post', await s.request('POST', `/workflows/${wf.body.id}/webhook/test`, { token, body: { body: { email: 'dry@example.com' } } }));
+  check(
+    '/workflows/{id}/webhook/test',
+    'post',
+    await s.request('POST', `/workflows/${wf.body.id}/webhook/test`, { token, body: { body: { email: 'dry@example.com' } } }),
+  );
   const invitation = await s.request('POST', '/memberships/invitations', { token, body: { email: 'new@example.com', role: 'VIEWER' } });
   check('/memberships/invitations', 'get', await s.request('GET', '/memberships/invitations', { token }));
   check('/invitations/inspect', 'post', await s.request('POST', '/invitations/inspect', { body: { token: invitation.body.token } }));

@@ -11,7 +11,10 @@ import { build } from '../helpers.js';
 test('webhook events with big bodies: pages stop at the byte cap, the cursors still reach every event once', async (t) => {
   const s = await build(t, { env: { SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_WEBHOOK_BODY_LIMIT: String(2 * 1024 * 1024) } });
   const token = await s.login(s.owner.email, s.owner.password);
-  const wf = await s.request('POST', '/workflows', { token, body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', createIfNotFound: true } },
+  });
   assert.equal(wf.status, 201, wf.text);
   const path = new URL(wf.body.webhook.url).pathname;
   const posted = 8;
@@ -38,7 +41,11 @@ test('webhook events with big bodies: pages stop at the byte cap, the cursors st
   assert.equal(new Set(seen).size, posted + 5, 'every event once');
   assert.equal(seen.length, posted + 5);
   assert.ok(pages >= 4, `${pages} pages for ${posted} events of 900 KiB`);
-  assert.deepEqual([...seen].sort((a, b) => b - a), seen, 'newest first across pages');
+  assert.deepEqual(
+    [...seen].sort((a, b) => b - a),
+    seen,
+    'newest first across pages',
+  );
   // Small rows still come as one page.
   const small = await s.request('GET', `/workflows/${wf.body.id}/webhook-events?limit=5`, { token });
   assert.equal(small.body.data.length, 5);

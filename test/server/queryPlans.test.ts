@@ -43,9 +43,9 @@ async function seeded(t: Parameters<typeof build>[0]) {
 
 /** Ids newest first that a plain scan finds, for comparison. */
 function bruteForce(s: TestServer, workspaceId: number, where: string, ...params: unknown[]): number[] {
-  return (s.db.$client.prepare(`SELECT id FROM contacts WHERE workspace_id = ? AND (${where}) ORDER BY id DESC`).all(workspaceId, ...params) as { id: number }[]).map(
-    (r) => r.id,
-  );
+  return (
+    s.db.$client.prepare(`SELECT id FROM contacts WHERE workspace_id = ? AND (${where}) ORDER BY id DESC`).all(workspaceId, ...params) as { id: number }[]
+  ).map((r) => r.id);
 }
 
 function walk(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'cursor'>): number[] {
@@ -83,7 +83,13 @@ test('contacts on 100,000: list, cursor, tag, email, phone and search queries se
     assert.match(lines.join(' | '), uses, `${label}: ${lines.join(' | ')}`);
   }
   // The tags of a page: by the contacts' primary key, never the workspace's tag index.
-  const pageTags = plan(s, contactTagsQuery(ctx, listContacts(ctx, { limit: 50 }).data.map((c) => c.id)));
+  const pageTags = plan(
+    s,
+    contactTagsQuery(
+      ctx,
+      listContacts(ctx, { limit: 50 }).data.map((c) => c.id),
+    ),
+  );
   assert.match(pageTags.join(' | '), /^SEARCH contact_tags USING INDEX sqlite_autoindex_contact_tags_1 \(contact_id=\?\)/, pageTags.join(' | '));
   const tags = plan(s, tagListQuery(ctx, { limit: 50 }));
   assert.match(tags.join(' | '), /^SEARCH tag_counts USING INDEX sqlite_autoindex_tag_counts_1 \(workspace_id=\?\)$/, tags.join(' | '));
@@ -102,7 +108,7 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
   assert.equal(vip.length, N / 10);
   assert.deepEqual(vip, bruteForce(s, ctx.workspaceId, "id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')"));
 
-  const like = "lower(email) LIKE ? OR lower(phone) LIKE ? OR lower(first_name) LIKE ? OR lower(last_name) LIKE ?";
+  const like = 'lower(email) LIKE ? OR lower(phone) LIKE ? OR lower(first_name) LIKE ? OR lower(last_name) LIKE ?';
   for (const q of ['Smith77', 'smith777', 'BIG.EXA', '5550001', 'ada9999', 'zzz', '"q"']) {
     const p = `%${q.toLowerCase()}%`;
     assert.deepEqual(walk(ctx, { limit: 200, q }), bruteForce(s, ctx.workspaceId, like, p, p, p, p), `q=${q}`);
@@ -114,7 +120,10 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
   }
   // Combined filters.
   const p = '%smith77%';
-  assert.deepEqual(walk(ctx, { limit: 50, q: 'smith77', tag: 'vip' }), bruteForce(s, ctx.workspaceId, `(${like}) AND id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')`, p, p, p, p));
+  assert.deepEqual(
+    walk(ctx, { limit: 50, q: 'smith77', tag: 'vip' }),
+    bruteForce(s, ctx.workspaceId, `(${like}) AND id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')`, p, p, p, p),
+  );
 
   // The other workspace: its own 11 Smith77s, never the big one's; and the big one never sees them.
   const theirs = walk(otherCtx, { limit: 5, q: 'Smith77' });
@@ -140,7 +149,10 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
 test('the search index and the counters follow creates, edits, tag changes and deletes', async (t) => {
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);
-  const made = await s.request('POST', '/contacts', { token, body: { email: 'grace@navy.example', firstName: 'Grace', lastName: 'Hopper', tags: ['Pioneer', 'vip'] } });
+  const made = await s.request('POST', '/contacts', {
+    token,
+    body: { email: 'grace@navy.example', firstName: 'Grace', lastName: 'Hopper', tags: ['Pioneer', 'vip'] },
+  });
   assert.equal(made.status, 201, made.text);
   const search = async (q: string) => (await s.request('GET', `/contacts?q=${encodeURIComponent(q)}`, { token })).body.data.map((c: any) => c.id);
   assert.deepEqual(await search('hopp'), [made.body.id]);
@@ -156,10 +168,16 @@ test('the search index and the counters follow creates, edits, tag changes and d
   const usage = async () => (await s.request('GET', '/billing/plan', { token })).body.usage.contacts;
   const tags = async () => (await s.request('GET', '/tags', { token })).body.data;
   assert.equal(await usage(), 1);
-  assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 1 }, { name: 'vip', count: 1 }]);
+  assert.deepEqual(await tags(), [
+    { name: 'Pioneer', count: 1 },
+    { name: 'vip', count: 1 },
+  ]);
   const second = await s.request('POST', '/contacts', { token, body: { phone: '+16135550199', tags: ['PIONEER'] } });
   assert.equal(await usage(), 2);
-  assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 2 }, { name: 'vip', count: 1 }]);
+  assert.deepEqual(await tags(), [
+    { name: 'Pioneer', count: 2 },
+    { name: 'vip', count: 1 },
+  ]);
   assert.equal((await s.request('DELETE', `/contacts/${made.body.id}/tags/VIP`, { token })).status, 204);
   assert.deepEqual(await tags(), [{ name: 'Pioneer', count: 2 }]);
   assert.equal((await s.request('DELETE', `/contacts/${made.body.id}`, { token })).status, 204);
@@ -182,11 +200,26 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
     ['failed runs of a workflow', workflowRuns, runs({ workflowId: wf, status: 'FAILED' }), /workflow_runs_workflow_idx \(workflow_id=\? AND id<\?\)/],
     ['runs of an automation', workflowRuns, runs({ automationId: 1 }), /workflow_runs_automation_idx \(automation_id=\? AND id<\?\)/],
     ['runs of a contact', workflowRuns, runs({ contactId: 1, status: 'COMPLETED' }), /workflow_runs_contact_idx \(contact_id=\? AND id<\?\)/],
-    ['webhook events', webhookEvents, { scope: 'row', conditions: [eq(webhookEvents.workflowId, wf)] }, /webhook_events_workflow_idx \(workflow_id=\? AND id<\?\)/],
+    [
+      'webhook events',
+      webhookEvents,
+      { scope: 'row', conditions: [eq(webhookEvents.workflowId, wf)] },
+      /webhook_events_workflow_idx \(workflow_id=\? AND id<\?\)/,
+    ],
     ['delivery attempts', deliveryAttempts, { conditions: [] }, /delivery_attempts_workspace_idx \(workspace_id=\? AND id<\?\)/],
-    ['delivery attempts by status', deliveryAttempts, { conditions: [eq(deliveryAttempts.status, 'FAILED')] }, /delivery_attempts_status_idx \(workspace_id=\? AND status=\? AND rowid<\?\)/],
+    [
+      'delivery attempts by status',
+      deliveryAttempts,
+      { conditions: [eq(deliveryAttempts.status, 'FAILED')] },
+      /delivery_attempts_status_idx \(workspace_id=\? AND status=\? AND rowid<\?\)/,
+    ],
     ['audit', auditLogs, { conditions: [] }, /audit_logs_workspace_idx \(workspace_id=\? AND id<\?\)/],
-    ['audit by action', auditLogs, { conditions: [eq(auditLogs.action, 'contact.updated')] }, /audit_logs_workspace_action_idx \(workspace_id=\? AND action=\? AND rowid<\?\)/],
+    [
+      'audit by action',
+      auditLogs,
+      { conditions: [eq(auditLogs.action, 'contact.updated')] },
+      /audit_logs_workspace_action_idx \(workspace_id=\? AND action=\? AND rowid<\?\)/,
+    ],
   ];
   for (const [label, table, { scope, conditions }, uses] of cases) {
     const lines = plan(s, pageQuery(ctx, table as typeof workflowRuns, 10_000, 51, scope, ...conditions));

@@ -36,7 +36,11 @@ test('readyz: 200 with the checks once the engine is up; engine "off" on a node 
 
 test('readyz: 503 starting while a migration this binary carries is not applied', async (t) => {
   const s = await build(t);
-  const removed = s.db.$client.prepare('SELECT id, tag, applied_at FROM svc_migrations ORDER BY id DESC LIMIT 1').get() as { id: number; tag: string; applied_at: string };
+  const removed = s.db.$client.prepare('SELECT id, tag, applied_at FROM svc_migrations ORDER BY id DESC LIMIT 1').get() as {
+    id: number;
+    tag: string;
+    applied_at: string;
+  };
   s.db.$client.prepare('DELETE FROM svc_migrations WHERE id = ?').run(removed.id);
   const res = await s.request('GET', '/readyz');
   assertProblem(res, 503, 'starting');

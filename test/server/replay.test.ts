@@ -10,7 +10,10 @@ import { build } from '../helpers.js';
 test('replaying a refused event after turning on create-if-not-found creates the contact (a service nested in a transaction)', async (t) => {
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);
-  const wf = await s.request('POST', '/workflows', { token, body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'user.email' } } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'user.email' } },
+  });
   assert.equal(wf.status, 201, wf.text);
   const path = new URL(wf.body.webhook.url).pathname;
   const sent = { user: { email: 'New@Example.com' }, plan: 'pro' };

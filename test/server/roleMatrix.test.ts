@@ -58,7 +58,12 @@ function snapshot(s: TestServer): { counts: Record<string, number>; hash: string
   const client = s.db.$client;
   // Every table with rows of its own: a full-text index's virtual table is read through its
   // shadow tables, and WITHOUT ROWID ones (its config) have no rowid to order by.
-  const tables = (client.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as { name: string; sql: string }[])
+  const tables = (
+    client.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as {
+      name: string;
+      sql: string;
+    }[]
+  )
     .filter((r) => !/WITHOUT\s+ROWID|^CREATE\s+VIRTUAL/i.test(r.sql))
     .map((r) => r.name);
   const counts: Record<string, number> = {};
@@ -141,7 +146,8 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     (await ok('POST', '/contacts', { email: `c-${uniq()}@acme.test`, ...(tags ? { tags } : {}) })).id as number;
   const newTemplate = async (): Promise<number> =>
     (await ok('POST', '/templates', { name: `t-${uniq()}`, channel: 'EMAIL', content: { subject: 'Hi {{ contact.firstName }}', text: 'Hello' } })).id as number;
-  const newWorkflow = async (): Promise<number> => (await ok('POST', '/workflows', { name: `w-${uniq()}`, steps: [{ type: 'add_tags', tags: ['x'] }] })).id as number;
+  const newWorkflow = async (): Promise<number> =>
+    (await ok('POST', '/workflows', { name: `w-${uniq()}`, steps: [{ type: 'add_tags', tags: ['x'] }] })).id as number;
   const newKeyId = (): number => {
     s.mintKey('VIEWER');
     return (s.db.$client.prepare('SELECT MAX(id) AS id FROM api_keys').get() as { id: number }).id;
@@ -174,7 +180,9 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
   const mail = await ok('POST', '/messages/test-email', { to: 'probe@example.com', subject: 'Probe', text: 'probe' });
   const attemptId = mail.deliveryAttemptId as number;
 
-  const fixed = (path: string, idAddressed = false, body?: unknown) => (): Prepared => ({ path, idAddressed, ...(body !== undefined ? { body } : {}) });
+  const fixed =
+    (path: string, idAddressed = false, body?: unknown) =>
+    (): Prepared => ({ path, idAddressed, ...(body !== undefined ? { body } : {}) });
 
   const cases: Case[] = [
     // auth: a user changes their own password (kept the same here, so later cases still log in)
@@ -194,19 +202,73 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     // contacts and tags
     { name: 'list contacts', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/contacts') },
     { name: 'get contact', method: 'GET', min: 'VIEWER', write: false, prepare: fixed(`/contacts/${contactId}`, true) },
-    { name: 'create contact', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: '/contacts', idAddressed: false, body: { email: `n-${uniq()}@acme.test` } }) },
-    { name: 'update contact', method: 'PATCH', min: 'MEMBER', write: true, prepare: () => ({ path: `/contacts/${contactId}`, idAddressed: true, body: { firstName: `F${uniq()}` } }) },
-    { name: 'add tags', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: `/contacts/${contactId}/tags`, idAddressed: true, body: { tags: [`tag-${uniq()}`] } }) },
-    { name: 'remove tag', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/contacts/${await newContact(['gone'])}/tags/gone`, idAddressed: true }) },
-    { name: 'delete contact', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/contacts/${await newContact()}`, idAddressed: true }) },
+    {
+      name: 'create contact',
+      method: 'POST',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: '/contacts', idAddressed: false, body: { email: `n-${uniq()}@acme.test` } }),
+    },
+    {
+      name: 'update contact',
+      method: 'PATCH',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: `/contacts/${contactId}`, idAddressed: true, body: { firstName: `F${uniq()}` } }),
+    },
+    {
+      name: 'add tags',
+      method: 'POST',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: `/contacts/${contactId}/tags`, idAddressed: true, body: { tags: [`tag-${uniq()}`] } }),
+    },
+    {
+      name: 'remove tag',
+      method: 'DELETE',
+      min: 'MEMBER',
+      write: true,
+      prepare: async () => ({ path: `/contacts/${await newContact(['gone'])}/tags/gone`, idAddressed: true }),
+    },
+    {
+      name: 'delete contact',
+      method: 'DELETE',
+      min: 'MEMBER',
+      write: true,
+      prepare: async () => ({ path: `/contacts/${await newContact()}`, idAddressed: true }),
+    },
     { name: 'list tags', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/tags') },
     // automations
     { name: 'list automations', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/automations') },
     { name: 'get automation', method: 'GET', min: 'VIEWER', write: false, prepare: fixed(`/automations/${automationId}`, true) },
-    { name: 'create automation', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: '/automations', idAddressed: false, body: { name: `a-${uniq()}`, graph } }) },
-    { name: 'update automation', method: 'PATCH', min: 'MEMBER', write: true, prepare: () => ({ path: `/automations/${automationId}`, idAddressed: true, body: { name: `a-${uniq()}` } }) },
-    { name: 'delete automation', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/automations/${await newAutomation()}`, idAddressed: true }) },
-    { name: 'run automation', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: `/automations/${automationId}/runs`, idAddressed: true, body: { contactId } }) },
+    {
+      name: 'create automation',
+      method: 'POST',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: '/automations', idAddressed: false, body: { name: `a-${uniq()}`, graph } }),
+    },
+    {
+      name: 'update automation',
+      method: 'PATCH',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: `/automations/${automationId}`, idAddressed: true, body: { name: `a-${uniq()}` } }),
+    },
+    {
+      name: 'delete automation',
+      method: 'DELETE',
+      min: 'MEMBER',
+      write: true,
+      prepare: async () => ({ path: `/automations/${await newAutomation()}`, idAddressed: true }),
+    },
+    {
+      name: 'run automation',
+      method: 'POST',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: `/automations/${automationId}/runs`, idAddressed: true, body: { contactId } }),
+    },
     // templates
     { name: 'list templates', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/templates') },
     { name: 'get template', method: 'GET', min: 'VIEWER', write: false, prepare: fixed(`/templates/${templateId}`, true) },
@@ -217,14 +279,38 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
       write: true,
       prepare: () => ({ path: '/templates', idAddressed: false, body: { name: `t-${uniq()}`, channel: 'SMS', content: { text: 'hi' } } }),
     },
-    { name: 'update template', method: 'PATCH', min: 'MEMBER', write: true, prepare: () => ({ path: `/templates/${templateId}`, idAddressed: true, body: { name: `t-${uniq()}` } }) },
-    { name: 'delete template', method: 'DELETE', min: 'MEMBER', write: true, prepare: async () => ({ path: `/templates/${await newTemplate()}`, idAddressed: true }) },
+    {
+      name: 'update template',
+      method: 'PATCH',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: `/templates/${templateId}`, idAddressed: true, body: { name: `t-${uniq()}` } }),
+    },
+    {
+      name: 'delete template',
+      method: 'DELETE',
+      min: 'MEMBER',
+      write: true,
+      prepare: async () => ({ path: `/templates/${await newTemplate()}`, idAddressed: true }),
+    },
     { name: 'preview template', method: 'POST', min: 'VIEWER', write: false, prepare: fixed(`/templates/${templateId}/preview`, true, { trigger: { a: 1 } }) },
     // workflows, runs, webhook events
     { name: 'list workflows', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/workflows') },
     { name: 'get workflow', method: 'GET', min: 'VIEWER', write: false, prepare: fixed(`/workflows/${workflowId}`, true) },
-    { name: 'create workflow', method: 'POST', min: 'MEMBER', write: true, prepare: () => ({ path: '/workflows', idAddressed: false, body: { name: `w-${uniq()}` } }) },
-    { name: 'update workflow', method: 'PATCH', min: 'MEMBER', write: true, prepare: () => ({ path: `/workflows/${workflowId}`, idAddressed: true, body: { name: `w-${uniq()}` } }) },
+    {
+      name: 'create workflow',
+      method: 'POST',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: '/workflows', idAddressed: false, body: { name: `w-${uniq()}` } }),
+    },
+    {
+      name: 'update workflow',
+      method: 'PATCH',
+      min: 'MEMBER',
+      write: true,
+      prepare: () => ({ path: `/workflows/${workflowId}`, idAddressed: true, body: { name: `w-${uniq()}` } }),
+    },
     {
       name: 'activate workflow',
       method: 'PATCH',
@@ -258,7 +344,13 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     { name: 'put channel settings', method: 'PUT', min: 'ADMIN', write: true, prepare: fixed('/settings/channels', false, {}) },
     // api keys
     { name: 'list api keys', method: 'GET', min: 'ADMIN', write: false, prepare: fixed('/api-keys') },
-    { name: 'mint api key', method: 'POST', min: 'ADMIN', write: true, prepare: () => ({ path: '/api-keys', idAddressed: false, body: { name: `k-${uniq()}`, role: 'VIEWER' } }) },
+    {
+      name: 'mint api key',
+      method: 'POST',
+      min: 'ADMIN',
+      write: true,
+      prepare: () => ({ path: '/api-keys', idAddressed: false, body: { name: `k-${uniq()}`, role: 'VIEWER' } }),
+    },
     { name: 'revoke api key', method: 'DELETE', min: 'ADMIN', write: true, prepare: () => ({ path: `/api-keys/${newKeyId()}`, idAddressed: true }) },
     // memberships and invitations
     { name: 'list memberships', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/memberships') },

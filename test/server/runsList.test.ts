@@ -11,7 +11,13 @@ import { assertProblem, build, type TestServer } from '../helpers.js';
 async function webhookWorkflow(s: TestServer, token: string): Promise<{ id: number; path: string }> {
   const wf = await s.request('POST', '/workflows', {
     token,
-    body: { name: 'signup', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'add_tags', tags: ['lead'] }], webhook: { lookup: 'email', createIfNotFound: true } },
+    body: {
+      name: 'signup',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['lead'] }],
+      webhook: { lookup: 'email', createIfNotFound: true },
+    },
   });
   assert.equal(wf.status, 201, wf.text);
   return { id: wf.body.id, path: new URL(wf.body.webhook.url).pathname };
@@ -66,13 +72,20 @@ test('GET /runs: the workspace runs newest first, each filter, paging, nodeId on
   const viewer = await s.userWithRole('VIEWER');
   const all = await walk(s, viewer.token, '', 2);
   const expected = [autoRun.body.runId, ...started.map((r) => r.runId).reverse()];
-  assert.deepEqual(all.map((r) => r.runId), expected, 'newest first, every run once across pages');
+  assert.deepEqual(
+    all.map((r) => r.runId),
+    expected,
+    'newest first, every run once across pages',
+  );
   assert.ok(!all.some((r) => r.runId === theirRun.body.runId));
 
   const automationRun = all[0];
   assert.equal(automationRun.automationId, auto.body.id);
   assert.equal(automationRun.workflowId, null);
-  assert.deepEqual(automationRun.steps.map((st: any) => [st.nodeId, st.type]), [['tag-it', 'add_tags']]);
+  assert.deepEqual(
+    automationRun.steps.map((st: any) => [st.nodeId, st.type]),
+    [['tag-it', 'add_tags']],
+  );
   const workflowRun = all[1];
   assert.equal(workflowRun.workflowId, wf.id);
   assert.equal('nodeId' in workflowRun.steps[0], false, 'a workflow step has no node');
@@ -92,13 +105,26 @@ test('GET /runs: the workspace runs newest first, each filter, paging, nodeId on
   assert.deepEqual(await ids(`&contactId=${theirRun.body.contactId}`), []);
   assert.deepEqual(await ids('&workflowId=999999'), []);
   // And the other workspace sees only its run.
-  assert.deepEqual((await walk(s, other.token, '', 50)).map((r) => r.runId), [theirRun.body.runId]);
+  assert.deepEqual(
+    (await walk(s, other.token, '', 50)).map((r) => r.runId),
+    [theirRun.body.runId],
+  );
 });
 
 test('GET /runs: bad filters and cursors are 400, no credentials 401', async (t) => {
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);
-  for (const query of ['status=DONE', 'workflowId=abc', 'workflowId=0', 'contactId=-1', 'automationId=1.5', 'limit=0', 'limit=201', 'cursor=%21%21', 'colour=red']) {
+  for (const query of [
+    'status=DONE',
+    'workflowId=abc',
+    'workflowId=0',
+    'contactId=-1',
+    'automationId=1.5',
+    'limit=0',
+    'limit=201',
+    'cursor=%21%21',
+    'colour=red',
+  ]) {
     const res = await s.request('GET', `/runs?${query}`, { token });
     assert.ok(res.status === 400 || res.status === 422, `${query}: ${res.status}`);
     assertProblem(res, res.status);

@@ -48,7 +48,10 @@ test('POST /sandbox creates the twin once, on the live plan, and answers its id 
   // The API document names both addresses and the sandbox routes.
   const doc = await s.request('GET', '/openapi.json');
   assert.equal(doc.status, 200);
-  assert.deepEqual(doc.body.servers.map((x: { url: string }) => x.url), [s.config.publicUrl, SANDBOX_URL]);
+  assert.deepEqual(
+    doc.body.servers.map((x: { url: string }) => x.url),
+    [s.config.publicUrl, SANDBOX_URL],
+  );
   assert.ok(doc.body.paths['/sandbox'].post && doc.body.paths['/sandbox'].get && doc.body.paths['/sandbox/requests'].get);
 
   // Bad input: the setting, the body, roles.
@@ -90,16 +93,23 @@ test('keys minted in a sandbox are svc_test_ keys, and a key works only on its o
 
   // A key whose prefix names the other side is refused even when its hash is stored (as if a
   // live key had been planted on the sandbox, or a test key on the live workspace).
-  for (const [prefix, workspaceId] of [['svc_test_', s.workspaceId], ['svc_live_', sandboxId]] as const) {
+  for (const [prefix, workspaceId] of [
+    ['svc_test_', s.workspaceId],
+    ['svc_live_', sandboxId],
+  ] as const) {
     const key = generateApiKey(prefix);
-    s.db.insert(apiKeys).values({ workspaceId, name: 'planted', role: 'ADMIN', prefix: key.slice(0, 13), keyHash: hashApiKey(key) }).run();
+    s.db
+      .insert(apiKeys)
+      .values({ workspaceId, name: 'planted', role: 'ADMIN', prefix: key.slice(0, 13), keyHash: hashApiKey(key) })
+      .run();
     assertProblem(await s.request('GET', '/contacts', { token: key }), 401, 'invalid_api_key');
   }
 });
 
 test('live credentials never see sandbox data and test credentials never see live data', async (t) => {
   const { s, owner, sandboxId, live, test } = await setUp(t);
-  const sandboxSession = (await s.request('POST', '/auth/switch', { token: await s.login(s.owner.email, s.owner.password), body: { workspaceId: sandboxId } })).body.token as string;
+  const sandboxSession = (await s.request('POST', '/auth/switch', { token: await s.login(s.owner.email, s.owner.password), body: { workspaceId: sandboxId } }))
+    .body.token as string;
 
   /** One of each resource kind on one side; answers their ids. */
   async function seed(token: string, tag: string) {
@@ -113,17 +123,35 @@ test('live credentials never see sandbox data and test credentials never see liv
     const workflow = ok(
       await s.request('POST', '/workflows', {
         token,
-        body: { name: tag, triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'add_tags', tags: ['hooked'] }], webhook: { lookup: 'email', createIfNotFound: true } },
+        body: {
+          name: tag,
+          triggerSource: 'WEBHOOK',
+          status: 'ACTIVE',
+          steps: [{ type: 'add_tags', tags: ['hooked'] }],
+          webhook: { lookup: 'email', createIfNotFound: true },
+        },
       }),
     );
     const automation = ok(
-      await s.request('POST', '/automations', { token, body: { name: tag, graph: { nodes: [{ id: 't', type: 'trigger', data: { source: 'MANUAL' } }], edges: [] } } }),
+      await s.request('POST', '/automations', {
+        token,
+        body: { name: tag, graph: { nodes: [{ id: 't', type: 'trigger', data: { source: 'MANUAL' } }], edges: [] } },
+      }),
     );
     const hook = ok(await postToMintedUrl(s, workflow.webhook.url, { email: `${tag}-hook@example.com` }), 202);
     const attempt = ok(await s.request('POST', '/messages/test-email', { token, body: { to: `${tag}@example.com`, subject: 'S', text: 'T' } }), 202);
     const key = ok(await s.request('POST', '/api-keys', { token, body: { name: tag, role: 'VIEWER' } }));
     const events = ok(await s.request('GET', `/workflows/${workflow.id}/webhook-events`, { token }), 200);
-    return { contact, template, workflow, automation, runId: hook.runId as number, attemptId: attempt.deliveryAttemptId as number, key, eventId: events.data[0].id as number };
+    return {
+      contact,
+      template,
+      workflow,
+      automation,
+      runId: hook.runId as number,
+      attemptId: attempt.deliveryAttemptId as number,
+      key,
+      eventId: events.data[0].id as number,
+    };
   }
   const liveIds = await seed(owner, 'live');
   const testIds = await seed(test, 'test');
@@ -142,16 +170,17 @@ test('live credentials never see sandbox data and test credentials never see liv
     `/runs/${ids.runId}`,
     `/messages/delivery-attempts/${ids.attemptId}`,
   ];
-  const writes = (ids: typeof liveIds) => [
-    ['PATCH', `/contacts/${ids.contact.id}`, { firstName: 'X' }],
-    ['PATCH', `/templates/${ids.template.id}`, { name: 'X' }],
-    ['PATCH', `/workflows/${ids.workflow.id}`, { name: 'X' }],
-    ['PATCH', `/automations/${ids.automation.id}`, { name: 'X' }],
-    ['POST', `/contacts/${ids.contact.id}/tags`, { tags: ['x'] }],
-    ['POST', `/webhook-events/${ids.eventId}/replay`, undefined],
-    ['DELETE', `/api-keys/${ids.key.id}`, undefined],
-    ['DELETE', `/contacts/${ids.contact.id}`, undefined],
-  ] as const;
+  const writes = (ids: typeof liveIds) =>
+    [
+      ['PATCH', `/contacts/${ids.contact.id}`, { firstName: 'X' }],
+      ['PATCH', `/templates/${ids.template.id}`, { name: 'X' }],
+      ['PATCH', `/workflows/${ids.workflow.id}`, { name: 'X' }],
+      ['PATCH', `/automations/${ids.automation.id}`, { name: 'X' }],
+      ['POST', `/contacts/${ids.contact.id}/tags`, { tags: ['x'] }],
+      ['POST', `/webhook-events/${ids.eventId}/replay`, undefined],
+      ['DELETE', `/api-keys/${ids.key.id}`, undefined],
+      ['DELETE', `/contacts/${ids.contact.id}`, undefined],
+    ] as const;
 
   const sides = [
     { name: 'live key', tokens: [live, owner], own: liveIds, other: testIds },
@@ -197,7 +226,11 @@ test('the sandbox address takes only sandbox credentials; users reach the sandbo
   assert.equal((await viaHost(s, sandboxHost, 'GET', '/contacts', { token: test })).status, 200);
   assertProblem(await viaHost(s, sandboxHost, 'GET', '/contacts', { token: live }), 401, 'live_credentials_on_sandbox');
   assertProblem(await viaHost(s, sandboxHost, 'GET', '/contacts', { token: owner }), 401, 'live_credentials_on_sandbox');
-  assertProblem(await viaHost(s, `${sandboxHost.toUpperCase()}`, 'POST', '/contacts', { token: live, body: { email: 'a@b.co' } }), 401, 'live_credentials_on_sandbox');
+  assertProblem(
+    await viaHost(s, `${sandboxHost.toUpperCase()}`, 'POST', '/contacts', { token: live, body: { email: 'a@b.co' } }),
+    401,
+    'live_credentials_on_sandbox',
+  );
   assert.equal((await viaHost(s, liveHost, 'GET', '/contacts', { token: live })).status, 200);
   // svc_test_ keys may also be sent to the main address: they still act only on the sandbox.
   assert.equal((await viaHost(s, liveHost, 'GET', '/sandbox', { token: test })).body.id, sandboxId);
@@ -252,7 +285,15 @@ test('a reset deletes the sandbox data, keeps its id and keys, and leaves the li
   });
   assert.equal(workflow.status, 201, workflow.text);
   assert.equal((await postToMintedUrl(s, workflow.body.webhook.url, { email: 'hook@example.com' })).status, 202);
-  assert.equal((await s.request('PUT', '/settings/channels', { token: test, body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC1', from: '+15005550006' }, credentials: { authToken: 'tok-123456' } } } })).status, 200);
+  assert.equal(
+    (
+      await s.request('PUT', '/settings/channels', {
+        token: test,
+        body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC1', from: '+15005550006' }, credentials: { authToken: 'tok-123456' } } },
+      })
+    ).status,
+    200,
+  );
   const liveContact = await s.request('POST', '/contacts', { token: owner, body: { email: 'live@example.com' } });
 
   const reset = await s.request('POST', '/sandbox', { token: test, body: { reset: true } });

@@ -85,7 +85,11 @@ test('a session has an absolute end fixed at login (sessionMaxDays); refreshing 
   const token = last.body.token as string;
   cookie = cookieOf(last).value;
   assert.equal((await read(s, token)).status, 200);
-  s.db.update(sessions).set({ expiresAt: new Date(Date.now() - 1000).toISOString() }).where(eq(sessions.familyId, family)).run();
+  s.db
+    .update(sessions)
+    .set({ expiresAt: new Date(Date.now() - 1000).toISOString() })
+    .where(eq(sessions.familyId, family))
+    .run();
   assertProblem(await refresh(s, cookie), 401, 'invalid_refresh_token');
   assertProblem(await read(s, token), 401, 'session_ended');
 });
@@ -94,7 +98,10 @@ test('sessionMaxDays defaults to 30 and refuses values outside 1..365', async (t
   const s = await build(t);
   assert.equal(s.config.sessionMaxDays, 30);
   for (const bad of ['0', '366', 'forever', '1.5']) {
-    assert.throws(() => loadConfig({ dataDir: s.dataDir }, { SVC_SESSION_MAX_DAYS: bad }), (err: unknown) => err instanceof ConfigError && /sessionMaxDays/.test(String(err)));
+    assert.throws(
+      () => loadConfig({ dataDir: s.dataDir }, { SVC_SESSION_MAX_DAYS: bad }),
+      (err: unknown) => err instanceof ConfigError && /sessionMaxDays/.test(String(err)),
+    );
   }
 });
 
@@ -143,12 +150,18 @@ test('POST /auth/password refuses a wrong current password (401), a weak new one
 
   const weak = await send({ currentPassword: u.password, newPassword: 'short' });
   assertProblem(weak, 422, 'invalid_password');
-  assert.deepEqual(weak.body.errors.map((e: { path: string }) => e.path), ['/newPassword']);
+  assert.deepEqual(
+    weak.body.errors.map((e: { path: string }) => e.path),
+    ['/newPassword'],
+  );
   assertProblem(await send({ currentPassword: u.password }), 422);
   assertProblem(await send({ newPassword: 'a-brand-new-password' }), 422);
   assertProblem(await send({ currentPassword: u.password, newPassword: 'a-brand-new-password', extra: 1 }), 422);
   assertProblem(await send({ currentPassword: 42, newPassword: 'a-brand-new-password' }), 422);
-  assertProblem(await s.request('POST', '/auth/password', { token: u.token, raw: '{"currentPassword":', headers: { 'content-type': 'application/json' } }), 400);
+  assertProblem(
+    await s.request('POST', '/auth/password', { token: u.token, raw: '{"currentPassword":', headers: { 'content-type': 'application/json' } }),
+    400,
+  );
   assertProblem(await s.request('POST', '/auth/password', { body: { currentPassword: u.password, newPassword: 'a-brand-new-password' } }), 401);
   assertProblem(await send({ currentPassword: u.password, newPassword: 'a-brand-new-password' }, s.mintKey('ADMIN')), 403, 'forbidden');
 

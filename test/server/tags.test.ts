@@ -56,21 +56,35 @@ test('GET /tags pages by name with limit and cursor; every tag appears once, in 
 
   for (const limit of [1, 2, 3, 7, 8, 9, 200]) {
     const { rows, pages } = await walk(s, token, limit);
-    assert.deepEqual(rows.map((r) => r.name.toLowerCase()), [...expected.keys()], `limit ${limit}`);
-    assert.deepEqual(rows.map((r) => r.count), [...expected.values()], `counts with limit ${limit}`);
+    assert.deepEqual(
+      rows.map((r) => r.name.toLowerCase()),
+      [...expected.keys()],
+      `limit ${limit}`,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.count),
+      [...expected.values()],
+      `counts with limit ${limit}`,
+    );
     assert.equal(pages, Math.ceil(expected.size / limit), `pages with limit ${limit}: a full last page has no next cursor`);
   }
 
   // The cursor is a position, not a row: removing the tag it names does not break the walk.
   const first = await s.request('GET', '/tags?limit=2', { token });
-  assert.deepEqual(first.body.data.map((r: any) => r.name.toLowerCase()), ['alpha', 'beta']);
+  assert.deepEqual(
+    first.body.data.map((r: any) => r.name.toLowerCase()),
+    ['alpha', 'beta'],
+  );
   const bId = (await s.request('GET', '/contacts?email=b@example.com', { token })).body.data[0].id;
   const aId = (await s.request('GET', '/contacts?email=a@example.com', { token })).body.data[0].id;
   assert.equal((await s.request('DELETE', `/contacts/${bId}/tags/beta`, { token })).status, 204);
   assert.equal((await s.request('DELETE', `/contacts/${aId}/tags/BETA`, { token })).status, 204);
   const next = await s.request('GET', `/tags?limit=2&cursor=${encodeURIComponent(first.body.nextCursor)}`, { token });
   assert.equal(next.status, 200, next.text);
-  assert.deepEqual(next.body.data.map((r: any) => r.name.toLowerCase()), ['delta', 'gamma']);
+  assert.deepEqual(
+    next.body.data.map((r: any) => r.name.toLowerCase()),
+    ['delta', 'gamma'],
+  );
 });
 
 test('GET /tags: default limit 50, at most 200; long and non-ASCII names make cursors that still work', async (t) => {
@@ -88,7 +102,10 @@ test('GET /tags: default limit 50, at most 200; long and non-ASCII names make cu
   assert.equal(typeof first.body.nextCursor, 'string');
   const rest = await s.request('GET', `/tags?cursor=${encodeURIComponent(first.body.nextCursor)}`, { token });
   assert.equal(rest.status, 200, rest.text);
-  assert.deepEqual(rest.body.data.map((r: any) => r.name), [...names.slice(50), emoji]);
+  assert.deepEqual(
+    rest.body.data.map((r: any) => r.name),
+    [...names.slice(50), emoji],
+  );
   assert.equal(rest.body.nextCursor, null);
 
   const max = await s.request('GET', '/tags?limit=200', { token });
@@ -126,7 +143,10 @@ test('GET /tags: bad limit or cursor is 400 like every list; unknown parameters 
   const viewer = s.mintKey('VIEWER');
   const page = await s.request('GET', '/tags?limit=2', { token: viewer });
   assert.equal(page.status, 200, page.text);
-  assert.deepEqual(page.body.data.map((r: any) => r.name), ['one', 'three']);
+  assert.deepEqual(
+    page.body.data.map((r: any) => r.name),
+    ['one', 'three'],
+  );
   assertProblem(await s.request('GET', '/tags'), 401);
 
   const other = await s.otherWorkspace();

@@ -66,9 +66,11 @@ interface AuditRow {
 
 function auditRows(s: TestServer, action?: string): AuditRow[] {
   const c = s.db.$client;
-  return (action
-    ? c.prepare('SELECT * FROM audit_logs WHERE action = ? ORDER BY id').all(action)
-    : c.prepare("SELECT * FROM audit_logs WHERE action LIKE 'template.%' ORDER BY id").all()) as AuditRow[];
+  return (
+    action
+      ? c.prepare('SELECT * FROM audit_logs WHERE action = ? ORDER BY id').all(action)
+      : c.prepare("SELECT * FROM audit_logs WHERE action LIKE 'template.%' ORDER BY id").all()
+  ) as AuditRow[];
 }
 
 function templateRows(s: TestServer): unknown[] {
@@ -90,7 +92,11 @@ test('POST /templates creates each channel and form (201) with the documented sh
     { channel: 'SMS', content: { text: 'Your code: {{ trigger.code }}' } },
     { channel: 'WHATSAPP', content: { text: 'Hi {{ contact.firstName }}' } },
     { channel: 'WHATSAPP', content: { templateName: 'order_update', language: 'en_US', parameters: ['{{ contact.firstName }}', '{{ trigger.orderId }}'] } },
-    { channel: 'WHATSAPP', content: { templateName: 'hello_world', language: 'en_US' }, stored: { templateName: 'hello_world', language: 'en_US', parameters: [] } },
+    {
+      channel: 'WHATSAPP',
+      content: { templateName: 'hello_world', language: 'en_US' },
+      stored: { templateName: 'hello_world', language: 'en_US', parameters: [] },
+    },
   ];
   for (const c of cases) {
     const res = await s.request('POST', '/templates', { token, body: { name: `  ${c.channel} template  `, channel: c.channel, content: c.content } });
@@ -111,12 +117,23 @@ test('GET /templates lists newest first with a cursor and filters by channel', a
   const { s, token } = await setup(t);
   const made: any[] = [];
   for (let i = 0; i < 5; i++) {
-    made.push(await createTemplate(s, token, i % 2 ? { name: `sms ${i}`, channel: 'SMS', content: { text: `t${i}` } } : { name: `mail ${i}`, channel: 'EMAIL', content: { subject: `s${i}`, text: 't' } }));
+    made.push(
+      await createTemplate(
+        s,
+        token,
+        i % 2
+          ? { name: `sms ${i}`, channel: 'SMS', content: { text: `t${i}` } }
+          : { name: `mail ${i}`, channel: 'EMAIL', content: { subject: `s${i}`, text: 't' } },
+      ),
+    );
   }
   const all = await s.request('GET', '/templates', { token });
   assert.equal(all.status, 200);
   assert.deepEqual(Object.keys(all.body).sort(), ['data', 'nextCursor']);
-  assert.deepEqual(all.body.data.map((x: any) => x.id), made.map((x) => x.id).reverse());
+  assert.deepEqual(
+    all.body.data.map((x: any) => x.id),
+    made.map((x) => x.id).reverse(),
+  );
   assert.equal(all.body.nextCursor, null);
   all.body.data.forEach(assertTemplateShape);
 
@@ -131,15 +148,24 @@ test('GET /templates lists newest first with a cursor and filters by channel', a
     seen.push(...page.body.data);
     cursor = page.body.nextCursor;
   }
-  assert.deepEqual(seen.map((x) => x.id), made.map((x) => x.id).reverse());
+  assert.deepEqual(
+    seen.map((x) => x.id),
+    made.map((x) => x.id).reverse(),
+  );
 
   const sms = await s.request('GET', '/templates?channel=SMS', { token });
-  assert.deepEqual(sms.body.data.map((x: any) => x.name), ['sms 3', 'sms 1']);
+  assert.deepEqual(
+    sms.body.data.map((x: any) => x.name),
+    ['sms 3', 'sms 1'],
+  );
   const wa = await s.request('GET', '/templates?channel=WHATSAPP', { token });
   assert.deepEqual(wa.body, { data: [], nextCursor: null });
   const smsPage = await s.request('GET', '/templates?channel=SMS&limit=1', { token });
   const smsNext = await s.request('GET', `/templates?channel=SMS&limit=1&cursor=${encodeURIComponent(smsPage.body.nextCursor)}`, { token });
-  assert.deepEqual(smsNext.body.data.map((x: any) => x.name), ['sms 1']);
+  assert.deepEqual(
+    smsNext.body.data.map((x: any) => x.name),
+    ['sms 1'],
+  );
 
   for (const q of ['channel=sms', 'channel=FAX', 'limit=0', 'limit=201', 'limit=abc', 'nope=1', 'cursor=garbage!']) {
     assertProblem(await s.request('GET', `/templates?${q}`, { token }), 400);
@@ -212,7 +238,10 @@ test('DELETE /templates/:id answers 204 with no body; then the template is gone'
   assertProblem(await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { name: 'x' } }), 404, 'template_not_found');
   assertProblem(await s.request('POST', `/templates/${tpl.id}/preview`, { token, body: {} }), 404, 'template_not_found');
   const list = await s.request('GET', '/templates', { token });
-  assert.deepEqual(list.body.data.map((x: any) => x.id), [keep.id]);
+  assert.deepEqual(
+    list.body.data.map((x: any) => x.id),
+    [keep.id],
+  );
 });
 
 test('unknown and malformed ids are 404', async (t) => {
@@ -266,18 +295,54 @@ test('bad bodies and per-channel content are refused with 422 naming the field',
     { label: 'sms text too large in bytes', body: { name: 'n', channel: 'SMS', content: { text: 'é'.repeat(60 * 1024) } }, paths: ['/content/text'] },
     // WHATSAPP
     { label: 'whatsapp empty', body: { name: 'n', channel: 'WHATSAPP', content: {} }, paths: ['/content/text'] },
-    { label: 'whatsapp text and templateName', body: { name: 'n', channel: 'WHATSAPP', content: { text: 'x', templateName: 't', language: 'en' } }, paths: ['/content/text'] },
+    {
+      label: 'whatsapp text and templateName',
+      body: { name: 'n', channel: 'WHATSAPP', content: { text: 'x', templateName: 't', language: 'en' } },
+      paths: ['/content/text'],
+    },
     { label: 'whatsapp no language', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't' } }, paths: ['/content/language'] },
-    { label: 'whatsapp empty templateName', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: '', language: 'en' } }, paths: ['/content/templateName'] },
+    {
+      label: 'whatsapp empty templateName',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: '', language: 'en' } },
+      paths: ['/content/templateName'],
+    },
     { label: 'whatsapp language only', body: { name: 'n', channel: 'WHATSAPP', content: { language: 'en' } }, paths: ['/content/language'] },
-    { label: 'whatsapp parameters null', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: null } }, paths: ['/content/parameters'] },
+    {
+      label: 'whatsapp parameters null',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: null } },
+      paths: ['/content/parameters'],
+    },
     { label: 'unknown key with a slash', body: { name: 'n', channel: 'SMS', content: { text: 'x', 'a/b~c': 1 } }, paths: ['/content/a~1b~0c'] },
-    { label: 'whatsapp parameters not array', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: 'x' } }, paths: ['/content/parameters'] },
-    { label: 'whatsapp parameter not string', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: ['ok', 3] } }, paths: ['/content/parameters/1'] },
-    { label: 'whatsapp too many parameters', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: Array(101).fill('p') } }, paths: ['/content/parameters'] },
-    { label: 'whatsapp parameters with text form', body: { name: 'n', channel: 'WHATSAPP', content: { text: 'x', parameters: [] } }, paths: ['/content/parameters'] },
-    { label: 'whatsapp unknown key', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', components: [] } }, paths: ['/content/components'] },
-    { label: 'whatsapp long templateName', body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't'.repeat(513), language: 'en' } }, paths: ['/content/templateName'] },
+    {
+      label: 'whatsapp parameters not array',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: 'x' } },
+      paths: ['/content/parameters'],
+    },
+    {
+      label: 'whatsapp parameter not string',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: ['ok', 3] } },
+      paths: ['/content/parameters/1'],
+    },
+    {
+      label: 'whatsapp too many parameters',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: Array(101).fill('p') } },
+      paths: ['/content/parameters'],
+    },
+    {
+      label: 'whatsapp parameters with text form',
+      body: { name: 'n', channel: 'WHATSAPP', content: { text: 'x', parameters: [] } },
+      paths: ['/content/parameters'],
+    },
+    {
+      label: 'whatsapp unknown key',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't', language: 'en', components: [] } },
+      paths: ['/content/components'],
+    },
+    {
+      label: 'whatsapp long templateName',
+      body: { name: 'n', channel: 'WHATSAPP', content: { templateName: 't'.repeat(513), language: 'en' } },
+      paths: ['/content/templateName'],
+    },
   ];
   for (const c of cases) {
     const res = await s.request('POST', '/templates', { token, body: c.body });
@@ -311,11 +376,21 @@ test('a Liquid syntax error is 422 template_syntax_error naming the field and th
   const { s, token } = await setup(t);
   const cases: { channel: string; content: Record<string, unknown>; path: string; position: RegExp }[] = [
     { channel: 'EMAIL', content: { subject: 'Hi {{ contact.firstName', text: 'x' }, path: '/content/subject', position: /line 1, column 4/ },
-    { channel: 'EMAIL', content: { subject: 'ok', html: '<p>\n  hello\n  {% if contact.firstName %}\n</p>' }, path: '/content/html', position: /line 3, column 3/ },
+    {
+      channel: 'EMAIL',
+      content: { subject: 'ok', html: '<p>\n  hello\n  {% if contact.firstName %}\n</p>' },
+      path: '/content/html',
+      position: /line 3, column 3/,
+    },
     { channel: 'EMAIL', content: { subject: 'ok', text: 'line one\nline two {% endfor %}' }, path: '/content/text', position: /line 2, column 10/ },
     { channel: 'SMS', content: { text: 'Hi {% if %}yes{% endif %}' }, path: '/content/text', position: /line 1, column 9/ },
     { channel: 'SMS', content: { text: 'Hi {{ contact.firstName | shout }}' }, path: '/content/text', position: /line 1, column 4/ },
-    { channel: 'WHATSAPP', content: { templateName: 't', language: 'en', parameters: ['fine', '{{ x | nope }}'] }, path: '/content/parameters/1', position: /line 1, column 1/ },
+    {
+      channel: 'WHATSAPP',
+      content: { templateName: 't', language: 'en', parameters: ['fine', '{{ x | nope }}'] },
+      path: '/content/parameters/1',
+      position: /line 1, column 1/,
+    },
     { channel: 'WHATSAPP', content: { text: '{% for %}' }, path: '/content/text', position: /line 1, column 1/ },
   ];
   for (const c of cases) {
@@ -326,7 +401,10 @@ test('a Liquid syntax error is 422 template_syntax_error naming the field and th
     assert.match(error.message, /syntax error/);
   }
   // Every bad string is reported, not only the first.
-  const two = await s.request('POST', '/templates', { token, body: { name: 'bad', channel: 'EMAIL', content: { subject: '{{', html: '{% if %}', text: 'ok' } } });
+  const two = await s.request('POST', '/templates', {
+    token,
+    body: { name: 'bad', channel: 'EMAIL', content: { subject: '{{', html: '{% if %}', text: 'ok' } },
+  });
   assertErrorPaths(two, ['/content/subject', '/content/html'], 'template_syntax_error');
   assert.deepEqual(templateRows(s), []);
 
@@ -415,11 +493,18 @@ test("another workspace's template is 404 everywhere, and its contact is 404 in 
 
   assertProblem(await s.request('GET', `/templates/${theirs.id}`, { token }), 404, 'template_not_found');
   assertProblem(await s.request('PATCH', `/templates/${theirs.id}`, { token, body: { name: 'hijack' } }), 404, 'template_not_found');
-  assertProblem(await s.request('PATCH', `/templates/${theirs.id}`, { token, body: { channel: 'EMAIL', content: { subject: 's', text: 't' } } }), 404, 'template_not_found');
+  assertProblem(
+    await s.request('PATCH', `/templates/${theirs.id}`, { token, body: { channel: 'EMAIL', content: { subject: 's', text: 't' } } }),
+    404,
+    'template_not_found',
+  );
   assertProblem(await s.request('DELETE', `/templates/${theirs.id}`, { token }), 404, 'template_not_found');
   assertProblem(await s.request('POST', `/templates/${theirs.id}/preview`, { token, body: {} }), 404, 'template_not_found');
   const list = await s.request('GET', '/templates', { token });
-  assert.deepEqual(list.body.data.map((x: any) => x.id), [mine.id]);
+  assert.deepEqual(
+    list.body.data.map((x: any) => x.id),
+    [mine.id],
+  );
 
   // A contact of another workspace, or an unknown one, is not found for my preview.
   assertProblem(await s.request('POST', `/templates/${mine.id}/preview`, { token, body: { contactId: theirContact.id } }), 404, 'contact_not_found');
@@ -467,7 +552,11 @@ test('preview answers the same keys as the content, for every channel and form',
   const cases: [string, Record<string, unknown>, Record<string, unknown>][] = [
     ['SMS', { text: 'Hi {{ contact.firstName }} {{ contact.phone }}' }, { text: 'Hi Bo +16135550138' }],
     ['WHATSAPP', { text: '{{ trigger.code }}' }, { text: '1234' }],
-    ['WHATSAPP', { templateName: 'otp_{{ trigger.kind }}', language: 'en_US', parameters: ['{{ contact.firstName }}', '{{ trigger.code }}', 'static'] }, { templateName: 'otp_login', language: 'en_US', parameters: ['Bo', '1234', 'static'] }],
+    [
+      'WHATSAPP',
+      { templateName: 'otp_{{ trigger.kind }}', language: 'en_US', parameters: ['{{ contact.firstName }}', '{{ trigger.code }}', 'static'] },
+      { templateName: 'otp_login', language: 'en_US', parameters: ['Bo', '1234', 'static'] },
+    ],
     ['EMAIL', { subject: 'S {{ trigger.code }}', html: '<b>{{ contact.firstName }}</b>' }, { subject: 'S 1234', html: '<b>Bo</b>' }],
   ];
   for (const [channel, content, rendered] of cases) {
@@ -513,11 +602,23 @@ test('hostile templates fail preview cleanly and fast with 422 template_render_e
     ['SMS', { text: '{% for i in (1..100000000) %}x{% endfor %}' }, '/content/text'],
     ['SMS', { text: '{% for i in (1..3000) %}{% for j in (1..3000) %}{% endfor %}{% endfor %}' }, '/content/text'],
     ['EMAIL', { subject: 'fine', html: '{% for i in (1..5000) %}{% for j in (1..5000) %}xxxxxxxxxx{% endfor %}{% endfor %}' }, '/content/html'],
-    ['EMAIL', { subject: '{% assign s = "xxxxxxxxxx" %}{% for i in (1..60) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', text: 'x' }, '/content/subject'],
+    [
+      'EMAIL',
+      { subject: '{% assign s = "xxxxxxxxxx" %}{% for i in (1..60) %}{% assign s = s | append: s %}{% endfor %}{{ s }}', text: 'x' },
+      '/content/subject',
+    ],
     ['SMS', { text: `{{ trigger.big${' | append: trigger.big'.repeat(100)} }}` }, '/content/text'],
-    ['SMS', { text: '{% assign s = "xxxxxxxxxx" %}{% for i in (1..40) %}{% capture s %}{{ s }}{{ s }}{% endcapture %}{% endfor %}{{ s | size }}' }, '/content/text'],
+    [
+      'SMS',
+      { text: '{% assign s = "xxxxxxxxxx" %}{% for i in (1..40) %}{% capture s %}{{ s }}{{ s }}{% endcapture %}{% endfor %}{{ s | size }}' },
+      '/content/text',
+    ],
     ['SMS', { text: '{% include "secrets" %}' }, '/content/text'],
-    ['WHATSAPP', { templateName: 't', language: 'en', parameters: ['ok', '{% for i in (1..10000000) %}{{ trigger.big }}{% endfor %}'] }, '/content/parameters/1'],
+    [
+      'WHATSAPP',
+      { templateName: 't', language: 'en', parameters: ['ok', '{% for i in (1..10000000) %}{{ trigger.big }}{% endfor %}'] },
+      '/content/parameters/1',
+    ],
   ];
   const slow = '{% for i in (1..3000) %}{% for j in (1..3000) %}{% endfor %}{% endfor %}';
   hostile.push(['EMAIL', { subject: slow, html: slow, text: slow }, '/content/subject']);
@@ -552,13 +653,19 @@ test('template writes are audited with the actor and target; reads, previews and
   assert.equal((await s.request('DELETE', `/templates/${tpl.id}`, { token: key })).status, 204);
 
   const rows = auditRows(s);
-  assert.deepEqual(rows.map((r) => r.action), ['template.created', 'template.updated', 'template.updated', 'template.deleted']);
+  assert.deepEqual(
+    rows.map((r) => r.action),
+    ['template.created', 'template.updated', 'template.updated', 'template.deleted'],
+  );
   for (const r of rows) {
     assert.equal(r.workspace_id, s.workspaceId);
     assert.equal(r.target_type, 'template');
     assert.equal(r.target_id, String(tpl.id));
   }
-  assert.deepEqual(rows.slice(0, 3).map((r) => [r.actor_type, r.actor_id]), Array(3).fill(['USER', s.owner.id]));
+  assert.deepEqual(
+    rows.slice(0, 3).map((r) => [r.actor_type, r.actor_id]),
+    Array(3).fill(['USER', s.owner.id]),
+  );
   assert.equal(rows[3]!.actor_type, 'API_KEY');
   assert.deepEqual(JSON.parse(rows[0]!.metadata), { name: 'Audited', channel: 'SMS' });
   assert.deepEqual(JSON.parse(rows[1]!.metadata), { fields: ['name'] });
@@ -573,7 +680,35 @@ test('hundreds of random and hostile bodies to POST /templates never yield a 5xx
   const { s, token } = await setup(t);
   const rand = rng(0x7e3a1a7e);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
-  const fragments = ['{{', '}}', '{%', '%}', '{{ contact.firstName }}', '{% if %}', '{% endif %}', '{% for i in (1..9) %}', '{% endfor %}', '|', ' | append: "x"', '{% raw %}', '{% comment %}', '"', "'", '\\', '\n', '\u0000', '🙂', 'é', '\ud800', '{{- -}}', '{%- liquid echo 1 -%}', '{% include "x" %}', '{% render "/etc/passwd" %}', '{{ trigger.a[0].b }}', '(1..100000000)'];
+  const fragments = [
+    '{{',
+    '}}',
+    '{%',
+    '%}',
+    '{{ contact.firstName }}',
+    '{% if %}',
+    '{% endif %}',
+    '{% for i in (1..9) %}',
+    '{% endfor %}',
+    '|',
+    ' | append: "x"',
+    '{% raw %}',
+    '{% comment %}',
+    '"',
+    "'",
+    '\\',
+    '\n',
+    '\u0000',
+    '🙂',
+    'é',
+    '\ud800',
+    '{{- -}}',
+    '{%- liquid echo 1 -%}',
+    '{% include "x" %}',
+    '{% render "/etc/passwd" %}',
+    '{{ trigger.a[0].b }}',
+    '(1..100000000)',
+  ];
   const randString = (max = 30): string => {
     let out = '';
     for (let i = Math.floor(rand() * max); i > 0; i--) out += rand() < 0.4 ? pick(fragments) : String.fromCharCode(32 + Math.floor(rand() * 95));
@@ -613,7 +748,15 @@ test('hundreds of random and hostile bodies to POST /templates never yield a 5xx
     `{"name":"p","channel":"WHATSAPP","content":{"templateName":"t","language":"en","parameters":${'['.repeat(5000)}${']'.repeat(5000)}}}`,
     `{"name":"p","channel":"EMAIL","content":{"subject":"s","html":"${'x'.repeat(900 * 1024)}"}}`,
     `{"name":"p","channel":"EMAIL","content":{"subject":"s","html":"${'x'.repeat(2 * 1024 * 1024)}"}}`,
-    'null', 'true', '0', '"string"', '[]', '{}', '1e999', '{"a":}', '\ufeff{}',
+    'null',
+    'true',
+    '0',
+    '"string"',
+    '[]',
+    '{}',
+    '1e999',
+    '{"a":}',
+    '\ufeff{}',
   ];
   const bodies: { raw: string; label: string }[] = raws.map((raw, i) => ({ raw, label: `hostile #${i}: ${raw.slice(0, 60)}` }));
   for (let i = 0; i < 400; i++) {
@@ -669,7 +812,11 @@ test('preview: output in an email html part is HTML-escaped, | raw opts out; sub
   const email = await createTemplate(s, token, {
     name: 'escaped',
     channel: 'EMAIL',
-    content: { subject: 'Hi {{ contact.firstName }}', html: '<p class="x">Hi {{ contact.firstName }}</p>{{ trigger.banner | raw }}', text: 'Hi {{ contact.firstName }}' },
+    content: {
+      subject: 'Hi {{ contact.firstName }}',
+      html: '<p class="x">Hi {{ contact.firstName }}</p>{{ trigger.banner | raw }}',
+      text: 'Hi {{ contact.firstName }}',
+    },
   });
   const res = await s.request('POST', `/templates/${email.id}/preview`, { token, body: { contactId: contact.id, trigger: { banner: '<hr>' } } });
   assert.equal(res.status, 200, res.text);
@@ -678,7 +825,11 @@ test('preview: output in an email html part is HTML-escaped, | raw opts out; sub
   for (const [channel, content, rendered] of [
     ['SMS', { text: '{{ contact.firstName }}' }, { text: HOSTILE_NAME }],
     ['WHATSAPP', { text: '{{ contact.firstName }}' }, { text: HOSTILE_NAME }],
-    ['WHATSAPP', { templateName: 'hello', language: 'en', parameters: ['{{ contact.firstName }}'] }, { templateName: 'hello', language: 'en', parameters: [HOSTILE_NAME] }],
+    [
+      'WHATSAPP',
+      { templateName: 'hello', language: 'en', parameters: ['{{ contact.firstName }}'] },
+      { templateName: 'hello', language: 'en', parameters: [HOSTILE_NAME] },
+    ],
   ] as const) {
     const tpl = await createTemplate(s, token, { name: 'plain', channel, content });
     const out = await s.request('POST', `/templates/${tpl.id}/preview`, { token, body: { contactId: contact.id } });
@@ -701,7 +852,11 @@ test('a real send escapes the html part too: a workflow run and a test email, as
       name: 'welcome',
       triggerSource: 'WEBHOOK',
       status: 'ACTIVE',
-      steps: [{ type: 'update_contact', set: { firstName: '{{ trigger.name }}' } }, { type: 'send_email', templateId: tpl.id }, { type: 'send_sms', templateId: sms.id }],
+      steps: [
+        { type: 'update_contact', set: { firstName: '{{ trigger.name }}' } },
+        { type: 'send_email', templateId: tpl.id },
+        { type: 'send_sms', templateId: sms.id },
+      ],
       webhook: { lookup: 'email', createIfNotFound: true, defaults: { firstName: 'x' } },
     },
   });
@@ -716,7 +871,16 @@ test('a real send escapes the html part too: a workflow run and a test email, as
   assert.deepEqual(byChannel.EMAIL, { subject: `Welcome ${HOSTILE_NAME}`, html: `<h1>Welcome ${ESCAPED_NAME}</h1>`, text: `Welcome ${HOSTILE_NAME}` });
   assert.deepEqual(byChannel.SMS, { text: `Welcome ${HOSTILE_NAME}` });
 
-  const mail = await s.request('POST', '/messages/test-email', { token, body: { to: 'qa@example.com', subject: '{{ data.name }}', html: '<b>{{ data.name }}</b>{{ data.name | raw }}', text: '{{ data.name }}', data: { name: HOSTILE_NAME } } });
+  const mail = await s.request('POST', '/messages/test-email', {
+    token,
+    body: {
+      to: 'qa@example.com',
+      subject: '{{ data.name }}',
+      html: '<b>{{ data.name }}</b>{{ data.name | raw }}',
+      text: '{{ data.name }}',
+      data: { name: HOSTILE_NAME },
+    },
+  });
   assert.equal(mail.status, 202, mail.text);
   const sent = await s.request('GET', `/messages/delivery-attempts/${mail.body.deliveryAttemptId}`, { token });
   assert.deepEqual(sent.body.rendered, { subject: HOSTILE_NAME, html: `<b>${ESCAPED_NAME}</b>${HOSTILE_NAME}`, text: HOSTILE_NAME });

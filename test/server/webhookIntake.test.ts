@@ -16,12 +16,21 @@ async function setup(t: TestContext, env: Record<string, string> = {}): Promise<
 }
 
 async function hookWorkflow(s: TestServer, token: string, webhook: Record<string, unknown>): Promise<{ id: number; path: string }> {
-  const res = await s.request('POST', '/workflows', { token, body: { name: 'Inbound', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'wait', seconds: 1 }], webhook } });
+  const res = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'Inbound', triggerSource: 'WEBHOOK', status: 'ACTIVE', steps: [{ type: 'wait', seconds: 1 }], webhook },
+  });
   assert.equal(res.status, 201, res.text);
   return { id: res.body.id, path: new URL(res.body.webhook.url).pathname };
 }
 
-function post(s: TestServer, path: string, raw: string | Buffer, headers: Record<string, string> = {}, contentType: string | null = 'application/json'): Promise<HttpResult> {
+function post(
+  s: TestServer,
+  path: string,
+  raw: string | Buffer,
+  headers: Record<string, string> = {},
+  contentType: string | null = 'application/json',
+): Promise<HttpResult> {
   return s.request('POST', path, { raw: Buffer.from(raw), headers: { ...(contentType ? { 'content-type': contentType } : {}), ...headers } });
 }
 
@@ -71,7 +80,11 @@ test('with a secret set, a wrong signature is 401 whatever the Idempotency-Key; 
   const raw = JSON.stringify({ email: 'ann@example.com' });
 
   for (const key of BAD_KEYS) {
-    assertProblem(await post(s, hook.path, raw, { 'x-service-signature': sign('not-the-secret-at-all', raw), 'idempotency-key': key }), 401, 'signature_invalid');
+    assertProblem(
+      await post(s, hook.path, raw, { 'x-service-signature': sign('not-the-secret-at-all', raw), 'idempotency-key': key }),
+      401,
+      'signature_invalid',
+    );
     assertProblem(await post(s, hook.path, raw, { 'idempotency-key': key }), 401, 'signature_invalid');
     assertProblem(await post(s, hook.path, raw, { 'x-service-signature': sign(SECRET, raw), 'idempotency-key': key }), 400, 'invalid_idempotency_key');
   }
@@ -169,10 +182,7 @@ test('a body refused before its signature was verified is stored as size, SHA-25
   assertProblem(forged, 401, 'signature_invalid');
 
   const [row] = storedEvents(s, hook.id);
-  assert.deepEqual(
-    { stored: row!.stored, size: row!.body_size, sha: row!.body_sha256 },
-    { stored: 1024, size: Buffer.byteLength(big), sha: sha256(big) },
-  );
+  assert.deepEqual({ stored: row!.stored, size: row!.body_size, sha: row!.body_sha256 }, { stored: 1024, size: Buffer.byteLength(big), sha: sha256(big) });
   const [event] = await events(s, token, hook.id);
   assert.equal(event.statusCode, 401);
   assert.equal(event.bodySize, Buffer.byteLength(big));

@@ -23,7 +23,6 @@ async function setup(t: TestContext, env: Env = {}): Promise<{ s: TestServer; to
   return { s, token };
 }
 
-
 /** Asserts a 202 {runId, contactId} and returns it. */
 function assertAccepted(res: HttpResult): { runId: number; contactId: number } {
   assert.equal(res.status, 202, `expected 202, got ${res.status}: ${res.text.slice(0, 500)}`);
@@ -77,7 +76,10 @@ async function createContact(s: TestServer, token: string, body: Record<string, 
 }
 
 function count(s: TestServer, sql: string, ...params: unknown[]): number {
-  return s.db.$client.prepare(sql).pluck().get(...params) as number;
+  return s.db.$client
+    .prepare(sql)
+    .pluck()
+    .get(...params) as number;
 }
 
 const runCount = (s: TestServer, workflowId: number) => count(s, 'SELECT count(*) FROM workflow_runs WHERE workflow_id = ?', workflowId);
@@ -210,7 +212,10 @@ test('every fixture lookup resolves to the expected contact', async (t) => {
       checked++;
     }
   }
-  assert.equal(checked, fixtures.reduce((n, [, fx]) => n + fx.lookups.length, 0));
+  assert.equal(
+    checked,
+    fixtures.reduce((n, [, fx]) => n + fx.lookups.length, 0),
+  );
   assert.equal(checked, 8);
 });
 
@@ -348,7 +353,16 @@ test('415 for text/plain, a missing Content-Type and other non-JSON types', asyn
   await createContact(s, token, { email: 'ann@example.com' });
   const hook = await hookWorkflow(s, token, { lookup: 'email' });
   const raw = JSON.stringify({ email: 'ann@example.com' });
-  for (const ct of ['text/plain', 'text/plain; charset=utf-8', null, 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonp', 'application/json-seq', 'json']) {
+  for (const ct of [
+    'text/plain',
+    'text/plain; charset=utf-8',
+    null,
+    'application/x-www-form-urlencoded',
+    'multipart/form-data; boundary=x',
+    'application/jsonp',
+    'application/json-seq',
+    'json',
+  ]) {
     const res = await post(s, hook.path, { raw, contentType: ct });
     assert.equal(res.status, 415, `${ct}: ${res.status} ${res.text}`);
     assertProblem(res, 415);
@@ -388,7 +402,17 @@ test('400 invalid JSON', async (t) => {
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });
   const hook = await hookWorkflow(s, token, { lookup: 'email', createIfNotFound: true });
-  for (const raw of ['{"email": "ann@example.com"', '{email: "ann@example.com"}', "{'email': 'a@b.co'}", '{"email": "ann@example.com"} trailing', '', '   ', 'undefined', 'NaN', '{"a": 01}']) {
+  for (const raw of [
+    '{"email": "ann@example.com"',
+    '{email: "ann@example.com"}',
+    "{'email': 'a@b.co'}",
+    '{"email": "ann@example.com"} trailing',
+    '',
+    '   ',
+    'undefined',
+    'NaN',
+    '{"a": 01}',
+  ]) {
     const res = await post(s, hook.path, { raw });
     assert.equal(res.status, 400, `${JSON.stringify(raw)}: ${res.status} ${res.text}`);
     assertProblem(res, 400);
@@ -413,7 +437,16 @@ test('422 lookup_value_missing when the path resolves to nothing', async (t) => 
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });
   const hook = await hookWorkflow(s, token, { lookup: 'email', path: 'customer.email', createIfNotFound: true });
-  const missing: unknown[] = [{}, { email: 'ann@example.com' }, { customer: {} }, { customer: null }, { customer: 'ann@example.com' }, { customer: { email: null } }, { customer: [{ email: 'ann@example.com' }] }, { Customer: { email: 'ann@example.com' } }];
+  const missing: unknown[] = [
+    {},
+    { email: 'ann@example.com' },
+    { customer: {} },
+    { customer: null },
+    { customer: 'ann@example.com' },
+    { customer: { email: null } },
+    { customer: [{ email: 'ann@example.com' }] },
+    { Customer: { email: 'ann@example.com' } },
+  ];
   for (const body of missing) assertProblem(await post(s, hook.path, { body }), 422, 'lookup_value_missing');
   const arr = await hookWorkflow(s, token, { lookup: 'email', path: 'fields[2].value', createIfNotFound: true });
   assertProblem(await post(s, arr.path, { body: { fields: [{ value: 'ann@example.com' }] } }), 422, 'lookup_value_missing');
@@ -601,7 +634,13 @@ test('401 signature_invalid for every wrong, malformed or missing signature', as
   }
 
   // The signature covers the exact bytes: the same JSON with other whitespace or key order fails.
-  for (const other of [JSON.stringify(body, null, 2), `${raw}\n`, ` ${raw}`, JSON.stringify({ n: 1, email: 'ann@example.com' }), raw.replace('"n":1', '"n":1.0')]) {
+  for (const other of [
+    JSON.stringify(body, null, 2),
+    `${raw}\n`,
+    ` ${raw}`,
+    JSON.stringify({ n: 1, email: 'ann@example.com' }),
+    raw.replace('"n":1', '"n":1.0'),
+  ]) {
     const res = await post(s, hook.path, { raw: other, headers: { 'x-service-signature': good } });
     assertProblem(res, 401, 'signature_invalid');
     // ...and passes when signed as sent.
@@ -719,7 +758,10 @@ test('429 after the per-IP limit, with Retry-After and rate-limit headers on eve
     await post(s, hook.path, { raw: 'x', contentType: 'text/plain' }),
     await post(s, other.path, { body: { email: 'ann@example.com' } }),
   ];
-  assert.deepEqual(results.map((r) => r.status), [202, 404, 404, 415, 202]);
+  assert.deepEqual(
+    results.map((r) => r.status),
+    [202, 404, 404, 415, 202],
+  );
   results.forEach((r, i) => {
     assertRateHeaders(r, 5);
     assert.equal(r.headers.get('x-ratelimit-remaining'), String(4 - i), `remaining after request ${i + 1}`);
@@ -858,9 +900,14 @@ test('Idempotency-Key: concurrent repeats start one run; a refused first attempt
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });
   const hook = await hookWorkflow(s, token, { lookup: 'email' });
-  const results = await Promise.all(Array.from({ length: 10 }, () => post(s, hook.path, { body: { email: 'ann@example.com' }, headers: { 'idempotency-key': 'burst' } })));
+  const results = await Promise.all(
+    Array.from({ length: 10 }, () => post(s, hook.path, { body: { email: 'ann@example.com' }, headers: { 'idempotency-key': 'burst' } })),
+  );
   const bodies = results.map(assertAccepted);
-  assert.ok(bodies.every((b) => b.runId === bodies[0]!.runId), 'every answer names the same run');
+  assert.ok(
+    bodies.every((b) => b.runId === bodies[0]!.runId),
+    'every answer names the same run',
+  );
   assert.equal(results.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 9);
   assert.equal(runCount(s, hook.id), 1);
 
@@ -900,7 +947,11 @@ test('GET /workflows/:id/webhook-events lists accepted and refused posts with st
     assert.match(e.sourceIp, /^(::ffff:)?127\.0\.0\.1$/);
   }
   const ids = evs.map((e) => e.id);
-  assert.deepEqual(ids, [...ids].sort((x, y) => y - x), 'newest first');
+  assert.deepEqual(
+    ids,
+    [...ids].sort((x, y) => y - x),
+    'newest first',
+  );
   const [e415, e401, e400, e422, e404, e202] = evs;
   assert.equal(e202.statusCode, 202);
   assert.equal(e202.runId, ok.runId);
@@ -920,7 +971,10 @@ test('GET /workflows/:id/webhook-events lists accepted and refused posts with st
   assert.equal(page.body.data.length, 2);
   assert.equal(typeof page.body.nextCursor, 'string');
   const next = await s.request('GET', `/workflows/${hook.id}/webhook-events?limit=2&cursor=${encodeURIComponent(page.body.nextCursor)}`, { token });
-  assert.deepEqual(next.body.data.map((e: any) => e.id), ids.slice(2, 4));
+  assert.deepEqual(
+    next.body.data.map((e: any) => e.id),
+    ids.slice(2, 4),
+  );
   // The other workspace cannot read them.
   const other = await s.otherWorkspace();
   assertProblem(await s.request('GET', `/workflows/${hook.id}/webhook-events`, { token: other.token }), 404);
@@ -1012,18 +1066,72 @@ function mulberry32(seed: number): () => number {
   };
 }
 
-const NASTY_KEYS = ['__proto__', 'constructor', 'prototype', 'toString', 'hasOwnProperty', 'valueOf', 'email', 'phone', 'contactId', 'data', '', ' ', '\u0000', '😀', 'a.b', 'x[0]'];
-const NASTY_STRINGS = ['', ' ', 'a@b.co', 'A@B.CO', '+16135550100', '4182', '0', '-1', 'null', 'undefined', '{{ contact.email }}', '{% raw %}', '<script>', "'; DROP TABLE contacts; --", '\u0000', '\ud800', '😀@example.com', 'x'.repeat(3000), `${'a'.repeat(64)}@${'b'.repeat(190)}.com`];
+const NASTY_KEYS = [
+  '__proto__',
+  'constructor',
+  'prototype',
+  'toString',
+  'hasOwnProperty',
+  'valueOf',
+  'email',
+  'phone',
+  'contactId',
+  'data',
+  '',
+  ' ',
+  '\u0000',
+  '😀',
+  'a.b',
+  'x[0]',
+];
+const NASTY_STRINGS = [
+  '',
+  ' ',
+  'a@b.co',
+  'A@B.CO',
+  '+16135550100',
+  '4182',
+  '0',
+  '-1',
+  'null',
+  'undefined',
+  '{{ contact.email }}',
+  '{% raw %}',
+  '<script>',
+  "'; DROP TABLE contacts; --",
+  '\u0000',
+  '\ud800',
+  '😀@example.com',
+  'x'.repeat(3000),
+  `${'a'.repeat(64)}@${'b'.repeat(190)}.com`,
+];
 
 function randomValue(rnd: () => number, depth: number): unknown {
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const r = rnd();
   if (depth > 4 || r < 0.3) {
-    return pick<unknown>([null, true, false, 0, -0, 1, -1, 1.5, 1e21, -1e-7, Number.MAX_SAFE_INTEGER, 2 ** 53 + 2, pick(NASTY_STRINGS), pick(NASTY_STRINGS), Math.floor(rnd() * 1e6)]);
+    return pick<unknown>([
+      null,
+      true,
+      false,
+      0,
+      -0,
+      1,
+      -1,
+      1.5,
+      1e21,
+      -1e-7,
+      Number.MAX_SAFE_INTEGER,
+      2 ** 53 + 2,
+      pick(NASTY_STRINGS),
+      pick(NASTY_STRINGS),
+      Math.floor(rnd() * 1e6),
+    ]);
   }
   if (r < 0.55) return Array.from({ length: Math.floor(rnd() * 5) }, () => randomValue(rnd, depth + 1));
   const obj: Record<string, unknown> = {};
-  for (let i = Math.floor(rnd() * 6); i > 0; i--) Object.defineProperty(obj, pick(NASTY_KEYS), { value: randomValue(rnd, depth + 1), enumerable: true, configurable: true, writable: true });
+  for (let i = Math.floor(rnd() * 6); i > 0; i--)
+    Object.defineProperty(obj, pick(NASTY_KEYS), { value: randomValue(rnd, depth + 1), enumerable: true, configurable: true, writable: true });
   return obj;
 }
 
@@ -1111,7 +1219,12 @@ test('a few hundred hostile bodies never cause a 5xx, and the server still answe
     requests.push(() => post(s, hooks[0]!.path, { raw: '{"email":"ann@example.com"}', contentType: ct }));
   }
   for (const key of ['x'.repeat(255), 'x'.repeat(256), 'ключ', ' ', 'a b']) {
-    requests.push(() => post(s, hooks[0]!.path, { raw: '{"email":"ann@example.com"}', headers: { 'idempotency-key': encodeURIComponent(key) === key ? key : encodeURIComponent(key) } }));
+    requests.push(() =>
+      post(s, hooks[0]!.path, {
+        raw: '{"email":"ann@example.com"}',
+        headers: { 'idempotency-key': encodeURIComponent(key) === key ? key : encodeURIComponent(key) },
+      }),
+    );
   }
   assert.ok(requests.length >= 250, `${requests.length} requests`);
 
@@ -1174,7 +1287,9 @@ test('received events with deeply nested or malformed bodies can still be listed
   assert.equal(list.body.data.length, bodies.length);
   // One page at a time works too.
   for (let cursor: string | null = null, pages = 0; pages === 0 || cursor; pages++) {
-    const res: HttpResult = await s.request('GET', `/workflows/${hook.id}/webhook-events?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { token });
+    const res: HttpResult = await s.request('GET', `/workflows/${hook.id}/webhook-events?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, {
+      token,
+    });
     assert.equal(res.status, 200, `page ${pages}: ${res.status}`);
     cursor = res.body.nextCursor;
   }
@@ -1208,7 +1323,11 @@ test('paths like "__proto__.email" or "constructor" never resolve to inherited v
     [{ lookup: 'email', path: 'hasOwnProperty', createIfNotFound: true }, '{}', 'Object.prototype.hasOwnProperty'],
     [{ lookup: 'contactId', path: 'items.length' }, '{"items": [1, 2, 3]}', 'Array length'],
     [{ lookup: 'contactId', path: 'name.length' }, '{"name": "abcdef"}', 'String length'],
-    [{ lookup: 'email', path: 'email', createIfNotFound: true }, '{"__proto__": {"email": "evil@example.com"}}', 'a __proto__ key in the body does not become a prototype'],
+    [
+      { lookup: 'email', path: 'email', createIfNotFound: true },
+      '{"__proto__": {"email": "evil@example.com"}}',
+      'a __proto__ key in the body does not become a prototype',
+    ],
     [{ lookup: 'email', path: 'a.email', createIfNotFound: true }, '{"a": {"__proto__": {"email": "evil@example.com"}}}', 'nested __proto__ key'],
     [{ lookup: 'contactId', path: 'contactId' }, '{"constructor": {"prototype": {"contactId": 1}}}', 'constructor.prototype pollution attempt'],
   ];

@@ -20,7 +20,6 @@ const TOKEN_RE = /^[0-9A-Za-z]{30}$/;
 
 const setup = (t: TestContext) => buildAsOwner(t);
 
-
 /** Asserts a 422 problem whose errors[] names every one of `paths`. */
 function assertErrorPaths(res: HttpResult, paths: string[], code?: string): void {
   assertProblem(res, 422, code);
@@ -90,9 +89,15 @@ const EVERY_STEP_TYPE = [
   { type: 'add_tags', tags: ['vip', 'webhook'] },
   { type: 'remove_tags', tags: ['lead'] },
   { type: 'update_contact', set: { firstName: '{{ trigger.first_name }}', 'attributes.plan': 'pro' } },
-  { type: 'http_request', method: 'POST', url: 'https://example.com/hook', headers: { 'x-id': '{{ contact.id }}' }, body: { email: '{{ contact.email }}', n: 1 } },
+  {
+    type: 'http_request',
+    method: 'POST',
+    url: 'https://example.com/hook',
+    headers: { 'x-id': '{{ contact.id }}' },
+    body: { email: '{{ contact.email }}', n: 1 },
+  },
   { type: 'http_request', method: 'GET', url: 'https://example.com/ping' },
-  { type: 'filter', condition: "contact.email != blank and trigger.score > 5" },
+  { type: 'filter', condition: 'contact.email != blank and trigger.score > 5' },
 ];
 
 const webhookDraft = (extra: Record<string, unknown> = {}) => ({
@@ -189,7 +194,10 @@ test('GET /workflows lists newest first with a cursor; GET /workflows/:id return
   assert.equal(typeof page1.body.nextCursor, 'string');
   const page2 = await s.request('GET', `/workflows?limit=2&cursor=${encodeURIComponent(page1.body.nextCursor)}`, { token });
   assert.equal(page2.status, 200, page2.text);
-  assert.deepEqual(page2.body.data.map((w: any) => w.id), [created[0].id]);
+  assert.deepEqual(
+    page2.body.data.map((w: any) => w.id),
+    [created[0].id],
+  );
   assert.equal(page2.body.nextCursor, null);
 
   const one = await s.request('GET', `/workflows/${created[1].id}`, { token });
@@ -210,7 +218,10 @@ test('PATCH /workflows/:id updates the given fields and answers 200 with the who
   await new Promise((r) => setTimeout(r, 5));
   const res = await patch(s, token, w.id, {
     name: 'Renamed',
-    steps: [{ type: 'wait', seconds: 10 }, { type: 'add_tags', tags: ['x'] }],
+    steps: [
+      { type: 'wait', seconds: 10 },
+      { type: 'add_tags', tags: ['x'] },
+    ],
     webhook: { createIfNotFound: true, defaults: { firstName: 'B', lastName: 'C', attributes: { source: 'hook' }, tags: ['t1'] } },
   });
   assert.equal(res.status, 200, res.text);
@@ -326,7 +337,10 @@ test('invalid steps are refused with 422 and a path per problem, on POST and on 
   }
   // Nothing was created and the valid workflow is unchanged.
   const list = await s.request('GET', '/workflows', { token });
-  assert.deepEqual(list.body.data.map((x: any) => x.id), [w.id]);
+  assert.deepEqual(
+    list.body.data.map((x: any) => x.id),
+    [w.id],
+  );
   assert.deepEqual(list.body.data[0].steps, [{ type: 'wait', seconds: 1 }]);
 });
 
@@ -344,7 +358,10 @@ test('step errors name the right index and every problem at once', async (t) => 
   const syntax = res.body.errors.find((e: any) => e.path === '/steps/1/templateId');
   assert.ok(syntax.message.length > 0);
 
-  const liquid = await s.request('POST', '/workflows', { token, body: { name: 'Liquid', steps: [{ type: 'send_sms', templateId: 1, to: 'Hi {{ contact.name' }] } });
+  const liquid = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'Liquid', steps: [{ type: 'send_sms', templateId: 1, to: 'Hi {{ contact.name' }] },
+  });
   assertErrorPaths(liquid, ['/steps/0/to']);
   assert.match(JSON.stringify(liquid.body.errors), /syntax|line|col/i, 'the message describes the template error');
 });
@@ -557,7 +574,10 @@ test("another workspace's workflow is 404 for read, edit, activation, runs and e
   assert.deepEqual(list.body.data, []);
   // The other workspace's own workflows do not show up here either.
   await createWorkflow(s, other.token, { name: 'theirs' });
-  assert.deepEqual((await s.request('GET', '/workflows', { token })).body.data.map((x: any) => x.id), [w.id]);
+  assert.deepEqual(
+    (await s.request('GET', '/workflows', { token })).body.data.map((x: any) => x.id),
+    [w.id],
+  );
   const mine = await s.request('GET', `/workflows/${w.id}`, { token });
   assert.equal(mine.body.name, w.name);
   assert.equal(mine.body.status, 'DRAFT');
@@ -597,7 +617,11 @@ test('bad workflow bodies are refused with 422 naming the field', async (t) => {
     ['defaults firstName not a string', { name: 'x', webhook: { defaults: { firstName: 7 } } }, '/webhook/defaults/firstName'],
     ['webhook not an object', { name: 'x', webhook: 'email' }, '/webhook'],
     ['defaults with a blank tag', { name: 'x', webhook: { defaults: { tags: ['ok', '   '] } } }, '/webhook/defaults/tags/1'],
-    ['defaults attributes nested too deeply', { name: 'x', webhook: { defaults: { attributes: JSON.parse(`${'{"a":'.repeat(40)}1${'}'.repeat(40)}`) } } }, '/webhook/defaults/attributes'],
+    [
+      'defaults attributes nested too deeply',
+      { name: 'x', webhook: { defaults: { attributes: JSON.parse(`${'{"a":'.repeat(40)}1${'}'.repeat(40)}`) } } },
+      '/webhook/defaults/attributes',
+    ],
     ['more than 100 steps', { name: 'x', steps: Array.from({ length: 101 }, () => ({ type: 'wait', seconds: 1 })) }, '/steps'],
   ];
   for (const [label, body, path] of cases) {
@@ -694,7 +718,11 @@ test('runs: GET /workflows/:id/runs and GET /runs/:runId show a QUEUED run with 
   const { s, token } = await setup(t);
   const contact = await createContact(s, token, { email: 'runner@example.com' });
   await catalogTemplates(s, token);
-  const steps = [{ type: 'wait', seconds: 30 }, { type: 'add_tags', tags: ['hooked'] }, { type: 'send_email', templateId: 1 }];
+  const steps = [
+    { type: 'wait', seconds: 30 },
+    { type: 'add_tags', tags: ['hooked'] },
+    { type: 'send_email', templateId: 1 },
+  ];
   const w = await createWorkflow(s, token, webhookDraft({ status: 'ACTIVE', steps, webhook: { lookup: 'email', path: 'customer.email' } }));
   const trigger = { customer: { email: 'runner@example.com', name: 'R' }, items: [1, 2, 3], ok: true };
   const hook = await postHook(s, w.webhook.url, trigger);
@@ -721,22 +749,35 @@ test('runs: GET /workflows/:id/runs and GET /runs/:runId show a QUEUED run with 
   // Later edits of the workflow do not change a run that already started.
   await patch(s, token, w.id, { steps: [{ type: 'filter', condition: 'true' }] });
   const again = await s.request('GET', `/runs/${hook.body.runId}`, { token });
-  assert.deepEqual(again.body.steps.map((st: any) => st.type), ['wait', 'add_tags', 'send_email']);
+  assert.deepEqual(
+    again.body.steps.map((st: any) => st.type),
+    ['wait', 'add_tags', 'send_email'],
+  );
 
   const second = await postHook(s, w.webhook.url, { customer: { email: 'runner@example.com' } });
   assert.equal(second.status, 202);
   const list = await s.request('GET', `/workflows/${w.id}/runs`, { token });
   assert.equal(list.status, 200, list.text);
   assert.deepEqual(Object.keys(list.body).sort(), ['data', 'nextCursor']);
-  assert.deepEqual(list.body.data.map((r: any) => r.runId), [second.body.runId, hook.body.runId], 'newest first');
+  assert.deepEqual(
+    list.body.data.map((r: any) => r.runId),
+    [second.body.runId, hook.body.runId],
+    'newest first',
+  );
   list.body.data.forEach(assertRunShape);
-  assert.deepEqual(list.body.data[0].steps.map((st: any) => st.type), ['filter']);
+  assert.deepEqual(
+    list.body.data[0].steps.map((st: any) => st.type),
+    ['filter'],
+  );
 
   const page = await s.request('GET', `/workflows/${w.id}/runs?limit=1`, { token });
   assert.equal(page.body.data.length, 1);
   assert.equal(typeof page.body.nextCursor, 'string');
   const rest = await s.request('GET', `/workflows/${w.id}/runs?limit=1&cursor=${encodeURIComponent(page.body.nextCursor)}`, { token });
-  assert.deepEqual(rest.body.data.map((r: any) => r.runId), [hook.body.runId]);
+  assert.deepEqual(
+    rest.body.data.map((r: any) => r.runId),
+    [hook.body.runId],
+  );
 
   const queued = await s.request('GET', `/workflows/${w.id}/runs?status=QUEUED`, { token });
   assert.equal(queued.body.data.length, 2);
@@ -789,17 +830,23 @@ test('webhook.url is whole for MEMBER and above and masked for VIEWER (user or k
     assert.equal(one.body.webhook.url, masked);
     const list = await s.request('GET', '/workflows', { token: vt });
     assert.equal(list.status, 200, list.text);
-    assert.deepEqual(list.body.data.map((x: any) => [x.id, x.webhook.url]), [
-      [draft.id, null],
-      [w.id, masked],
-    ]);
+    assert.deepEqual(
+      list.body.data.map((x: any) => [x.id, x.webhook.url]),
+      [
+        [draft.id, null],
+        [w.id, masked],
+      ],
+    );
     for (const r of [one, list]) assert.ok(!r.text.includes(tokenPart), 'a VIEWER never sees the token');
   }
   for (const role of ['MEMBER', 'ADMIN'] as const) {
     const u = await s.userWithRole(role);
     for (const mt of [u.token, s.mintKey(role)]) {
       assert.equal((await s.request('GET', `/workflows/${w.id}`, { token: mt })).body.webhook.url, url, role);
-      assert.ok((await s.request('GET', '/workflows', { token: mt })).body.data.some((x: any) => x.webhook.url === url), role);
+      assert.ok(
+        (await s.request('GET', '/workflows', { token: mt })).body.data.some((x: any) => x.webhook.url === url),
+        role,
+      );
     }
   }
   assert.equal((await s.request('GET', `/workflows/${w.id}`, { token })).body.webhook.url, url, 'OWNER');
@@ -811,7 +858,11 @@ test('a signing secret has at least 16 characters (422 at /webhook/signingSecret
   const { s, token } = await setup(t);
   for (const short of ['x', 'fifteen-chars-!', ' '.repeat(15)]) {
     assert.ok(short.length < 16);
-    assertErrorPaths(await s.request('POST', '/workflows', { token, body: webhookDraft({ webhook: { lookup: 'email', signingSecret: short } }) }), ['/webhook/signingSecret'], 'validation_failed');
+    assertErrorPaths(
+      await s.request('POST', '/workflows', { token, body: webhookDraft({ webhook: { lookup: 'email', signingSecret: short } }) }),
+      ['/webhook/signingSecret'],
+      'validation_failed',
+    );
   }
   assert.equal((await s.request('GET', '/workflows', { token })).body.data.length, 0, 'nothing was created');
   const w = await createWorkflow(s, token, webhookDraft({ webhook: { lookup: 'email', signingSecret: 'exactly-16-chars' } }));
@@ -829,7 +880,8 @@ test('activation refuses send steps naming a missing template or one of another 
   const email = (await s.request('POST', '/templates', { token, body: { name: 'e', channel: 'EMAIL', content: { subject: 's', text: 't' } } })).body;
   const sms = (await s.request('POST', '/templates', { token, body: { name: 's', channel: 'SMS', content: { text: 't' } } })).body;
   const other = await s.otherWorkspace();
-  const foreign = (await s.request('POST', '/templates', { token: other.token, body: { name: 'f', channel: 'EMAIL', content: { subject: 's', text: 't' } } })).body;
+  const foreign = (await s.request('POST', '/templates', { token: other.token, body: { name: 'f', channel: 'EMAIL', content: { subject: 's', text: 't' } } }))
+    .body;
 
   const steps = [
     { type: 'send_email', templateId: email.id },
@@ -843,12 +895,19 @@ test('activation refuses send steps naming a missing template or one of another 
   const w = await createWorkflow(s, token, { name: 'sender', steps });
   const refused = await patch(s, token, w.id, { status: 'ACTIVE' });
   assertErrorPaths(refused, ['/steps/1/templateId', '/steps/3/templateId', '/steps/4/templateId', '/steps/5/templateId'], 'validation_failed');
-  assert.deepEqual(refused.body.errors.map((e: any) => e.path), ['/steps/1/templateId', '/steps/3/templateId', '/steps/4/templateId', '/steps/5/templateId']);
+  assert.deepEqual(
+    refused.body.errors.map((e: any) => e.path),
+    ['/steps/1/templateId', '/steps/3/templateId', '/steps/4/templateId', '/steps/5/templateId'],
+  );
   assert.match(refused.body.errors[0].message, /SMS/);
   assert.equal((await s.request('GET', `/workflows/${w.id}`, { token })).body.status, 'DRAFT');
   assert.ok(!auditRows(s, w.id).some((r) => r.action === 'workflow.activated'));
   // Created ACTIVE at once: the same refusal, and nothing is created.
-  assertErrorPaths(await s.request('POST', '/workflows', { token, body: { name: 'at once', status: 'ACTIVE', steps } }), ['/steps/1/templateId'], 'validation_failed');
+  assertErrorPaths(
+    await s.request('POST', '/workflows', { token, body: { name: 'at once', status: 'ACTIVE', steps } }),
+    ['/steps/1/templateId'],
+    'validation_failed',
+  );
   assert.equal((await s.request('GET', '/workflows', { token })).body.data.length, 1);
 
   // Fixed, it activates; then editing the steps of the ACTIVE workflow is checked too.

@@ -19,10 +19,8 @@ export type ResultOf<P extends keyof paths, M extends Method> =
     : never;
 export type BodyOf<P extends keyof paths, M extends Method> =
   Operation<P, M> extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;
-export type QueryOf<P extends keyof paths, M extends Method> =
-  Operation<P, M> extends { parameters: { query?: infer Q } } ? Partial<NonNullable<Q>> : never;
-type PathParams<P extends keyof paths, M extends Method> =
-  Operation<P, M> extends { parameters: { path: infer Q } } ? Q : never;
+export type QueryOf<P extends keyof paths, M extends Method> = Operation<P, M> extends { parameters: { query?: infer Q } } ? Partial<NonNullable<Q>> : never;
+type PathParams<P extends keyof paths, M extends Method> = Operation<P, M> extends { parameters: { path: infer Q } } ? Q : never;
 
 export interface CallOptions<P extends keyof paths, M extends Method> {
   params?: PathParams<P, M>;
@@ -129,11 +127,7 @@ function urlOf(path: string, params: Record<string, unknown> | undefined, query:
 }
 
 /** Calls the API; throws ApiError for a problem, NetworkError when the server cannot be reached. */
-export async function api<P extends keyof paths, M extends Method & keyof paths[P]>(
-  method: M,
-  path: P,
-  opts: CallOptions<P, M> = {},
-): Promise<ResultOf<P, M>> {
+export async function api<P extends keyof paths, M extends Method & keyof paths[P]>(method: M, path: P, opts: CallOptions<P, M> = {}): Promise<ResultOf<P, M>> {
   const url = urlOf(path as string, opts.params as Record<string, unknown> | undefined, opts.query as Record<string, unknown> | undefined);
   return request<ResultOf<P, M>>(method.toUpperCase(), url, opts.body);
 }

@@ -48,7 +48,11 @@ function WorkspaceSwitcher() {
           </option>
         ))}
       </select>
-      {error ? <span role="alert" className="field-error">{describeError(error)}</span> : null}
+      {error ? (
+        <span role="alert" className="field-error">
+          {describeError(error)}
+        </span>
+      ) : null}
     </div>
   );
 }

@@ -12,7 +12,7 @@ export type Me = Omit<ResultOf<'/auth/me', 'get'>, 'user' | 'apiKey'> & { user: 
 
 async function whoAmI(): Promise<Me> {
   const me = await api('get', '/auth/me');
-  if (!me.user) throw new Error('The console needs a person\'s session, not an API key');
+  if (!me.user) throw new Error("The console needs a person's session, not an API key");
   return { ...me, user: me.user };
 }
 

@@ -47,7 +47,15 @@ export function LoginPage({ reason }: { reason?: string | undefined }) {
         {reason && !error && <Alert kind="info">{reason}</Alert>}
         {error && <Alert>{error}</Alert>}
         <Field label="Email" type="email" name="email" autoComplete="username" required value={email} onChange={(e) => setEmail(e.target.value)} autoFocus />
-        <Field label="Password" type="password" name="password" autoComplete="current-password" required value={password} onChange={(e) => setPassword(e.target.value)} />
+        <Field
+          label="Password"
+          type="password"
+          name="password"
+          autoComplete="current-password"
+          required
+          value={password}
+          onChange={(e) => setPassword(e.target.value)}
+        />
         <button type="submit" className="button-primary" disabled={busy}>
           {busy ? 'Logging in…' : 'Log in'}
         </button>

@@ -71,7 +71,12 @@ function AutomationDetail({ id }: { id: number }) {
       actions={
         canWrite &&
         a && (
-          <button type="button" className={active ? 'button-secondary' : 'button-primary'} disabled={status.isPending} onClick={() => status.mutate(active ? 'PAUSED' : 'ACTIVE')}>
+          <button
+            type="button"
+            className={active ? 'button-secondary' : 'button-primary'}
+            disabled={status.isPending}
+            onClick={() => status.mutate(active ? 'PAUSED' : 'ACTIVE')}
+          >
             {active ? 'Pause' : 'Activate'}
           </button>
         )
@@ -101,7 +106,9 @@ function AutomationDetail({ id }: { id: number }) {
 function RunOnContact({ automationId, active }: { automationId: number; active: boolean }) {
   const contacts = useQuery({ queryKey: ['contacts', 'pick'], queryFn: () => api('get', '/contacts', { query: { limit: 100 } }) });
   const [contactId, setContactId] = useState('');
-  const start = useMutation({ mutationFn: () => api('post', '/automations/{id}/runs', { params: { id: automationId }, body: { contactId: Number(contactId) } }) });
+  const start = useMutation({
+    mutationFn: () => api('post', '/automations/{id}/runs', { params: { id: automationId }, body: { contactId: Number(contactId) } }),
+  });
   const submit = (e: FormEvent) => {
     e.preventDefault();
     start.mutate();
@@ -112,9 +119,17 @@ function RunOnContact({ automationId, active }: { automationId: number; active: 
         label="Contact"
         value={contactId}
         onChange={(e) => setContactId(e.target.value)}
-        options={[{ value: '', label: 'Choose a contact' }, ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` }))]}
+        options={[
+          { value: '', label: 'Choose a contact' },
+          ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` })),
+        ]}
       />
-      <button type="submit" className="button-primary" disabled={!contactId || start.isPending || !active} title={active ? undefined : 'Activate the automation first'}>
+      <button
+        type="submit"
+        className="button-primary"
+        disabled={!contactId || start.isPending || !active}
+        title={active ? undefined : 'Activate the automation first'}
+      >
         Run on a contact
       </button>
       {start.error ? <Alert>{describeError(start.error)}</Alert> : null}

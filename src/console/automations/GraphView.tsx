@@ -63,7 +63,10 @@ export default function GraphView({ graph, taken }: { graph: Graph; taken?: Set<
     return { nodes, edges };
   }, [graph, taken]);
   return (
-    <section className="graph" aria-label={taken ? `Path taken: ${taken.size} of ${graph.nodes.length} nodes` : `Automation graph with ${graph.nodes.length} nodes`}>
+    <section
+      className="graph"
+      aria-label={taken ? `Path taken: ${taken.size} of ${graph.nodes.length} nodes` : `Automation graph with ${graph.nodes.length} nodes`}
+    >
       <ReactFlow nodes={nodes} edges={edges} fitView nodesDraggable={false} nodesConnectable={false} proOptions={{ hideAttribution: true }}>
         <Background />
         <Controls showInteractive={false} />

@@ -18,7 +18,14 @@ interface Form {
 
 const EMPTY: Form = { email: '', phone: '', firstName: '', lastName: '', tags: '' };
 
-const parseTags = (text: string) => [...new Set(text.split(',').map((t) => t.trim()).filter(Boolean))];
+const parseTags = (text: string) => [
+  ...new Set(
+    text
+      .split(',')
+      .map((t) => t.trim())
+      .filter(Boolean),
+  ),
+];
 const orNull = (text: string) => (text.trim() ? text.trim() : null);
 
 /** The field a 409 contact_exists names ("… already has this email"). */
@@ -121,7 +128,15 @@ export function ContactFormPage({ id }: { id: number | null }) {
           {saved && <Alert kind="success">Saved.</Alert>}
           <div className="grid-2">
             <Field label="Email" type="email" autoComplete="off" value={form.email} onChange={set('email')} error={errorAt('email')} />
-            <Field label="Phone" type="tel" autoComplete="off" value={form.phone} onChange={set('phone')} error={errorAt('phone')} hint="International format, e.g. +14155550100" />
+            <Field
+              label="Phone"
+              type="tel"
+              autoComplete="off"
+              value={form.phone}
+              onChange={set('phone')}
+              error={errorAt('phone')}
+              hint="International format, e.g. +14155550100"
+            />
             <Field label="First name" value={form.firstName} onChange={set('firstName')} error={errorAt('firstName')} />
             <Field label="Last name" value={form.lastName} onChange={set('lastName')} error={errorAt('lastName')} />
           </div>

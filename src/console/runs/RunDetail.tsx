@@ -101,9 +101,7 @@ export function RunDetail({ runId }: { runId: number }) {
             </>
           )}
           <h2>Trigger body</h2>
-          <pre className="json card">
-            {JSON.stringify(r.trigger, null, 2)}
-          </pre>
+          <pre className="json card">{JSON.stringify(r.trigger, null, 2)}</pre>
           <h2>Deliveries</h2>
           {(deliveries.data?.data ?? []).length === 0 ? (
             <p className="empty">No message was sent by this run.</p>
@@ -129,7 +127,9 @@ export function RunDetail({ runId }: { runId: number }) {
                     </td>
                     <td>{d.attempt}</td>
                     <td>
-                      <code className="body-preview">{String((d.rendered as Record<string, unknown>).subject ?? (d.rendered as Record<string, unknown>).text ?? '')}</code>
+                      <code className="body-preview">
+                        {String((d.rendered as Record<string, unknown>).subject ?? (d.rendered as Record<string, unknown>).text ?? '')}
+                      </code>
                     </td>
                   </tr>
                 ))}

@@ -40,9 +40,7 @@ export function ApiKeysSection() {
       <p>Keys let scripts and other systems call the API with a role of their own. A key is shown once, when it is created.</p>
       {minted && (
         <div className="card minted">
-          <Alert kind="warning">
-            Copy the key “{minted.name}” now and keep it somewhere safe: it will not be shown again.
-          </Alert>
+          <Alert kind="warning">Copy the key “{minted.name}” now and keep it somewhere safe: it will not be shown again.</Alert>
           <CopyField label="New API key" value={minted.key} />
           <button type="button" className="button-secondary" onClick={() => setMinted(null)}>
             Done

@@ -11,7 +11,6 @@ import { formatTime } from '../ui/Page';
 const ROLES: Role[] = ['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'];
 const label = (r: string) => r[0] + r.slice(1).toLowerCase();
 
-
 export function MembersSection() {
   const me = useMe();
   const isAdmin = useCan('ADMIN');
@@ -133,7 +132,12 @@ export function MembersSection() {
           )}
           <form className="card form inline-form" onSubmit={submit} noValidate aria-label="Invite a member">
             <Field label="Email" type="email" autoComplete="off" value={email} onChange={(e) => setEmail(e.target.value)} error={emailError} required />
-            <SelectField label="Role" value={role} onChange={(e) => setRole(e.target.value as Role)} options={grantable.map((r) => ({ value: r, label: label(r) }))} />
+            <SelectField
+              label="Role"
+              value={role}
+              onChange={(e) => setRole(e.target.value as Role)}
+              options={grantable.map((r) => ({ value: r, label: label(r) }))}
+            />
             <button type="submit" className="button-primary" disabled={invite.isPending}>
               Invite
             </button>

@@ -90,8 +90,14 @@ export function TemplateEditor({ id }: { id: number | null }) {
   };
   const err = save.error;
   const at = (pointer: string) => fieldError(err, pointer);
-  const contentError = err && (fieldError(err, '/content') && !['subject', 'html', 'text', 'templateName', 'language', 'parameters'].some((k) => at(`/content/${k}`)) ? at('/content') : undefined);
-  const anyAtField = ['/name', '/content/subject', '/content/html', '/content/text', '/content/templateName', '/content/language', '/content/parameters'].some((p) => at(p));
+  const contentError =
+    err &&
+    (fieldError(err, '/content') && !['subject', 'html', 'text', 'templateName', 'language', 'parameters'].some((k) => at(`/content/${k}`))
+      ? at('/content')
+      : undefined);
+  const anyAtField = ['/name', '/content/subject', '/content/html', '/content/text', '/content/templateName', '/content/language', '/content/parameters'].some(
+    (p) => at(p),
+  );
 
   if (id !== null && template.error) {
     return (
@@ -150,13 +156,20 @@ export function TemplateEditor({ id }: { id: number | null }) {
                   <>
                     <Field label="Template name" value={form.templateName} onChange={set('templateName')} error={at('/content/templateName')} />
                     <Field label="Language" value={form.language} onChange={set('language')} error={at('/content/language')} hint="e.g. en or en_US" />
-                    <TextAreaField label="Parameters" value={form.parameters} onChange={set('parameters')} error={at('/content/parameters')} hint="One per line; each may use Liquid" />
+                    <TextAreaField
+                      label="Parameters"
+                      value={form.parameters}
+                      onChange={set('parameters')}
+                      error={at('/content/parameters')}
+                      hint="One per line; each may use Liquid"
+                    />
                   </>
                 )}
               </>
             )}
             <p className="hint">
-              Every field is a Liquid template: <code>{'{{ contact.firstName }}'}</code>, <code>{'{{ trigger.total }}'}</code>, <code>{'{{ workspace.name }}'}</code>.
+              Every field is a Liquid template: <code>{'{{ contact.firstName }}'}</code>, <code>{'{{ trigger.total }}'}</code>,{' '}
+              <code>{'{{ workspace.name }}'}</code>.
             </p>
             {canWrite && (
               <button type="submit" className="button-primary" disabled={save.isPending}>

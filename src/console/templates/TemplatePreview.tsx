@@ -48,9 +48,19 @@ export function TemplatePreview({ id, version }: { id: number; version: string }
           label="Contact"
           value={contactId}
           onChange={(e) => setContactId(e.target.value)}
-          options={[{ value: '', label: 'No contact' }, ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` }))]}
+          options={[
+            { value: '', label: 'No contact' },
+            ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` })),
+          ]}
         />
-        <TextAreaField label="Trigger body (JSON)" value={trigger} onChange={(e) => setTrigger(e.target.value)} error={jsonError ?? fieldError(preview.error, '/trigger')} rows={4} className="code" />
+        <TextAreaField
+          label="Trigger body (JSON)"
+          value={trigger}
+          onChange={(e) => setTrigger(e.target.value)}
+          error={jsonError ?? fieldError(preview.error, '/trigger')}
+          rows={4}
+          className="code"
+        />
         <button type="submit" className="button-secondary" disabled={preview.isPending}>
           Preview
         </button>

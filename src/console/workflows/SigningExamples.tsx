@@ -18,7 +18,17 @@ function sampleBody(lookup: keyof typeof SAMPLE_VALUES | null, path: string | nu
 }
 
 /** Ready-to-paste requests for the webhook URL: shell (curl + openssl) and Node. */
-export function SigningExamples({ url, signed, lookup, path }: { url: string; signed: boolean; lookup: keyof typeof SAMPLE_VALUES | null; path: string | null }) {
+export function SigningExamples({
+  url,
+  signed,
+  lookup,
+  path,
+}: {
+  url: string;
+  signed: boolean;
+  lookup: keyof typeof SAMPLE_VALUES | null;
+  path: string | null;
+}) {
   const sample = sampleBody(lookup, path);
   const body = JSON.stringify(sample);
   const shell = signed

@@ -35,7 +35,9 @@ export function WebhookTest({ workflowId }: { workflowId: number }) {
       {r && (
         <div aria-live="polite" className="test-result">
           <Alert kind={r.wouldAccept ? 'success' : 'error'}>
-            {r.wouldAccept ? `A real POST would be accepted (${r.status}).` : `A real POST would be refused: ${r.status} ${r.code ?? ''}${r.detail ? ` — ${r.detail}` : ''}`}
+            {r.wouldAccept
+              ? `A real POST would be accepted (${r.status}).`
+              : `A real POST would be refused: ${r.status} ${r.code ?? ''}${r.detail ? ` — ${r.detail}` : ''}`}
           </Alert>
           <dl className="facts">
             <dt>Lookup</dt>

@@ -45,7 +45,12 @@ export function WorkflowDetail({ id }: { id: number }) {
       title={w.name}
       actions={
         canWrite && (
-          <button type="button" className={active ? 'button-secondary' : 'button-primary'} disabled={update.isPending} onClick={() => update.mutate({ status: active ? 'PAUSED' : 'ACTIVE' })}>
+          <button
+            type="button"
+            className={active ? 'button-secondary' : 'button-primary'}
+            disabled={update.isPending}
+            onClick={() => update.mutate({ status: active ? 'PAUSED' : 'ACTIVE' })}
+          >
             {active ? 'Pause' : 'Activate'}
           </button>
         )
@@ -62,7 +67,9 @@ export function WorkflowDetail({ id }: { id: number }) {
         <section className="card" aria-labelledby="url-heading">
           <h2 id="url-heading">Endpoint</h2>
           <CopyField label="Webhook URL" value={w.webhook.url} />
-          <p className="hint">{w.webhook.hasSigningSecret ? 'Requests must be signed with the signing secret.' : 'No signing secret is set: anyone with this URL can post to it.'}</p>
+          <p className="hint">
+            {w.webhook.hasSigningSecret ? 'Requests must be signed with the signing secret.' : 'No signing secret is set: anyone with this URL can post to it.'}
+          </p>
           {canWrite && <SigningExamples url={w.webhook.url} signed={w.webhook.hasSigningSecret} lookup={w.webhook.lookup} path={w.webhook.path} />}
         </section>
       )}
@@ -121,7 +128,13 @@ function WebhookSettings({ workflow, canWrite, onSaved }: { workflow: Workflow; 
                 { value: 'contactId', label: 'By contact id' },
               ]}
             />
-            <Field label="Path in the body" value={path} onChange={(e) => setPath(e.target.value)} error={at('path')} hint="e.g. email or customer.email; empty: the lookup's name" />
+            <Field
+              label="Path in the body"
+              value={path}
+              onChange={(e) => setPath(e.target.value)}
+              error={at('path')}
+              hint="e.g. email or customer.email; empty: the lookup's name"
+            />
           </div>
           <div className="checkbox">
             <input id="create-if-not-found" type="checkbox" checked={create} onChange={(e) => setCreate(e.target.checked)} />
@@ -152,13 +165,21 @@ function WebhookSettings({ workflow, canWrite, onSaved }: { workflow: Workflow; 
             value={secret}
             onChange={(e) => setSecret(e.target.value)}
             error={at('signingSecret')}
-            hint={workflow.webhook.hasSigningSecret ? 'A secret is set; a new one replaces it at once.' : 'At least 16 characters. Senders sign each body with it (HMAC-SHA256).'}
+            hint={
+              workflow.webhook.hasSigningSecret
+                ? 'A secret is set; a new one replaces it at once.'
+                : 'At least 16 characters. Senders sign each body with it (HMAC-SHA256).'
+            }
           />
           <button type="submit" className="button-secondary" disabled={save.isPending || !secret}>
             {workflow.webhook.hasSigningSecret ? 'Rotate secret' : 'Set secret'}
           </button>
           {workflow.webhook.hasSigningSecret && (
-            <ConfirmButton label="Clear secret" question="Clear the signing secret? Unsigned posts to this URL will then be accepted." onConfirm={() => save.mutateAsync({ signingSecret: null })} />
+            <ConfirmButton
+              label="Clear secret"
+              question="Clear the signing secret? Unsigned posts to this URL will then be accepted."
+              onConfirm={() => save.mutateAsync({ signingSecret: null })}
+            />
           )}
         </form>
       )}

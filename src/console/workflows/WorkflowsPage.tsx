@@ -68,7 +68,14 @@ function NewWorkflow() {
   const [name, setName] = useState('');
   const [trigger, setTrigger] = useState<'WEBHOOK' | 'MANUAL'>('WEBHOOK');
   const create = useMutation({
-    mutationFn: () => api('post', '/workflows', { body: { name: name.trim(), triggerSource: trigger, ...(trigger === 'WEBHOOK' ? { webhook: { lookup: 'email' as const, createIfNotFound: true } } : {}) } }),
+    mutationFn: () =>
+      api('post', '/workflows', {
+        body: {
+          name: name.trim(),
+          triggerSource: trigger,
+          ...(trigger === 'WEBHOOK' ? { webhook: { lookup: 'email' as const, createIfNotFound: true } } : {}),
+        },
+      }),
     onSuccess: (w) => {
       void queries.invalidateQueries({ queryKey: ['workflows'] });
       navigate(`/${w.id}`, { replace: true });

@@ -16,10 +16,7 @@ export interface MigrationStatus {
 
 export class DatabaseTooNewError extends Error {
   constructor(readonly unknown: string[]) {
-    super(
-      `The database was migrated by a newer svc (unknown migrations: ${unknown.join(', ')}). ` +
-        'Upgrade svc, or restore a backup made by this version.',
-    );
+    super(`The database was migrated by a newer svc (unknown migrations: ${unknown.join(', ')}). ` + 'Upgrade svc, or restore a backup made by this version.');
     this.name = 'DatabaseTooNewError';
   }
 }
@@ -47,9 +44,7 @@ function readJournal(dir: string): JournalEntry[] {
 }
 
 function ensureTable(db: Db): void {
-  db.$client.exec(
-    'CREATE TABLE IF NOT EXISTS svc_migrations (id INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT NOT NULL UNIQUE, applied_at TEXT NOT NULL)',
-  );
+  db.$client.exec('CREATE TABLE IF NOT EXISTS svc_migrations (id INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT NOT NULL UNIQUE, applied_at TEXT NOT NULL)');
 }
 
 function appliedTags(db: Db): string[] {
@@ -75,10 +70,12 @@ export function migrate(db: Db, dir = findMigrationsDir(), onApply?: (tag: strin
       .split('--> statement-breakpoint')
       .map((s) => s.trim())
       .filter(Boolean);
-    db.$client.transaction(() => {
-      for (const stmt of statements) db.$client.exec(stmt);
-      db.$client.prepare('INSERT INTO svc_migrations (tag, applied_at) VALUES (?, ?)').run(tag, new Date().toISOString());
-    }).immediate();
+    db.$client
+      .transaction(() => {
+        for (const stmt of statements) db.$client.exec(stmt);
+        db.$client.prepare('INSERT INTO svc_migrations (tag, applied_at) VALUES (?, ?)').run(tag, new Date().toISOString());
+      })
+      .immediate();
     applied.push(tag);
     onApply?.(tag);
   }

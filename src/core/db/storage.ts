@@ -67,7 +67,13 @@ export class StorageHealth {
       this.lastLogged = now;
       const free = freeBytes(this.dataDir);
       this.log.error(
-        { code: (err as { code?: string }).code, dataDir: this.dataDir, freeBytes: free, failedWrites: this.failures, fullSince: new Date(this.fullSince).toISOString() },
+        {
+          code: (err as { code?: string }).code,
+          dataDir: this.dataDir,
+          freeBytes: free,
+          failedWrites: this.failures,
+          fullSince: new Date(this.fullSince).toISOString(),
+        },
         'the disk of the data folder is full: writes fail and are answered 503 storage_full; free some space and intake resumes by itself',
       );
       this.failures = 0;

@@ -135,10 +135,7 @@ function countsBy<S extends string>(statuses: readonly S[], rows: { status: S; n
 
 export function adminStats(ctx: Ctx, now = new Date()): AdminStats {
   const total = (table: typeof workspaces | typeof users | typeof contacts | typeof workflows) => ctx.db.select({ n: count() }).from(table).get()!.n;
-  const runs = countsBy(
-    RUN_STATUSES,
-    ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status).all(),
-  );
+  const runs = countsBy(RUN_STATUSES, ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status).all());
   const dueWaiting = ctx.db
     .select({ n: count() })
     .from(workflowRuns)

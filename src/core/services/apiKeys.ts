@@ -82,8 +82,17 @@ export function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: R
     }
     const key = generateApiKey(workspace.sandboxOf === null ? LIVE_PREFIX : TEST_PREFIX);
     const prefix = key.slice(0, LIVE_PREFIX.length + 4);
-    const row = tx.db.insert(apiKeys).values({ workspaceId: ctx.workspaceId, name, role: input.role, prefix, keyHash: hashApiKey(key) }).returning().get();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'api_key.created', target: { type: 'api_key', id: row.id }, metadata: { name, role: input.role, prefix } });
+    const row = tx.db
+      .insert(apiKeys)
+      .values({ workspaceId: ctx.workspaceId, name, role: input.role, prefix, keyHash: hashApiKey(key) })
+      .returning()
+      .get();
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'api_key.created',
+      target: { type: 'api_key', id: row.id },
+      metadata: { name, role: input.role, prefix },
+    });
     return { id: row.id, name: row.name, role: row.role, key, prefix, createdAt: row.createdAt };
   });
 }
@@ -95,11 +104,20 @@ export function listApiKeys(ctx: WorkspaceContext, page: PageRequest): Page<ApiK
 /** Revokes a key of this workspace; revoking twice keeps the first revocation time. */
 export function revokeApiKey(ctx: WorkspaceContext, id: number): ApiKeyView {
   return withTransaction(ctx, (tx) => {
-    const row = tx.db.select().from(apiKeys).where(inWorkspace(tx, apiKeys.workspaceId, eq(apiKeys.id, id))).get();
+    const row = tx.db
+      .select()
+      .from(apiKeys)
+      .where(inWorkspace(tx, apiKeys.workspaceId, eq(apiKeys.id, id)))
+      .get();
     if (!row) throw new NotFoundError('api_key_not_found', `No API key with id ${id}`);
     if (row.revokedAt) return view(row);
     const updated = tx.db.update(apiKeys).set({ revokedAt: nowIso() }).where(eq(apiKeys.id, id)).returning().get()!;
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'api_key.revoked', target: { type: 'api_key', id }, metadata: { name: row.name, prefix: row.prefix } });
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'api_key.revoked',
+      target: { type: 'api_key', id },
+      metadata: { name: row.name, prefix: row.prefix },
+    });
     return view(updated);
   });
 }
@@ -129,13 +147,29 @@ export interface ApiKeyIdentity {
  */
 export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyIdentity | undefined {
   const row = ctx.db
-    .select({ id: apiKeys.id, workspaceId: apiKeys.workspaceId, name: apiKeys.name, role: apiKeys.role, revokedAt: apiKeys.revokedAt, plan: workspaces.plan, sandboxOf: workspaces.sandboxOf })
+    .select({
+      id: apiKeys.id,
+      workspaceId: apiKeys.workspaceId,
+      name: apiKeys.name,
+      role: apiKeys.role,
+      revokedAt: apiKeys.revokedAt,
+      plan: workspaces.plan,
+      sandboxOf: workspaces.sandboxOf,
+    })
     .from(apiKeys)
     .innerJoin(workspaces, eq(workspaces.id, apiKeys.workspaceId))
     .where(eq(apiKeys.keyHash, hashApiKey(key)))
     .get();
   if (!row) return undefined;
-  return { id: row.id, workspaceId: row.workspaceId, name: row.name, role: row.role, plan: row.plan, revoked: row.revokedAt !== null, sandbox: row.sandboxOf !== null };
+  return {
+    id: row.id,
+    workspaceId: row.workspaceId,
+    name: row.name,
+    role: row.role,
+    plan: row.plan,
+    revoked: row.revokedAt !== null,
+    sandbox: row.sandboxOf !== null,
+  };
 }
 
 // Per database, so that several servers in one process (the tests) keep separate books.

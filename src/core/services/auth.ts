@@ -140,7 +140,11 @@ function membershipsOf(ctx: Pick<SystemContext, 'db'>, userId: number): Membersh
  * in its live twin, named with the sandbox's id, name and plan.
  */
 function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, workspaceId: number): (MembershipRow & { sandbox: boolean }) | undefined {
-  const w = ctx.db.select({ id: workspaces.id, name: workspaces.name, plan: workspaces.plan, sandboxOf: workspaces.sandboxOf }).from(workspaces).where(eq(workspaces.id, workspaceId)).get();
+  const w = ctx.db
+    .select({ id: workspaces.id, name: workspaces.name, plan: workspaces.plan, sandboxOf: workspaces.sandboxOf })
+    .from(workspaces)
+    .where(eq(workspaces.id, workspaceId))
+    .get();
   if (!w) return undefined;
   const m = ctx.db
     .select({ role: memberships.role })
@@ -157,7 +161,10 @@ function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, workspaceI
  */
 function issueRefreshToken(ctx: SystemContext, userId: number, workspaceId: number, familyId: string, expiresAt: string): string {
   const token = randomToken(32);
-  ctx.db.insert(sessions).values({ familyId, userId, workspaceId, tokenHash: sha256Hex(token), expiresAt }).run();
+  ctx.db
+    .insert(sessions)
+    .values({ familyId, userId, workspaceId, tokenHash: sha256Hex(token), expiresAt })
+    .run();
   return token;
 }
 
@@ -220,11 +227,14 @@ export async function login(
   }
   throttle.succeed(email, ctx.ip);
   return openSession(ctx, user, chosen, newSessionEnd(ctx), (tx) =>
-    recordAudit({ ...tx, actor: { type: 'USER', id: user.id, label: user.email } }, {
-      workspaceId: chosen.workspaceId,
-      action: 'auth.login',
-      target: { type: 'user', id: user.id },
-    }),
+    recordAudit(
+      { ...tx, actor: { type: 'USER', id: user.id, label: user.email } },
+      {
+        workspaceId: chosen.workspaceId,
+        action: 'auth.login',
+        target: { type: 'user', id: user.id },
+      },
+    ),
   );
 }
 
@@ -274,7 +284,11 @@ export async function refresh(
 ): Promise<{ token: string; expiresIn: number; refreshToken: string; refreshMaxAge: number }> {
   if (!refreshToken) throw invalidRefresh();
   const outcome = withTransaction(ctx, (tx) => {
-    const row = tx.db.select().from(sessions).where(eq(sessions.tokenHash, sha256Hex(refreshToken))).get();
+    const row = tx.db
+      .select()
+      .from(sessions)
+      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)))
+      .get();
     if (!row || row.revokedAt || row.expiresAt <= nowIso()) return { error: true as const };
     const actor = { type: 'USER' as const, id: row.userId, label: null };
     // Tabs of one browser share one cookie: a token presented again within the grace after
@@ -282,7 +296,11 @@ export async function refresh(
     // successor instead of ending the family. Later reuse is theft and ends it.
     const inGrace = row.rotatedAt !== null && Date.parse(row.rotatedAt) > Date.now() - REFRESH_REUSE_GRACE_MS;
     if (row.rotatedAt && !inGrace) {
-      tx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt))).run();
+      tx.db
+        .update(sessions)
+        .set({ revokedAt: nowIso() })
+        .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)))
+        .run();
       recordAudit({ ...tx, actor }, { workspaceId: row.workspaceId, action: 'auth.refresh_reuse_detected', target: { type: 'user', id: row.userId } });
       return { error: true as const };
     }
@@ -290,7 +308,15 @@ export async function refresh(
     if (!membership) return { error: true as const };
     if (!inGrace) tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id)).run();
     const next = issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt);
-    return { error: false as const, next, userId: row.userId, workspaceId: row.workspaceId, role: membership.role, familyId: row.familyId, expiresAt: row.expiresAt };
+    return {
+      error: false as const,
+      next,
+      userId: row.userId,
+      workspaceId: row.workspaceId,
+      role: membership.role,
+      familyId: row.familyId,
+      expiresAt: row.expiresAt,
+    };
   });
   if (outcome.error) throw invalidRefresh();
   const token = await signAccessToken(ctx, outcome.userId, outcome.workspaceId, outcome.role, outcome.familyId);
@@ -301,10 +327,21 @@ export async function refresh(
 export function logout(ctx: SystemContext, refreshToken: string | undefined): void {
   if (!refreshToken) return;
   withTransaction(ctx, (tx) => {
-    const row = tx.db.select().from(sessions).where(eq(sessions.tokenHash, sha256Hex(refreshToken))).get();
+    const row = tx.db
+      .select()
+      .from(sessions)
+      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)))
+      .get();
     if (!row) return;
-    tx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt))).run();
-    recordAudit({ ...tx, actor: { type: 'USER', id: row.userId, label: null } }, { workspaceId: row.workspaceId, action: 'auth.logout', target: { type: 'user', id: row.userId } });
+    tx.db
+      .update(sessions)
+      .set({ revokedAt: nowIso() })
+      .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)))
+      .run();
+    recordAudit(
+      { ...tx, actor: { type: 'USER', id: row.userId, label: null } },
+      { workspaceId: row.workspaceId, action: 'auth.logout', target: { type: 'user', id: row.userId } },
+    );
   });
 }
 
@@ -321,7 +358,8 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
   const userId = Number(payload.sub);
   const workspaceId = payload.wid;
   const sessionId = payload.sid;
-  if (!Number.isSafeInteger(userId) || typeof workspaceId !== 'number' || !Number.isSafeInteger(workspaceId) || typeof sessionId !== 'string') throw invalidToken();
+  if (!Number.isSafeInteger(userId) || typeof workspaceId !== 'number' || !Number.isSafeInteger(workspaceId) || typeof sessionId !== 'string')
+    throw invalidToken();
   // A session ended by logout, a password change, a removal or its age ends its access tokens too.
   const live = ctx.db
     .select({ id: sessions.id })
@@ -334,7 +372,18 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
   const membership = membershipIn(ctx, userId, workspaceId);
   const user = membership && ctx.db.select({ email: users.email, isSuperAdmin: users.isSuperAdmin }).from(users).where(eq(users.id, userId)).get();
   if (!membership || !user) throw invalidToken('The user is no longer a member of this workspace');
-  return { kind: 'user', workspaceId, role: membership.role, plan: membership.plan, userId, apiKeyId: null, isSuperAdmin: user.isSuperAdmin, label: user.email, sessionId, sandbox: membership.sandbox };
+  return {
+    kind: 'user',
+    workspaceId,
+    role: membership.role,
+    plan: membership.plan,
+    userId,
+    apiKeyId: null,
+    isSuperAdmin: user.isSuperAdmin,
+    label: user.email,
+    sessionId,
+    sandbox: membership.sandbox,
+  };
 }
 
 function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Principal {
@@ -345,7 +394,10 @@ function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Princi
   if (found.sandbox !== isTestKey(key)) throw new UnauthorizedError('invalid_api_key', 'The API key is not valid');
   if (found.revoked) throw new UnauthorizedError('api_key_revoked', 'The API key has been revoked');
   if (!planAtLeast(found.plan, minimumPlanForKeyRole(found.role))) {
-    throw new UnauthorizedError('api_key_plan_restricted', `${found.role} keys do not authenticate on the ${found.plan} plan; raise the plan or use a VIEWER key`);
+    throw new UnauthorizedError(
+      'api_key_plan_restricted',
+      `${found.role} keys do not authenticate on the ${found.plan} plan; raise the plan or use a VIEWER key`,
+    );
   }
   touchApiKey(ctx, found.id);
   return {
@@ -434,13 +486,20 @@ export async function switchWorkspace(ctx: WorkspaceContext, principal: Principa
   if (!current) throw new UnauthorizedError('session_ended', 'The session has ended; log in again');
   const replaced = principal.sessionId;
   return openSession(ctx, user, target, current.expiresAt, (tx) => {
-    tx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(eq(sessions.familyId, replaced), isNull(sessions.revokedAt))).run();
-    recordAudit({ ...tx, actor: { type: 'USER', id: userId, label: user.email } }, {
-      workspaceId,
-      action: 'auth.switched',
-      target: { type: 'user', id: userId },
-      metadata: { fromWorkspaceId: principal.workspaceId },
-    });
+    tx.db
+      .update(sessions)
+      .set({ revokedAt: nowIso() })
+      .where(and(eq(sessions.familyId, replaced), isNull(sessions.revokedAt)))
+      .run();
+    recordAudit(
+      { ...tx, actor: { type: 'USER', id: userId, label: user.email } },
+      {
+        workspaceId,
+        action: 'auth.switched',
+        target: { type: 'user', id: userId },
+        metadata: { fromWorkspaceId: principal.workspaceId },
+      },
+    );
   });
 }
 

@@ -72,8 +72,10 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
     if (from && from.type !== 'condition' && edge.branch !== undefined) fail(`${base}/branch`, 'only edges from a condition node have a branch');
     if (from?.type === 'condition' && edge.branch === undefined) fail(`${base}/branch`, 'edges from a condition node need branch: true or false');
     const siblings = out.get(edge.from) ?? [];
-    if (from && from.type !== 'condition' && siblings.length) fail(base, `node ${JSON.stringify(edge.from)} already has a way out; branch with a condition node`);
-    if (from?.type === 'condition' && siblings.some((s) => s.branch === edge.branch)) fail(`${base}/branch`, `node ${JSON.stringify(edge.from)} already has a ${edge.branch} branch`);
+    if (from && from.type !== 'condition' && siblings.length)
+      fail(base, `node ${JSON.stringify(edge.from)} already has a way out; branch with a condition node`);
+    if (from?.type === 'condition' && siblings.some((s) => s.branch === edge.branch))
+      fail(`${base}/branch`, `node ${JSON.stringify(edge.from)} already has a ${edge.branch} branch`);
     out.set(edge.from, [...siblings, { ...edge, index: i }]);
   });
 
@@ -94,7 +96,10 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
   for (const id of ids.keys()) {
     const closing = state.has(id) ? undefined : visit(id);
     if (closing) {
-      fail(`/graph/edges/${closing.index}`, `closes a cycle (${JSON.stringify(closing.from)} back to ${JSON.stringify(closing.to)}); a run must always move forward`);
+      fail(
+        `/graph/edges/${closing.index}`,
+        `closes a cycle (${JSON.stringify(closing.from)} back to ${JSON.stringify(closing.to)}); a run must always move forward`,
+      );
       break;
     }
   }
@@ -103,14 +108,19 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
 }
 
 function findRow(ctx: WorkspaceContext, id: number): AutomationRow {
-  const row = ctx.db.select().from(automations).where(inWorkspace(ctx, automations.workspaceId, eq(automations.id, id))).get();
+  const row = ctx.db
+    .select()
+    .from(automations)
+    .where(inWorkspace(ctx, automations.workspaceId, eq(automations.id, id)))
+    .get();
   if (!row) throw new NotFoundError('automation_not_found', `No automation with id ${id}`);
   return row;
 }
 
 function checkName(name: string): string {
   const trimmed = name.trim();
-  if (!trimmed || trimmed.length > 200) throw new ValidationError('validation_failed', 'The automation is invalid', [{ path: '/name', message: 'must be 1 to 200 characters' }]);
+  if (!trimmed || trimmed.length > 200)
+    throw new ValidationError('validation_failed', 'The automation is invalid', [{ path: '/name', message: 'must be 1 to 200 characters' }]);
   return trimmed;
 }
 
@@ -126,8 +136,17 @@ export function createAutomation(ctx: WorkspaceContext, input: { name: string; s
   const name = checkName(input.name);
   const graph = validateGraph(input.graph);
   return withTransaction(ctx, (tx) => {
-    const row = tx.db.insert(automations).values({ workspaceId: ctx.workspaceId, name, status: input.status ?? 'DRAFT', graph }).returning().get();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.created', target: { type: 'automation', id: row.id }, metadata: { name, status: row.status } });
+    const row = tx.db
+      .insert(automations)
+      .values({ workspaceId: ctx.workspaceId, name, status: input.status ?? 'DRAFT', graph })
+      .returning()
+      .get();
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'automation.created',
+      target: { type: 'automation', id: row.id },
+      metadata: { name, status: row.status },
+    });
     return view(row);
   });
 }
@@ -149,7 +168,12 @@ export function updateAutomation(
       .where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)))
       .returning()
       .get()!;
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.updated', target: { type: 'automation', id }, metadata: { fields: Object.keys(input) } });
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'automation.updated',
+      target: { type: 'automation', id },
+      metadata: { fields: Object.keys(input) },
+    });
     if (input.status !== undefined && input.status !== before.status) {
       recordAudit(tx, {
         workspaceId: ctx.workspaceId,
@@ -165,24 +189,40 @@ export function updateAutomation(
 export function deleteAutomation(ctx: WorkspaceContext, id: number): void {
   withTransaction(ctx, (tx) => {
     findRow(tx, id);
-    tx.db.delete(automations).where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id))).run();
+    tx.db
+      .delete(automations)
+      .where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)))
+      .run();
     recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.deleted', target: { type: 'automation', id } });
   });
 }
 
 /** Starts a run of an ACTIVE automation for one contact: its graph compiled into the run's program. */
-export function startAutomationRun(ctx: WorkspaceContext, id: number, input: { contactId: number; trigger?: Record<string, unknown> | undefined }): { runId: number; contactId: number } {
+export function startAutomationRun(
+  ctx: WorkspaceContext,
+  id: number,
+  input: { contactId: number; trigger?: Record<string, unknown> | undefined },
+): { runId: number; contactId: number } {
   return withTransaction(ctx, (tx) => {
     const row = findRow(tx, id);
     if (row.status !== 'ACTIVE') throw new ValidationError('automation_not_active', `Automation ${id} is ${row.status}; activate it first`);
-    const contact = tx.db.select({ id: contacts.id }).from(contacts).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, input.contactId))).get();
+    const contact = tx.db
+      .select({ id: contacts.id })
+      .from(contacts)
+      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, input.contactId)))
+      .get();
     if (!contact) throw new NotFoundError('contact_not_found', `No contact with id ${input.contactId}`);
     const run = tx.db
       .insert(workflowRuns)
       .values({ workspaceId: ctx.workspaceId, automationId: id, contactId: contact.id, definition: compileGraph(row.graph), trigger: input.trigger ?? {} })
       .returning({ id: workflowRuns.id })
       .get();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.run_started', target: { type: 'automation', id }, metadata: { runId: run.id, contactId: contact.id } });
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'automation.run_started',
+      target: { type: 'automation', id },
+      metadata: { runId: run.id, contactId: contact.id },
+    });
     return { runId: run.id, contactId: contact.id };
   });
 }

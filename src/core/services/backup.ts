@@ -1,4 +1,17 @@
-import { closeSync, copyFileSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -147,9 +160,11 @@ export function partialName(target: string): string {
 export async function backupDatabase(config: Pick<Config, 'dbFile' | 'dataDir' | 'secrets'>, target: string, opts: BackupOptions = {}): Promise<BackupResult> {
   const started = Date.now();
   const path = resolve(target);
-  if (!existsSync(config.dbFile)) throw new ValidationError('no_database', `${config.dataDir} has no database to back up (${basename(config.dbFile)} is missing)`);
+  if (!existsSync(config.dbFile))
+    throw new ValidationError('no_database', `${config.dataDir} has no database to back up (${basename(config.dbFile)} is missing)`);
   if (existsSync(path)) throw new ConflictError('backup_exists', `${path} already exists; choose a new file name (a backup never overwrites a file)`);
-  if (!existsSync(dirname(path)) || !statSync(dirname(path)).isDirectory()) throw new ValidationError('no_such_folder', `The folder ${dirname(path)} does not exist`);
+  if (!existsSync(dirname(path)) || !statSync(dirname(path)).isDirectory())
+    throw new ValidationError('no_such_folder', `The folder ${dirname(path)} does not exist`);
   if (dirname(path) === resolve(config.dataDir) && basename(path).startsWith('svc.db')) {
     throw new ValidationError('invalid_target', `${path} would collide with the database's own files; choose another name`);
   }
@@ -237,7 +252,10 @@ function readMeta(file: string, db: Database.Database): BackupInfo {
   const meta = Object.fromEntries((db.prepare(`SELECT key, value FROM ${META_TABLE}`).all() as { key: string; value: string }[]).map((r) => [r.key, r.value]));
   if (meta.format !== BACKUP_FORMAT) throw notABackup(file, 'its stamp names another format');
   if (Number(meta.formatVersion) > BACKUP_FORMAT_VERSION) {
-    throw new ConflictError('backup_too_new', `${file} was written in backup format ${meta.formatVersion} by svc ${meta.svcVersion}; this svc reads format ${BACKUP_FORMAT_VERSION}. Upgrade svc to restore it`);
+    throw new ConflictError(
+      'backup_too_new',
+      `${file} was written in backup format ${meta.formatVersion} by svc ${meta.svcVersion}; this svc reads format ${BACKUP_FORMAT_VERSION}. Upgrade svc to restore it`,
+    );
   }
   const jwtSecret = meta.jwtSecret ?? '';
   const encryptionKey = meta.encryptionKey ?? '';
@@ -307,7 +325,12 @@ function restoreSecrets(dataDir: string, secrets: BackupInfo['secrets'], stamp: 
  * newer schema; the database it replaces is kept aside under a timestamped name, and so is
  * config.json, whose secrets that database needs.
  */
-export function restoreBackup(dataDirFlag: string | undefined, env: NodeJS.ProcessEnv, file: string, onStep?: (step: RestoreStep, detail: string) => void): RestoreResult {
+export function restoreBackup(
+  dataDirFlag: string | undefined,
+  env: NodeJS.ProcessEnv,
+  file: string,
+  onStep?: (step: RestoreStep, detail: string) => void,
+): RestoreResult {
   const started = Date.now();
   const dataDir = resolveDataDir(dataDirFlag, env);
   const from = resolve(file);
@@ -344,7 +367,11 @@ export function restoreBackup(dataDirFlag: string | undefined, env: NodeJS.Proce
       } catch (err) {
         problems = [(err as Error).message];
       }
-      if (problems.length) throw notABackup(from, `the integrity check failed (${problems.slice(0, 3).join('; ')}${problems.length > 3 ? `; and ${problems.length - 3} more` : ''})`);
+      if (problems.length)
+        throw notABackup(
+          from,
+          `the integrity check failed (${problems.slice(0, 3).join('; ')}${problems.length > 3 ? `; and ${problems.length - 3} more` : ''})`,
+        );
       client.exec(`PRAGMA secure_delete = ON; DROP TABLE ${META_TABLE};`);
       client.close();
       client = undefined;
@@ -353,7 +380,10 @@ export function restoreBackup(dataDirFlag: string | undefined, env: NodeJS.Proce
         pending = migrationStatus(db).pending;
       } catch (err) {
         if (err instanceof DatabaseTooNewError) {
-          throw new ConflictError('backup_too_new', `${from} holds schema ${info.schemaVersion ?? '(none)'}, newer than this svc knows (unknown migrations: ${err.unknown.join(', ')}); restore it with a newer svc`);
+          throw new ConflictError(
+            'backup_too_new',
+            `${from} holds schema ${info.schemaVersion ?? '(none)'}, newer than this svc knows (unknown migrations: ${err.unknown.join(', ')}); restore it with a newer svc`,
+          );
         }
         throw err;
       } finally {

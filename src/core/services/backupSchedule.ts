@@ -79,7 +79,10 @@ export function startBackupSchedule(config: Config, log: BackupLogger): BackupSc
         mkdirSync(dir, { recursive: true, mode: 0o700 });
         const result = await backupDatabase(config, join(dir, `svc-backup-${fileStamp()}.db`), { signal: abort.signal });
         const pruned = pruneBackups(dir, config.backup.keep);
-        log.info({ backup: { path: result.path, size: result.size, schemaVersion: result.schemaVersion, durationMs: result.durationMs, pruned } }, 'scheduled backup written');
+        log.info(
+          { backup: { path: result.path, size: result.size, schemaVersion: result.schemaVersion, durationMs: result.durationMs, pruned } },
+          'scheduled backup written',
+        );
         return result;
       } catch (err) {
         if (abort.signal.aborted) return null;
@@ -94,9 +97,12 @@ export function startBackupSchedule(config: Config, log: BackupLogger): BackupSc
 
   const schedule = (delayMs: number) => {
     if (abort.signal.aborted) return;
-    timer = setTimeout(() => {
-      void runOnce().then(() => schedule(intervalMs));
-    }, Math.max(0, delayMs));
+    timer = setTimeout(
+      () => {
+        void runOnce().then(() => schedule(intervalMs));
+      },
+      Math.max(0, delayMs),
+    );
     timer.unref();
   };
   const newest = scheduledBackups(dir).at(-1);

@@ -58,9 +58,19 @@ export function getPlan(ctx: WorkspaceContext): PlanView {
       contacts: n(ctx.db.select({ n: workspaceCounters.contacts }).from(workspaceCounters).where(inWorkspace(ctx, workspaceCounters.workspaceId))),
       workflows: n(ctx.db.select({ n: count() }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId))),
       templates: n(ctx.db.select({ n: count() }).from(templates).where(inWorkspace(ctx, templates.workspaceId))),
-      apiKeys: n(ctx.db.select({ n: count() }).from(apiKeys).where(inWorkspace(ctx, apiKeys.workspaceId, isNull(apiKeys.revokedAt)))),
+      apiKeys: n(
+        ctx.db
+          .select({ n: count() })
+          .from(apiKeys)
+          .where(inWorkspace(ctx, apiKeys.workspaceId, isNull(apiKeys.revokedAt))),
+      ),
       members: n(ctx.db.select({ n: count() }).from(memberships).where(inWorkspace(ctx, memberships.workspaceId))),
-      runsThisMonth: n(ctx.db.select({ n: runMonthCounts.runs }).from(runMonthCounts).where(inWorkspace(ctx, runMonthCounts.workspaceId, eq(runMonthCounts.month, startOfMonthIso().slice(0, 7))))),
+      runsThisMonth: n(
+        ctx.db
+          .select({ n: runMonthCounts.runs })
+          .from(runMonthCounts)
+          .where(inWorkspace(ctx, runMonthCounts.workspaceId, eq(runMonthCounts.month, startOfMonthIso().slice(0, 7)))),
+      ),
     },
   };
 }
@@ -79,12 +89,18 @@ export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidP
   assertNotSandbox(ctx.db, ctx.workspaceId, 'A checkout');
   const current = getWorkspace(ctx, ctx.workspaceId).plan;
   if (input.plan === current) {
-    throw new ValidationError('plan_unchanged', `This workspace is already on ${current}`, [{ path: '/plan', message: `must differ from the current plan ${current}` }]);
+    throw new ValidationError('plan_unchanged', `This workspace is already on ${current}`, [
+      { path: '/plan', message: `must differ from the current plan ${current}` },
+    ]);
   }
   const provider = config.billingProvider;
   const price = provider === 'stripe' ? config.stripe.prices[input.plan] : null;
   if (provider === 'stripe' && (!config.stripe.secretKey || !price)) {
-    throw new AppError(503, 'billing_not_configured', `Stripe billing is not fully configured on this server (secret key and a price for ${input.plan} are needed)`);
+    throw new AppError(
+      503,
+      'billing_not_configured',
+      `Stripe billing is not fully configured on this server (secret key and a price for ${input.plan} are needed)`,
+    );
   }
   const createdBy = ctx.actor.type === 'USER' ? ctx.actor.id : null;
   const row = ctx.db.insert(checkouts).values({ workspaceId: ctx.workspaceId, plan: input.plan, provider, createdBy }).returning().get();
@@ -142,7 +158,8 @@ export function completeManualCheckout(ctx: SystemContext, checkoutId: number): 
   return withTransaction(ctx, (tx) => {
     const row = tx.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get();
     if (!row) throw new NotFoundError('checkout_not_found', `No checkout with id ${checkoutId}`);
-    if (row.provider !== 'manual') throw new ValidationError('checkout_not_manual', `Checkout ${checkoutId} is paid through ${row.provider}; it completes on the provider's webhook`);
+    if (row.provider !== 'manual')
+      throw new ValidationError('checkout_not_manual', `Checkout ${checkoutId} is paid through ${row.provider}; it completes on the provider's webhook`);
     if (row.status !== 'PENDING') throw new ConflictError('checkout_not_pending', `Checkout ${checkoutId} is already ${row.status}`);
     return complete(ctx, tx, row);
   });
@@ -155,11 +172,22 @@ export function completeManualCheckout(ctx: SystemContext, checkoutId: number): 
  * can set; never by `client_reference_id`, which a Payment Link lets any buyer choose.
  * Idempotent: a replayed or unknown event changes nothing. Returns what it did, for the log.
  */
-export function completeStripeCheckout(ctx: SystemContext, ref: { sessionId: string; checkoutId?: number | undefined }): 'completed' | 'already_completed' | 'not_found' {
+export function completeStripeCheckout(
+  ctx: SystemContext,
+  ref: { sessionId: string; checkoutId?: number | undefined },
+): 'completed' | 'already_completed' | 'not_found' {
   return withTransaction(ctx, (tx) => {
-    let row = tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.providerRef, ref.sessionId))).get();
+    let row = tx.db
+      .select()
+      .from(checkouts)
+      .where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.providerRef, ref.sessionId)))
+      .get();
     if (!row && ref.checkoutId) {
-      row = tx.db.select().from(checkouts).where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId), isNull(checkouts.providerRef))).get();
+      row = tx.db
+        .select()
+        .from(checkouts)
+        .where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId), isNull(checkouts.providerRef)))
+        .get();
     }
     if (!row) return 'not_found';
     if (row.status !== 'PENDING') return 'already_completed';

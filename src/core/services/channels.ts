@@ -146,7 +146,8 @@ class FieldChecker {
   integer(field: string, min: number, max: number): void {
     const value = this.input[field];
     if (value === undefined) return this.fail(field, 'is required');
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) return this.fail(field, `must be an integer from ${min} to ${max}`);
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max)
+      return this.fail(field, `must be an integer from ${min} to ${max}`);
     this.out[field] = value;
   }
 
@@ -238,7 +239,12 @@ function checkChannel(channel: Channel, input: ChannelInput, errors: FieldError[
     case 'outbox':
       break;
     case 'smtp':
-      s.text('host', { required: true, pattern: (h) => HOSTNAME_RE.test(h) || isIP(h) !== 0, hint: 'must be a host name or IP address (IPv6 without brackets)', max: 253 });
+      s.text('host', {
+        required: true,
+        pattern: (h) => HOSTNAME_RE.test(h) || isIP(h) !== 0,
+        hint: 'must be a host name or IP address (IPv6 without brackets)',
+        max: 253,
+      });
       s.integer('port', 1, 65535);
       s.boolean('secure', false);
       s.email('from');
@@ -316,7 +322,12 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Cha
         .run();
       changed[channel] = next.provider;
     }
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'settings.channels_updated', target: { type: 'workspace', id: ctx.workspaceId }, metadata: { channels: changed } });
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'settings.channels_updated',
+      target: { type: 'workspace', id: ctx.workspaceId },
+      metadata: { channels: changed },
+    });
     return getChannels(tx);
   });
 }
@@ -339,7 +350,10 @@ export function resolveChannel(db: Db, config: Pick<Config, 'secrets'>, workspac
     try {
       credentials = JSON.parse(decryptSecret(config, row.credentials)) as Record<string, unknown>;
     } catch {
-      throw new ChannelUnusableError(row.provider, `The stored ${channel} credentials cannot be decrypted (was the encryption key changed?); set them again in the channel settings`);
+      throw new ChannelUnusableError(
+        row.provider,
+        `The stored ${channel} credentials cannot be decrypted (was the encryption key changed?); set them again in the channel settings`,
+      );
     }
   }
   return { provider: row.provider, settings: row.settings, credentials };

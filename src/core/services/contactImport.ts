@@ -87,7 +87,11 @@ export function failStaleImports(db: Db, now = Date.now()): number {
 
 export function getImport(ctx: WorkspaceContext, id: number): ImportJobView {
   failStaleImports(ctx.db);
-  const row = ctx.db.select().from(contactImports).where(inWorkspace(ctx, contactImports.workspaceId, eq(contactImports.id, id))).get();
+  const row = ctx.db
+    .select()
+    .from(contactImports)
+    .where(inWorkspace(ctx, contactImports.workspaceId, eq(contactImports.id, id)))
+    .get();
   if (!row) throw new NotFoundError('import_not_found', `No import with id ${id}`);
   return jobView(row);
 }
@@ -279,7 +283,10 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
     const code = (err as { code?: string }).code ?? '';
     if (code.startsWith('CSV_')) {
       const lines = (err as { lines?: number }).lines;
-      throw new ImportStop('invalid_csv', `The CSV cannot be read${lines ? ` at line ${lines}` : ''}: ${(err as Error).message.replace(/^Invalid [^:]*: /, '')}`);
+      throw new ImportStop(
+        'invalid_csv',
+        `The CSV cannot be read${lines ? ` at line ${lines}` : ''}: ${(err as Error).message.replace(/^Invalid [^:]*: /, '')}`,
+      );
     }
     throw err;
   }
@@ -294,7 +301,11 @@ function csvRow(line: number, header: { name: string; kind: string }[], cells: s
     const { name, kind } = header[i]!;
     const cell = cells[i]!;
     if (cell === '' || kind === 'skip') continue;
-    if (kind === 'tags') input.tags = cell.split(';').map((t) => t.trim()).filter((t) => t !== '');
+    if (kind === 'tags')
+      input.tags = cell
+        .split(';')
+        .map((t) => t.trim())
+        .filter((t) => t !== '');
     else if (kind === 'attributes') {
       let parsed: unknown;
       try {
@@ -302,7 +313,8 @@ function csvRow(line: number, header: { name: string; kind: string }[], cells: s
       } catch {
         parsed = undefined;
       }
-      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return { line, error: { line, field: name, reason: 'must be a JSON object' } };
+      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+        return { line, error: { line, field: name, reason: 'must be a JSON object' } };
       Object.assign(attributes, parsed);
       hasAttributes = true;
     } else if (kind === 'attribute') {
@@ -343,7 +355,10 @@ function fieldOf(path: string | undefined): string | null {
 }
 
 /** Normalises like POST /contacts; a row at fault becomes an error, never an exception. */
-function normalizeRow(ctx: WorkspaceContext, row: { line: number; input: ContactInput }): { values: ReturnType<typeof normalizeInput>; tags: string[] } | ImportRowError {
+function normalizeRow(
+  ctx: WorkspaceContext,
+  row: { line: number; input: ContactInput },
+): { values: ReturnType<typeof normalizeInput>; tags: string[] } | ImportRowError {
   try {
     const values = normalizeInput(ctx, row.input);
     if (!values.email && !values.phone) return { line: row.line, field: 'email', reason: 'email or phone is required' };
@@ -400,11 +415,12 @@ function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows
     const load = (column: 'email' | 'phone', values: string[]) => {
       for (const part of chunks(values, 500)) {
         const found = client
-          .prepare(`SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} IN (${part.map(() => '?').join(', ')})`)
+          .prepare(
+            `SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} IN (${part.map(() => '?').join(', ')})`,
+          )
           .all(ctx.workspaceId, ...part) as StoredContact[];
         for (const c of found) {
-          const entry =
-            (c.email ? byEmail.get(c.email) : undefined) ??
+          const entry = (c.email ? byEmail.get(c.email) : undefined) ??
             (c.phone ? byPhone.get(c.phone) : undefined) ?? {
               id: c.id,
               email: c.email,
@@ -426,7 +442,10 @@ function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows
     const loaded = new Map<number, Entry>();
     for (const e of [...byEmail.values(), ...byPhone.values()]) loaded.set(e.id!, e);
     for (const part of chunks([...loaded.keys()], 500)) {
-      const tags = client.prepare(`SELECT contact_id, tag_key FROM contact_tags WHERE contact_id IN (${part.map(() => '?').join(', ')})`).all(...part) as { contact_id: number; tag_key: string }[];
+      const tags = client.prepare(`SELECT contact_id, tag_key FROM contact_tags WHERE contact_id IN (${part.map(() => '?').join(', ')})`).all(...part) as {
+        contact_id: number;
+        tag_key: string;
+      }[];
       for (const t of tags) loaded.get(t.contact_id)!.tags.add(t.tag_key);
     }
 
@@ -524,12 +543,18 @@ function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows
     for (const part of chunks(created, ROWS_PER_INSERT)) {
       const args: unknown[] = [];
       for (const c of part) args.push(ctx.workspaceId, c.email, c.phone, c.firstName, c.lastName, JSON.stringify(c.attributes), at, at);
-      const ids = (part.length === ROWS_PER_INSERT ? fullInsert : client.prepare(insertSql(part.length))).all(...args) as { id: number; email: string | null; phone: string | null }[];
+      const ids = (part.length === ROWS_PER_INSERT ? fullInsert : client.prepare(insertSql(part.length))).all(...args) as {
+        id: number;
+        email: string | null;
+        phone: string | null;
+      }[];
       // Every new contact has an email or a phone, each unique in the workspace: that finds it.
       for (const r of ids) (r.email ? byEmail.get(r.email) : byPhone.get(r.phone!))!.id = r.id;
     }
     const createdIds = new Set(created.map((e) => e.id));
-    const update = client.prepare('UPDATE contacts SET email = ?, phone = ?, first_name = ?, last_name = ?, attributes = ?, updated_at = ? WHERE id = ? AND workspace_id = ?');
+    const update = client.prepare(
+      'UPDATE contacts SET email = ?, phone = ?, first_name = ?, last_name = ?, attributes = ?, updated_at = ? WHERE id = ? AND workspace_id = ?',
+    );
     const tagRows: [number, string, string][] = [];
     const seen = new Set<Entry>();
     for (const entry of [...byEmail.values(), ...byPhone.values()]) {
@@ -555,7 +580,11 @@ function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows
 
 /** Adds a batch's counts to the job (inside the batch's transaction). */
 function saveProgress(ctx: WorkspaceContext, jobId: number, batch: BatchResult, progress: { lines: number; bytes: number }): void {
-  const job = ctx.db.select({ errors: contactImports.errors, errorCount: contactImports.errorCount }).from(contactImports).where(eq(contactImports.id, jobId)).get()!;
+  const job = ctx.db
+    .select({ errors: contactImports.errors, errorCount: contactImports.errorCount })
+    .from(contactImports)
+    .where(eq(contactImports.id, jobId))
+    .get()!;
   const room = Math.max(0, IMPORT_ERRORS_KEPT - job.errors.length);
   const at = nowIso();
   const client = ctx.db.$client;
@@ -563,14 +592,33 @@ function saveProgress(ctx: WorkspaceContext, jobId: number, batch: BatchResult, 
     .prepare(
       'UPDATE contact_imports SET created = created + ?, updated = updated + ?, skipped = skipped + ?, error_count = error_count + ?, errors = ?, lines = ?, bytes_read = ?, updated_at = ?, heartbeat_at = ? WHERE id = ?',
     )
-    .run(batch.created, batch.updated, batch.skipped, batch.errors.length, JSON.stringify([...job.errors, ...batch.errors.slice(0, room)]), progress.lines, progress.bytes, at, at, jobId);
+    .run(
+      batch.created,
+      batch.updated,
+      batch.skipped,
+      batch.errors.length,
+      JSON.stringify([...job.errors, ...batch.errors.slice(0, room)]),
+      progress.lines,
+      progress.bytes,
+      at,
+      at,
+      jobId,
+    );
 }
 
 export interface RunImportHooks {
   /** Told after every committed batch (the CLI draws its progress bar from it). */
   /** Told of an unexpected error that stopped the import (the job then says FAILED `import_failed`). */
   onError?: (err: unknown) => void;
-  onProgress?: (job: { lines: number; bytesRead: number; bytesTotal: number | null; created: number; updated: number; skipped: number; errorCount: number }) => void;
+  onProgress?: (job: {
+    lines: number;
+    bytesRead: number;
+    bytesTotal: number | null;
+    created: number;
+    updated: number;
+    skipped: number;
+    errorCount: number;
+  }) => void;
 }
 
 /**
@@ -579,7 +627,13 @@ export interface RunImportHooks {
  * committed is dropped, so nothing half-read is written, and the job says FAILED with the
  * rows committed before. Resolves with the finished job, also when it failed.
  */
-export async function runImport(ctx: WorkspaceContext, jobId: number, source: AsyncIterable<Buffer | string>, opts: ImportOptions, hooks: RunImportHooks = {}): Promise<ImportJobView> {
+export async function runImport(
+  ctx: WorkspaceContext,
+  jobId: number,
+  source: AsyncIterable<Buffer | string>,
+  opts: ImportOptions,
+  hooks: RunImportHooks = {},
+): Promise<ImportJobView> {
   const bytes = { bytes: 0 };
   const totals = { created: 0, updated: 0, skipped: 0, errorCount: 0 };
   const heartbeat = setInterval(() => {
@@ -619,7 +673,8 @@ export async function runImport(ctx: WorkspaceContext, jobId: number, source: As
     await flush(lastLine);
   } catch (err) {
     if (err instanceof ImportStop) failure = { code: err.code, detail: err.message };
-    else if (isAbort(err)) failure = { code: 'client_disconnected', detail: 'The upload ended before the end of the file; the rows of the last unfinished batch were not written' };
+    else if (isAbort(err))
+      failure = { code: 'client_disconnected', detail: 'The upload ended before the end of the file; the rows of the last unfinished batch were not written' };
     else {
       failure = { code: 'import_failed', detail: 'The import stopped on an internal error; the counts are what was committed' };
       hooks.onError?.(err);
@@ -657,14 +712,27 @@ function finish(ctx: WorkspaceContext, jobId: number, failure: { code: string; d
       workspaceId: ctx.workspaceId,
       action: 'contact.imported',
       target: { type: 'contact_import', id: jobId },
-      metadata: { status: row.status, format: row.format, mode: row.mode, created: row.created, updated: row.updated, skipped: row.skipped, errorCount: row.errorCount },
+      metadata: {
+        status: row.status,
+        format: row.format,
+        mode: row.mode,
+        created: row.created,
+        updated: row.updated,
+        skipped: row.skipped,
+        errorCount: row.errorCount,
+      },
     });
     return jobView(row);
   });
 }
 
 /** Whole import in one call (the CLI and small HTTP uploads). */
-export async function importContacts(ctx: WorkspaceContext, source: AsyncIterable<Buffer | string>, opts: ImportOptions, hooks: RunImportHooks = {}): Promise<ImportJobView> {
+export async function importContacts(
+  ctx: WorkspaceContext,
+  source: AsyncIterable<Buffer | string>,
+  opts: ImportOptions,
+  hooks: RunImportHooks = {},
+): Promise<ImportJobView> {
   const job = startImport(ctx, opts);
   return runImport(ctx, job.id, source, opts, hooks);
 }
@@ -705,4 +773,3 @@ export async function* exportContacts(ctx: WorkspaceContext, format: ExportForma
     await yieldToLoop();
   }
 }
-

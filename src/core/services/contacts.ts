@@ -69,7 +69,11 @@ function tagsFor(ctx: WorkspaceContext, ids: number[]): Map<number, string[]> {
 }
 
 function findRow(ctx: WorkspaceContext, id: number): ContactRow {
-  const row = ctx.db.select().from(contacts).where(inWorkspace(ctx, contacts.workspaceId, eq(contacts.id, id))).get();
+  const row = ctx.db
+    .select()
+    .from(contacts)
+    .where(inWorkspace(ctx, contacts.workspaceId, eq(contacts.id, id)))
+    .get();
   if (!row) throw new NotFoundError('contact_not_found', `No contact with id ${id}`);
   return row;
 }
@@ -109,7 +113,8 @@ export function normalizeInput(ctx: Pick<WorkspaceContext, 'config'>, input: Con
   }
   if (input.phone !== undefined) {
     out.phone = input.phone === null ? null : (normalizePhone(input.phone, ctx.config.defaultPhoneRegion) ?? null);
-    if (input.phone !== null && !out.phone) errors.push({ path: '/phone', message: 'must be a valid phone number (E.164, or national for the default region)' });
+    if (input.phone !== null && !out.phone)
+      errors.push({ path: '/phone', message: 'must be a valid phone number (E.164, or national for the default region)' });
   }
   for (const field of ['firstName', 'lastName'] as const) {
     const value = input[field];
@@ -152,11 +157,7 @@ function requireEmailOrPhone(email: string | null | undefined, phone: string | n
 function insertTags(ctx: WorkspaceContext, contactId: number, names: string[]): string[] {
   const added: string[] = [];
   for (const name of names) {
-    const result = ctx.db
-      .insert(contactTags)
-      .values({ contactId, workspaceId: ctx.workspaceId, tagKey: name.toLowerCase(), name })
-      .onConflictDoNothing()
-      .run();
+    const result = ctx.db.insert(contactTags).values({ contactId, workspaceId: ctx.workspaceId, tagKey: name.toLowerCase(), name }).onConflictDoNothing().run();
     if (result.changes) added.push(name);
   }
   return added;
@@ -199,7 +200,9 @@ export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<Con
         else attributes[k] = v;
       }
       if (Buffer.byteLength(JSON.stringify(attributes)) > ATTRIBUTES_MAX_BYTES) {
-        throw new ValidationError('validation_failed', 'The contact is invalid', [{ path: '/attributes', message: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` }]);
+        throw new ValidationError('validation_failed', 'The contact is invalid', [
+          { path: '/attributes', message: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` },
+        ]);
       }
     }
     tx.db
@@ -215,7 +218,10 @@ export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<Con
 export function deleteContact(ctx: WorkspaceContext, id: number): void {
   withTransaction(ctx, (tx) => {
     findRow(tx, id);
-    tx.db.delete(contacts).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id))).run();
+    tx.db
+      .delete(contacts)
+      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
+      .run();
     recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.deleted', target: { type: 'contact', id } });
   });
 }
@@ -279,7 +285,9 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter) {
   if (indexedQ !== undefined && driver === 'q') {
     const below = before ? sql` AND rowid < ${before}` : sql``;
     const limit = alone ? sql` LIMIT ${take}` : sql``;
-    conditions.push(sql`${contacts.id} IN (SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)}${below} ORDER BY rowid DESC${limit})`);
+    conditions.push(
+      sql`${contacts.id} IN (SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)}${below} ORDER BY rowid DESC${limit})`,
+    );
   } else if (indexedQ !== undefined) {
     conditions.push(sql`EXISTS (SELECT 1 FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)} AND rowid = ${contacts.id})`);
   }
@@ -298,7 +306,10 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter) {
 
 export function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Page<ContactView> {
   const rows = contactListQuery(ctx, filter).all();
-  const tags = tagsFor(ctx, rows.slice(0, filter.limit).map((r) => r.id));
+  const tags = tagsFor(
+    ctx,
+    rows.slice(0, filter.limit).map((r) => r.id),
+  );
   return toPage(rows, filter.limit, (r) => view(r, tags.get(r.id) ?? []));
 }
 
@@ -322,7 +333,11 @@ export function addTags(ctx: WorkspaceContext, id: number, tags: string[]): Cont
     findRow(tx, id);
     const added = insertTags(tx, id, names);
     if (added.length) {
-      tx.db.update(contacts).set({ updatedAt: nowIso() }).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id))).run();
+      tx.db
+        .update(contacts)
+        .set({ updatedAt: nowIso() })
+        .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
+        .run();
       recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tags_added', target: { type: 'contact', id }, metadata: { tags: added } });
     }
     return getContact(tx, id);
@@ -337,7 +352,11 @@ export function removeTag(ctx: WorkspaceContext, id: number, tag: string): void 
       .where(inWorkspace(tx, contactTags.workspaceId, and(eq(contactTags.contactId, id), eq(contactTags.tagKey, tag.trim().toLowerCase()))))
       .run();
     if (result.changes) {
-      tx.db.update(contacts).set({ updatedAt: nowIso() }).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id))).run();
+      tx.db
+        .update(contacts)
+        .set({ updatedAt: nowIso() })
+        .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
+        .run();
       recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tag_removed', target: { type: 'contact', id }, metadata: { tag: tag.trim() } });
     }
   });

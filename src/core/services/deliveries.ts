@@ -108,7 +108,11 @@ export function markAttempt(db: Db, id: number, outcome: AttemptOutcome): void {
 }
 
 export function getDeliveryAttempt(ctx: WorkspaceContext, id: number): DeliveryAttemptView {
-  const row = ctx.db.select().from(deliveryAttempts).where(inWorkspace(ctx, deliveryAttempts.workspaceId, eq(deliveryAttempts.id, id))).get();
+  const row = ctx.db
+    .select()
+    .from(deliveryAttempts)
+    .where(inWorkspace(ctx, deliveryAttempts.workspaceId, eq(deliveryAttempts.id, id)))
+    .get();
   if (!row) throw new NotFoundError('delivery_attempt_not_found', `No delivery attempt with id ${id}`);
   return deliveryAttemptView(row);
 }

@@ -66,7 +66,12 @@ function permissionChecks(dataDir: string): Check[] {
   const chmod = `chmod 700 ${dataDir}${files.length ? ` && chmod 600 ${files.join(' ')}` : ''}`;
   const checks: Check[] = [];
   if (worldOpen.length) {
-    checks.push({ name: 'permissions', status: 'FAIL', detail: `readable by every user: ${[...worldOpen, ...groupOpen].join(', ')}; they hold the secrets and every contact`, fix: chmod });
+    checks.push({
+      name: 'permissions',
+      status: 'FAIL',
+      detail: `readable by every user: ${[...worldOpen, ...groupOpen].join(', ')}; they hold the secrets and every contact`,
+      fix: chmod,
+    });
   } else if (groupOpen.length) {
     checks.push({ name: 'permissions', status: 'WARN', detail: `open to the group: ${groupOpen.join(', ')}`, fix: chmod });
   } else {
@@ -77,7 +82,12 @@ function permissionChecks(dataDir: string): Check[] {
     const others = [dataDir, ...files].filter((f) => statSync(f).uid !== uid);
     checks.push(
       others.length
-        ? { name: 'owner', status: 'WARN', detail: `not owned by the user running svc (uid ${uid}): ${others.join(', ')}`, fix: `chown -R ${uid} ${dataDir} (or run svc as the owner)` }
+        ? {
+            name: 'owner',
+            status: 'WARN',
+            detail: `not owned by the user running svc (uid ${uid}): ${others.join(', ')}`,
+            fix: `chown -R ${uid} ${dataDir} (or run svc as the owner)`,
+          }
         : { name: 'owner', status: 'OK', detail: `uid ${uid}` },
     );
   }
@@ -94,7 +104,7 @@ function diskCheck(dataDir: string): Check {
   }
   const used = sizeOf(join(dataDir, 'svc.db')) + sizeOf(join(dataDir, 'svc.db-wal'));
   const detail = `${mb(free)} free; the database takes ${mb(used)}`;
-  const fix = 'free some space on that disk or move the data folder (writes fail when it is full; a backup needs about the database\'s size again)';
+  const fix = "free some space on that disk or move the data folder (writes fail when it is full; a backup needs about the database's size again)";
   if (free < FAIL_FREE_BYTES) return { name: 'disk space', status: 'FAIL', detail, fix };
   if (free < Math.max(WARN_FREE_BYTES, 2 * used)) return { name: 'disk space', status: 'WARN', detail, fix };
   return { name: 'disk space', status: 'OK', detail };
@@ -102,14 +112,25 @@ function diskCheck(dataDir: string): Check {
 
 function configCheck(dataDir: string, env: NodeJS.ProcessEnv): { check: Check; config: Config | null } {
   if (!existsSync(configPath(dataDir))) {
-    return { check: { name: 'config', status: 'FAIL', detail: `${configPath(dataDir)} is missing (it holds the secrets)`, fix: `svc init --data-dir ${dataDir} for a new folder, or svc restore a backup (it brings the secrets)` }, config: null };
+    return {
+      check: {
+        name: 'config',
+        status: 'FAIL',
+        detail: `${configPath(dataDir)} is missing (it holds the secrets)`,
+        fix: `svc init --data-dir ${dataDir} for a new folder, or svc restore a backup (it brings the secrets)`,
+      },
+      config: null,
+    };
   }
   try {
     const config = loadConfig({ dataDir }, env);
     return { check: { name: 'config', status: 'OK', detail: 'valid, secrets present' }, config };
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    return { check: { name: 'config', status: 'FAIL', detail: err.message, fix: `correct the value in ${configPath(dataDir)} or the SVC_* variable that sets it` }, config: null };
+    return {
+      check: { name: 'config', status: 'FAIL', detail: err.message, fix: `correct the value in ${configPath(dataDir)} or the SVC_* variable that sets it` },
+      config: null,
+    };
   }
 }
 
@@ -139,27 +160,54 @@ function databaseChecks(dbFile: string): Check[] {
   let client: Database.Database | undefined;
   try {
     client = openForReading(dbFile);
-    const rows = (client.prepare(quick ? 'PRAGMA quick_check' : 'PRAGMA integrity_check').pluck().all() as string[]).filter((r) => r !== 'ok');
-    const how = quick ? `quick_check (the database is ${mb(size)}; run "sqlite3 ${dbFile} 'PRAGMA integrity_check'" with the server stopped for the full check)` : 'integrity_check';
+    const rows = (
+      client
+        .prepare(quick ? 'PRAGMA quick_check' : 'PRAGMA integrity_check')
+        .pluck()
+        .all() as string[]
+    ).filter((r) => r !== 'ok');
+    const how = quick
+      ? `quick_check (the database is ${mb(size)}; run "sqlite3 ${dbFile} 'PRAGMA integrity_check'" with the server stopped for the full check)`
+      : 'integrity_check';
     checks.push(
       rows.length
-        ? { name: 'integrity', status: 'FAIL', detail: `${how}: ${rows.slice(0, 3).join('; ')}${rows.length > 3 ? `; and ${rows.length - 3} more` : ''}`, fix: 'stop the server and svc restore the newest good backup' }
+        ? {
+            name: 'integrity',
+            status: 'FAIL',
+            detail: `${how}: ${rows.slice(0, 3).join('; ')}${rows.length > 3 ? `; and ${rows.length - 3} more` : ''}`,
+            fix: 'stop the server and svc restore the newest good backup',
+          }
         : { name: 'integrity', status: 'OK', detail: `${how}: ok (${mb(size)})` },
     );
   } catch (err) {
     client?.close();
-    checks.push({ name: 'integrity', status: 'FAIL', detail: `SQLite cannot read ${dbFile}: ${(err as Error).message}`, fix: 'stop the server and svc restore the newest good backup' });
+    checks.push({
+      name: 'integrity',
+      status: 'FAIL',
+      detail: `SQLite cannot read ${dbFile}: ${(err as Error).message}`,
+      fix: 'stop the server and svc restore the newest good backup',
+    });
     return checks;
   }
   try {
     if (!client.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'svc_migrations'").get()) {
-      checks.push({ name: 'migrations', status: 'WARN', detail: 'no migration has been applied (an empty database)', fix: 'svc migrate (svc serve also applies them when it starts)' });
+      checks.push({
+        name: 'migrations',
+        status: 'WARN',
+        detail: 'no migration has been applied (an empty database)',
+        fix: 'svc migrate (svc serve also applies them when it starts)',
+      });
       return checks;
     }
     const { applied, pending } = migrationStatus(drizzle(client) as unknown as Db);
     checks.push(
       pending.length
-        ? { name: 'migrations', status: 'WARN', detail: `${pending.length} pending: ${pending.join(', ')}`, fix: 'svc migrate (svc serve also applies them when it starts)' }
+        ? {
+            name: 'migrations',
+            status: 'WARN',
+            detail: `${pending.length} pending: ${pending.join(', ')}`,
+            fix: 'svc migrate (svc serve also applies them when it starts)',
+          }
         : { name: 'migrations', status: 'OK', detail: `up to date (${applied.at(-1) ?? 'none'})` },
     );
   } catch (err) {
@@ -179,7 +227,13 @@ function serverCheck({ live, stale }: ReturnType<typeof serverHolders>): Check {
 
 function backupCheck(config: Config, serverRunning: boolean): Check {
   const dir = config.backup.dir;
-  if (!dir) return { name: 'backups', status: 'WARN', detail: 'no scheduled backups (SVC_BACKUP_DIR is not set)', fix: 'set SVC_BACKUP_DIR (and SVC_BACKUP_INTERVAL, SVC_BACKUP_KEEP), or run svc backup --to FILE from cron' };
+  if (!dir)
+    return {
+      name: 'backups',
+      status: 'WARN',
+      detail: 'no scheduled backups (SVC_BACKUP_DIR is not set)',
+      fix: 'set SVC_BACKUP_DIR (and SVC_BACKUP_INTERVAL, SVC_BACKUP_KEEP), or run svc backup --to FILE from cron',
+    };
   const newest = scheduledBackups(dir).at(-1);
   if (!newest) {
     return serverRunning
@@ -188,7 +242,12 @@ function backupCheck(config: Config, serverRunning: boolean): Check {
   }
   const ageSeconds = Math.round((Date.now() - newest.at.getTime()) / 1000);
   if (serverRunning && ageSeconds > 2 * config.backup.intervalSeconds + 60) {
-    return { name: 'backups', status: 'WARN', detail: `the newest backup, ${newest.file}, is ${ageSeconds} s old (interval ${config.backup.intervalSeconds} s)`, fix: 'see the server log for "scheduled backup failed"' };
+    return {
+      name: 'backups',
+      status: 'WARN',
+      detail: `the newest backup, ${newest.file}, is ${ageSeconds} s old (interval ${config.backup.intervalSeconds} s)`,
+      fix: 'see the server log for "scheduled backup failed"',
+    };
   }
   return { name: 'backups', status: 'OK', detail: `newest ${newest.file} (${ageSeconds} s old)` };
 }
@@ -197,7 +256,12 @@ export function runDoctor(dataDirFlag: string | undefined, env: NodeJS.ProcessEn
   const dataDir = resolveDataDir(dataDirFlag, env);
   const checks: Check[] = [];
   if (!existsSync(dataDir) || !statSync(dataDir).isDirectory()) {
-    checks.push({ name: 'data folder', status: 'FAIL', detail: `${dataDir} does not exist`, fix: `svc init --data-dir ${dataDir} (or svc serve, or svc restore a backup into it)` });
+    checks.push({
+      name: 'data folder',
+      status: 'FAIL',
+      detail: `${dataDir} does not exist`,
+      fix: `svc init --data-dir ${dataDir} (or svc serve, or svc restore a backup into it)`,
+    });
     return { dataDir, ok: false, checks };
   }
   checks.push({ name: 'data folder', status: 'OK', detail: dataDir });

@@ -130,7 +130,11 @@ export function changeMembershipRole(ctx: WorkspaceContext, id: number, role: Ro
     assertMayGrant(callerRole, role);
     if (target.role === role) return target;
     if (role !== 'OWNER') assertNotLastOwner(tx, target);
-    tx.db.update(memberships).set({ role, updatedAt: nowIso() }).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id))).run();
+    tx.db
+      .update(memberships)
+      .set({ role, updatedAt: nowIso() })
+      .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id)))
+      .run();
     recordAudit(tx, {
       workspaceId: tx.workspaceId,
       action: 'membership.role_changed',
@@ -146,7 +150,10 @@ export function removeMembership(ctx: WorkspaceContext, id: number, callerRole: 
     const target = requireMembership(tx, id);
     assertMayManage(callerRole, target);
     assertNotLastOwner(tx, target);
-    tx.db.delete(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id))).run();
+    tx.db
+      .delete(memberships)
+      .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id)))
+      .run();
     // Sessions are per workspace: the removed user's sessions here end; others stay.
     endSessions(tx, target.userId, { workspaceId: tx.workspaceId });
     recordAudit(tx, {
@@ -174,7 +181,14 @@ export function createInvitation(
   return withTransaction(ctx, (tx) => {
     const workspace = getWorkspace(tx, tx.workspaceId);
     const user = findUserByEmail(tx, email);
-    if (user && tx.db.select({ id: memberships.id }).from(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id))).get()) {
+    if (
+      user &&
+      tx.db
+        .select({ id: memberships.id })
+        .from(memberships)
+        .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id)))
+        .get()
+    ) {
       throw new ConflictError('membership_exists', `${email} is already a member of this workspace`);
     }
     const row = tx.db
@@ -182,7 +196,12 @@ export function createInvitation(
       .values({ workspaceId: tx.workspaceId, email, role: input.role, tokenHash: sha256Hex(token), invitedBy: caller.userId, expiresAt })
       .returning()
       .get();
-    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.created', target: { type: 'invitation', id: row.id }, metadata: { email, role: input.role, expiresAt } });
+    recordAudit(tx, {
+      workspaceId: tx.workspaceId,
+      action: 'invitation.created',
+      target: { type: 'invitation', id: row.id },
+      metadata: { email, role: input.role, expiresAt },
+    });
     const publicUrl = tx.config.publicUrl.replace(/\/+$/, '');
     // The token travels in the fragment, which browsers never send, so it reaches no log.
     const text = [
@@ -208,13 +227,18 @@ export function createInvitation(
  * used once already is 410 invitation_used (single use: the acceptedAt update is guarded,
  * so two concurrent accepts cannot both succeed); past expiresAt is 410 invitation_expired.
  */
-export async function acceptInvitation(ctx: SystemContext, input: { token: string; name?: string | undefined; password?: string | undefined }): Promise<InvitationAccepted> {
+export async function acceptInvitation(
+  ctx: SystemContext,
+  input: { token: string; name?: string | undefined; password?: string | undefined },
+): Promise<InvitationAccepted> {
   const first = usableInvitation(ctx, input.token);
   // Hash outside the transaction (it is slow); only needed when the account is new.
   let passwordHash: string | null = null;
   if (!findUserByEmail(ctx, first.email)) {
     if (input.password === undefined) {
-      throw new ValidationError('password_required', 'A password is needed to create your account', [{ path: '/password', message: 'is required for a new account' }]);
+      throw new ValidationError('password_required', 'A password is needed to create your account', [
+        { path: '/password', message: 'is required for a new account' },
+      ]);
     }
     const problem = passwordProblem(input.password);
     if (problem) throw new ValidationError('invalid_password', `The password ${problem}`, [{ path: '/password', message: problem }]);
@@ -227,7 +251,10 @@ export async function acceptInvitation(ctx: SystemContext, input: { token: strin
     let user = findUserByEmail(tx, invitation.email);
     const created = !user;
     if (!user) {
-      if (passwordHash === null) throw new ValidationError('password_required', 'A password is needed to create your account', [{ path: '/password', message: 'is required for a new account' }]);
+      if (passwordHash === null)
+        throw new ValidationError('password_required', 'A password is needed to create your account', [
+          { path: '/password', message: 'is required for a new account' },
+        ]);
       user = tx.db
         .insert(users)
         .values({ email: invitation.email, name: input.name?.trim() || null, passwordHash })
@@ -239,7 +266,11 @@ export async function acceptInvitation(ctx: SystemContext, input: { token: strin
     if (created) {
       recordAudit(audited, { workspaceId: workspace.id, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email: user.email } });
     }
-    const existing = tx.db.select({ id: memberships.id }).from(memberships).where(inWorkspace(wctx, memberships.workspaceId, eq(memberships.userId, user.id))).get();
+    const existing = tx.db
+      .select({ id: memberships.id })
+      .from(memberships)
+      .where(inWorkspace(wctx, memberships.workspaceId, eq(memberships.userId, user.id)))
+      .get();
     if (existing) throw new ConflictError('membership_exists', `${user.email} is already a member of this workspace`);
     const used = tx.db
       .update(invitations)
@@ -260,13 +291,21 @@ export async function acceptInvitation(ctx: SystemContext, input: { token: strin
       target: { type: 'membership', id: membership.id },
       metadata: { userId: user.id, email: user.email, role: invitation.role, invitationId: invitation.id },
     });
-    return { user: userView(user), workspace: { id: workspace.id, name: workspace.name, plan: workspace.plan, role: membership.role }, accountCreated: created };
+    return {
+      user: userView(user),
+      workspace: { id: workspace.id, name: workspace.name, plan: workspace.plan, role: membership.role },
+      accountCreated: created,
+    };
   });
 }
 
 /** The invitation a token names, if it can still be accepted (the same refusals as accepting). */
 function usableInvitation(ctx: Pick<SystemContext, 'db'>, token: string): typeof invitations.$inferSelect {
-  const row = ctx.db.select().from(invitations).where(eq(invitations.tokenHash, sha256Hex(token))).get();
+  const row = ctx.db
+    .select()
+    .from(invitations)
+    .where(eq(invitations.tokenHash, sha256Hex(token)))
+    .get();
   if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', 'No invitation has this token');
   if (row.acceptedAt) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
   if (row.expiresAt <= nowIso()) throw new AppError(410, 'invitation_expired', 'This invitation has expired; ask for a new one');
@@ -277,7 +316,13 @@ function usableInvitation(ctx: Pick<SystemContext, 'db'>, token: string): typeof
 export function inspectInvitation(ctx: SystemContext, token: string): InvitationInspected {
   const row = usableInvitation(ctx, token);
   const workspace = getWorkspace(ctx, row.workspaceId);
-  return { workspaceName: workspace.name, email: row.email, role: row.role, expiresAt: row.expiresAt, accountExists: findUserByEmail(ctx, row.email) !== undefined };
+  return {
+    workspaceName: workspace.name,
+    email: row.email,
+    role: row.role,
+    expiresAt: row.expiresAt,
+    accountExists: findUserByEmail(ctx, row.email) !== undefined,
+  };
 }
 
 /** `GET /memberships/invitations`: the workspace's pending invitations (never their tokens), newest first. */
@@ -312,7 +357,11 @@ export function revokeInvitation(ctx: WorkspaceContext, id: number): void {
       .get();
     if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', `No invitation with id ${id}`);
     if (row.acceptedAt) throw new ConflictError('invitation_used', 'This invitation has already been accepted; remove the membership instead');
-    tx.db.update(invitations).set({ revokedAt: nowIso() }).where(and(eq(invitations.id, id), isNull(invitations.acceptedAt))).run();
+    tx.db
+      .update(invitations)
+      .set({ revokedAt: nowIso() })
+      .where(and(eq(invitations.id, id), isNull(invitations.acceptedAt)))
+      .run();
     recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.revoked', target: { type: 'invitation', id }, metadata: { email: row.email } });
   });
 }

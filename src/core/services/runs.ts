@@ -59,13 +59,25 @@ export function runView(row: RunRow): RunView {
 }
 
 export function getRun(ctx: WorkspaceContext, runId: number): RunView {
-  const row = ctx.db.select().from(workflowRuns).where(inWorkspace(ctx, workflowRuns.workspaceId, eq(workflowRuns.id, runId))).get();
+  const row = ctx.db
+    .select()
+    .from(workflowRuns)
+    .where(inWorkspace(ctx, workflowRuns.workspaceId, eq(workflowRuns.id, runId)))
+    .get();
   if (!row) throw new NotFoundError('run_not_found', `No run with id ${runId}`);
   return runView(row);
 }
 
-export function listRuns(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined; status?: RunStatus | undefined }): Page<RunView> {
-  const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
+export function listRuns(
+  ctx: WorkspaceContext,
+  workflowId: number,
+  opts: { limit: number; cursor?: string | undefined; status?: RunStatus | undefined },
+): Page<RunView> {
+  const workflow = ctx.db
+    .select({ id: workflows.id })
+    .from(workflows)
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)))
+    .get();
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
   return selectPage(ctx, workflowRuns, { ...opts, workspaceScope: 'row' }, runView, ...runFilterConditions({ workflowId, status: opts.status }));
 }

@@ -99,7 +99,8 @@ export function sandboxHostMatcher(config: Pick<Config, 'publicUrl' | 'sandboxUr
 export function getSandbox(ctx: SystemContext, workspaceId: number): SandboxView {
   const liveId = sandboxOf(ctx.db, workspaceId) ?? workspaceId;
   const row = ctx.db.select().from(workspaces).where(eq(workspaces.sandboxOf, liveId)).get();
-  if (!row) throw new NotFoundError('sandbox_not_found', `Workspace ${liveId} has no sandbox yet; create it with POST /sandbox or "svc workspace sandbox ${liveId}"`);
+  if (!row)
+    throw new NotFoundError('sandbox_not_found', `Workspace ${liveId} has no sandbox yet; create it with POST /sandbox or "svc workspace sandbox ${liveId}"`);
   return view(row, ctx.config);
 }
 

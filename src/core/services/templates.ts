@@ -33,7 +33,11 @@ function view(row: TemplateRow): TemplateView {
 }
 
 function findRow(ctx: WorkspaceContext, id: number): TemplateRow | undefined {
-  return ctx.db.select().from(templates).where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, id))).get();
+  return ctx.db
+    .select()
+    .from(templates)
+    .where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, id)))
+    .get();
 }
 
 /** The template, or undefined: for the run engine, which reports a missing template itself. */
@@ -107,7 +111,9 @@ class ContentChecker {
 /** Checks content against its channel's shape and every string's Liquid syntax. */
 export function validateContent(channel: Channel, content: unknown): TemplateContent {
   if (!content || typeof content !== 'object' || Array.isArray(content)) {
-    throw new ValidationError('validation_failed', 'The template is invalid', [{ path: '/content', message: `must be an object ${CONTENT_SHAPES[channel].describe}` }]);
+    throw new ValidationError('validation_failed', 'The template is invalid', [
+      { path: '/content', message: `must be an object ${CONTENT_SHAPES[channel].describe}` },
+    ]);
   }
   const fields = content as Record<string, unknown>;
   const check = new ContentChecker(fields);
@@ -115,7 +121,11 @@ export function validateContent(channel: Channel, content: unknown): TemplateCon
   // WhatsApp's two forms are told apart by whether a templateName is given.
   const allowed = channel === 'WHATSAPP' && Object.hasOwn(fields, 'templateName') ? shape.fields[1]! : shape.fields[0]!;
   for (const key of Object.keys(fields)) {
-    if (!allowed.includes(key)) check.structure.push({ path: `/content/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`, message: `is not a known field of ${channel} content ${shape.describe}` });
+    if (!allowed.includes(key))
+      check.structure.push({
+        path: `/content/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`,
+        message: `is not a known field of ${channel} content ${shape.describe}`,
+      });
   }
   switch (channel) {
     case 'EMAIL':
@@ -203,8 +213,16 @@ export function deleteTemplate(ctx: WorkspaceContext, id: number): void {
   withTransaction(ctx, (tx) => {
     const row = findRow(tx, id);
     if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
-    tx.db.delete(templates).where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id))).run();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.deleted', target: { type: 'template', id }, metadata: { name: row.name, channel: row.channel } });
+    tx.db
+      .delete(templates)
+      .where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id)))
+      .run();
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'template.deleted',
+      target: { type: 'template', id },
+      metadata: { name: row.name, channel: row.channel },
+    });
   });
 }
 
@@ -225,7 +243,8 @@ export function sendStepTemplateErrors(ctx: WorkspaceContext, steps: readonly ({
     const id = step.templateId;
     const row = typeof id === 'number' && Number.isSafeInteger(id) ? findRow(ctx, id) : undefined;
     if (!row) errors.push({ path, message: `names no template of this workspace (${JSON.stringify(id ?? null)})` });
-    else if (row.channel !== channel) errors.push({ path, message: `is template ${row.id}, a ${row.channel} template; ${step.type} needs a ${channel} template` });
+    else if (row.channel !== channel)
+      errors.push({ path, message: `is template ${row.id}, a ${row.channel} template; ${step.type} needs a ${channel} template` });
   }
   return errors;
 }

@@ -97,7 +97,12 @@ export function endSessions(ctx: Pick<SystemContext, 'db'>, userId: number, opts
   const conditions: SQL[] = [eq(sessions.userId, userId), isNull(sessions.revokedAt)];
   if (opts.workspaceId !== undefined) conditions.push(eq(sessions.workspaceId, opts.workspaceId));
   if (opts.exceptFamily) conditions.push(ne(sessions.familyId, opts.exceptFamily));
-  const ended = ctx.db.update(sessions).set({ revokedAt: nowIso() }).where(and(...conditions)).returning({ familyId: sessions.familyId }).all();
+  const ended = ctx.db
+    .update(sessions)
+    .set({ revokedAt: nowIso() })
+    .where(and(...conditions))
+    .returning({ familyId: sessions.familyId })
+    .all();
   return new Set(ended.map((r) => r.familyId)).size;
 }
 
@@ -114,12 +119,15 @@ export async function setPassword(ctx: SystemContext, email: string, password: s
   });
 }
 
-
 export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: boolean): UserView {
   return withTransaction(ctx, (tx) => {
     const user = requireUser(tx, email);
     const row = tx.db.update(users).set({ isSuperAdmin, updatedAt: nowIso() }).where(eq(users.id, user.id)).returning().get()!;
-    recordAudit(tx, { workspaceId: null, action: isSuperAdmin ? 'user.super_admin_granted' : 'user.super_admin_revoked', target: { type: 'user', id: user.id } });
+    recordAudit(tx, {
+      workspaceId: null,
+      action: isSuperAdmin ? 'user.super_admin_granted' : 'user.super_admin_revoked',
+      target: { type: 'user', id: user.id },
+    });
     return userView(row);
   });
 }

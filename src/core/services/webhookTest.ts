@@ -36,7 +36,11 @@ export interface WebhookTestResult {
 }
 
 export function testWebhook(ctx: WorkspaceContext, workflowId: number, body: unknown): WebhookTestResult {
-  const wf = ctx.db.select().from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
+  const wf = ctx.db
+    .select()
+    .from(workflows)
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)))
+    .get();
   if (!wf) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
   const active = wf.status === 'ACTIVE' && wf.triggerSource === 'WEBHOOK' && wf.webhookToken !== null;
   const result: WebhookTestResult = {
@@ -72,7 +76,11 @@ export function testWebhook(ctx: WorkspaceContext, workflowId: number, body: unk
   const path = wf.webhookPath ?? wf.webhookLookup;
   let lookup: LookupValue;
   try {
-    lookup = extractLookup({ lookup: wf.webhookLookup, path: path ? (parsePath(path) ?? null) : null }, body as Record<string, unknown>, ctx.config.defaultPhoneRegion);
+    lookup = extractLookup(
+      { lookup: wf.webhookLookup, path: path ? (parsePath(path) ?? null) : null },
+      body as Record<string, unknown>,
+      ctx.config.defaultPhoneRegion,
+    );
   } catch (err) {
     if (!(err instanceof AppError)) throw err;
     refuse(err);
@@ -100,7 +108,9 @@ export function testWebhook(ctx: WorkspaceContext, workflowId: number, body: unk
     };
   } else {
     result.contact = { outcome: 'missing', id: null, email: null, phone: null, firstName: null, lastName: null };
-    refuse(new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`));
+    refuse(
+      new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`),
+    );
   }
   result.wouldAccept = result.code === null;
   return result;

@@ -252,7 +252,8 @@ export class WebhookReceiver {
   async admit(token: string, head: RequestHead, req: ReceivedRequest): Promise<WebhookTarget> {
     const check = (target: WebhookTarget | undefined): AppError | undefined => {
       if (!target?.active) return notFound();
-      if (!head.contentType || !JSON_TYPE_RE.test(head.contentType)) return new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
+      if (!head.contentType || !JSON_TYPE_RE.test(head.contentType))
+        return new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
       if (head.contentLength !== null && head.contentLength > this.config.webhookBodyLimit) return this.tooLarge();
       return undefined;
     };
@@ -343,13 +344,21 @@ export class WebhookReceiver {
       const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
       const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, since);
       if (first?.run_id != null && first.contact_id != null) {
-        this.insertEvent(target, req, { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id }, true);
+        this.insertEvent(
+          target,
+          req,
+          { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id },
+          true,
+        );
         return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
     const contactId = this.findContact(target, lookup) ?? this.createContact(target, lookup);
     if (contactId === undefined) {
-      const error = new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`);
+      const error = new NotFoundError(
+        'contact_not_found',
+        `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`,
+      );
       this.insertEvent(target, req, { statusCode: 404, code: error.code }, true);
       return { ok: false, error };
     }
@@ -442,7 +451,12 @@ export function resolveContact(ctx: WorkspaceContext, target: Pick<WebhookTarget
 }
 
 /** Inserts a QUEUED run with a snapshot of the workflow's steps. */
-export function startRun(db: Db, target: Pick<WebhookTarget, 'workflowId' | 'workspaceId' | 'steps'>, contactId: number, trigger: Record<string, unknown>): number {
+export function startRun(
+  db: Db,
+  target: Pick<WebhookTarget, 'workflowId' | 'workspaceId' | 'steps'>,
+  contactId: number,
+  trigger: Record<string, unknown>,
+): number {
   const row = db
     .insert(workflowRuns)
     .values({ workspaceId: target.workspaceId, workflowId: target.workflowId, contactId, definition: target.steps, trigger })
@@ -512,7 +526,11 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
 }
 
 export function listWebhookEvents(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined }): Page<WebhookEventView> {
-  const workflow = ctx.db.select({ id: workflows.id }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId))).get();
+  const workflow = ctx.db
+    .select({ id: workflows.id })
+    .from(workflows)
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)))
+    .get();
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
   return selectPage(ctx, webhookEvents, { ...opts, workspaceScope: 'row' }, eventView, eq(webhookEvents.workflowId, workflowId));
 }
@@ -531,35 +549,50 @@ export function webhookEventWorkspaceId(ctx: { db: Db }, id: number): number {
  */
 export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { runId: number; contactId: number } {
   return withTransaction(ctx, (tx) => {
-      const event = tx.db.select().from(webhookEvents).where(inWorkspace(tx, webhookEvents.workspaceId, eq(webhookEvents.id, eventId))).get();
-      if (!event) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${eventId}`);
-      if (!event.body) throw new ValidationError('event_not_replayable', 'This event was refused before its body was read; there is nothing to replay');
-      if (!signatureHeld(event)) throw new ValidationError('event_not_replayable', 'This event was refused before its signature was verified; it cannot be replayed');
-      const row = tx.db.select().from(workflows).where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId))).get();
-      if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${event.workflowId}`);
-      let body: unknown;
-      try {
-        body = JSON.parse(event.body.toString('utf8'));
-      } catch {
-        throw new ValidationError('event_not_replayable', 'The stored body is not valid JSON');
-      }
-      if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ValidationError('event_not_replayable', 'The stored body is not a JSON object');
-      if (jsonDepthExceeds(body, MAX_BODY_DEPTH)) throw new ValidationError('event_not_replayable', `The stored body nests more than ${MAX_BODY_DEPTH} levels deep`);
-      const target = {
-        workflowId: row.id,
-        workspaceId: row.workspaceId,
-        steps: row.steps,
-        lookup: row.webhookLookup,
-        path: row.webhookPath ? (parsePath(row.webhookPath) ?? null) : null,
-        createIfNotFound: row.createIfNotFound,
-        defaults: row.contactDefaults,
-      };
-      const lookup = extractLookup(target, body as Record<string, unknown>, tx.config.defaultPhoneRegion);
-      const contactId = resolveContact(tx, target, lookup);
-      if (contactId === undefined) throw new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}`);
-      const runId = startRun(tx.db, target, contactId, body as Record<string, unknown>);
-      recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'webhook_event.replayed', target: { type: 'webhook_event', id: eventId }, metadata: { runId, contactId } });
-      return { runId, contactId };
+    const event = tx.db
+      .select()
+      .from(webhookEvents)
+      .where(inWorkspace(tx, webhookEvents.workspaceId, eq(webhookEvents.id, eventId)))
+      .get();
+    if (!event) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${eventId}`);
+    if (!event.body) throw new ValidationError('event_not_replayable', 'This event was refused before its body was read; there is nothing to replay');
+    if (!signatureHeld(event))
+      throw new ValidationError('event_not_replayable', 'This event was refused before its signature was verified; it cannot be replayed');
+    const row = tx.db
+      .select()
+      .from(workflows)
+      .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId)))
+      .get();
+    if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${event.workflowId}`);
+    let body: unknown;
+    try {
+      body = JSON.parse(event.body.toString('utf8'));
+    } catch {
+      throw new ValidationError('event_not_replayable', 'The stored body is not valid JSON');
+    }
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new ValidationError('event_not_replayable', 'The stored body is not a JSON object');
+    if (jsonDepthExceeds(body, MAX_BODY_DEPTH))
+      throw new ValidationError('event_not_replayable', `The stored body nests more than ${MAX_BODY_DEPTH} levels deep`);
+    const target = {
+      workflowId: row.id,
+      workspaceId: row.workspaceId,
+      steps: row.steps,
+      lookup: row.webhookLookup,
+      path: row.webhookPath ? (parsePath(row.webhookPath) ?? null) : null,
+      createIfNotFound: row.createIfNotFound,
+      defaults: row.contactDefaults,
+    };
+    const lookup = extractLookup(target, body as Record<string, unknown>, tx.config.defaultPhoneRegion);
+    const contactId = resolveContact(tx, target, lookup);
+    if (contactId === undefined) throw new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}`);
+    const runId = startRun(tx.db, target, contactId, body as Record<string, unknown>);
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'webhook_event.replayed',
+      target: { type: 'webhook_event', id: eventId },
+      metadata: { runId, contactId },
+    });
+    return { runId, contactId };
   });
 }
 
@@ -574,4 +607,3 @@ function signatureHeld(event: typeof webhookEvents.$inferSelect): boolean {
   if (event.bodySha256 !== null || event.code === SIGNATURE_INVALID) return false;
   return !(event.bodySize === null && event.code !== null && UNVERIFIED_LEGACY_CODES.has(event.code));
 }
-

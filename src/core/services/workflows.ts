@@ -2,14 +2,7 @@ import { eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import { randomBase62 } from '../crypto.js';
-import {
-  workflows,
-  type ContactDefaults,
-  type LookupKind,
-  type StepDefinition,
-  type TriggerSource,
-  type WorkflowStatus,
-} from '../db/schema.js';
+import { workflows, type ContactDefaults, type LookupKind, type StepDefinition, type TriggerSource, type WorkflowStatus } from '../db/schema.js';
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { parsePath } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
@@ -100,7 +93,11 @@ export function mintWebhookToken(): string {
 }
 
 function findRow(ctx: WorkspaceContext, id: number): WorkflowRow {
-  const row = ctx.db.select().from(workflows).where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, id))).get();
+  const row = ctx.db
+    .select()
+    .from(workflows)
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, id)))
+    .get();
   if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${id}`);
   return row;
 }
@@ -133,7 +130,9 @@ function normalizeDefaults(defaults: ContactDefaults): ContactDefaults {
   if (defaults.lastName !== undefined) out.lastName = defaults.lastName;
   if (defaults.attributes !== undefined) {
     if (jsonDepthExceeds(defaults.attributes, MAX_JSON_DEPTH)) {
-      throw new ValidationError('validation_failed', 'The workflow is invalid', [{ path: '/webhook/defaults/attributes', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` }]);
+      throw new ValidationError('validation_failed', 'The workflow is invalid', [
+        { path: '/webhook/defaults/attributes', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` },
+      ]);
     }
     out.attributes = defaults.attributes;
   }
@@ -182,7 +181,12 @@ function columnsFrom(ctx: WorkspaceContext, input: WorkflowInput): Partial<Workf
 function activationColumns(ctx: WorkspaceContext, row: WorkflowRow, checkTemplates: boolean): Partial<WorkflowRow> {
   if (checkTemplates) {
     const errors = sendStepTemplateErrors(ctx, row.steps);
-    if (errors.length) throw new ValidationError('validation_failed', 'The workflow cannot be activated: a send step names a missing template or one of another channel', errors);
+    if (errors.length)
+      throw new ValidationError(
+        'validation_failed',
+        'The workflow cannot be activated: a send step names a missing template or one of another channel',
+        errors,
+      );
   }
   if (row.triggerSource !== 'WEBHOOK') return {};
   if (!row.webhookLookup) {
@@ -220,7 +224,12 @@ export function createWorkflow(ctx: WorkspaceContext, input: WorkflowInput & { n
       .get();
     if (input.status && input.status !== 'DRAFT') {
       const extra = input.status === 'ACTIVE' ? activationColumns(tx, row, true) : {};
-      row = tx.db.update(workflows).set({ status: input.status, ...extra }).where(eq(workflows.id, row.id)).returning().get()!;
+      row = tx.db
+        .update(workflows)
+        .set({ status: input.status, ...extra })
+        .where(eq(workflows.id, row.id))
+        .returning()
+        .get()!;
     }
     auditChanges(tx, undefined, row, input);
     return workflowView(row, baseUrlOf(ctx));

@@ -29,7 +29,11 @@ export function validateWorkspaceName(name: string): string {
 export function createWorkspace(ctx: SystemContext, input: { name: string; plan?: Plan }): WorkspaceView {
   const name = validateWorkspaceName(input.name);
   return withTransaction(ctx, (tx) => {
-    const row = tx.db.insert(workspaces).values({ name, plan: input.plan ?? 'STARTER' }).returning().get();
+    const row = tx.db
+      .insert(workspaces)
+      .values({ name, plan: input.plan ?? 'STARTER' })
+      .returning()
+      .get();
     recordAudit(tx, { workspaceId: row.id, action: 'workspace.created', target: { type: 'workspace', id: row.id }, metadata: { name, plan: row.plan } });
     return view(row);
   });
@@ -48,9 +52,15 @@ export function getWorkspace(ctx: Pick<SystemContext, 'db'>, id: number): Worksp
 export function setWorkspacePlan(ctx: SystemContext, id: number, plan: Plan): WorkspaceView {
   return withTransaction(ctx, (tx) => {
     const before = getWorkspace(tx, id);
-    if (before.sandboxOf !== null) throw new AppError(422, 'not_in_sandbox', `Workspace ${id} is a sandbox: it follows the plan of workspace ${before.sandboxOf}`);
+    if (before.sandboxOf !== null)
+      throw new AppError(422, 'not_in_sandbox', `Workspace ${id} is a sandbox: it follows the plan of workspace ${before.sandboxOf}`);
     // A sandbox is on its live twin's plan, so what is tried there behaves the same live.
-    const rows = tx.db.update(workspaces).set({ plan, updatedAt: nowIso() }).where(or(eq(workspaces.id, id), eq(workspaces.sandboxOf, id))).returning().all();
+    const rows = tx.db
+      .update(workspaces)
+      .set({ plan, updatedAt: nowIso() })
+      .where(or(eq(workspaces.id, id), eq(workspaces.sandboxOf, id)))
+      .returning()
+      .all();
     const row = rows.find((r) => r.id === id);
     if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
     recordAudit(tx, { workspaceId: id, action: 'workspace.plan_changed', target: { type: 'workspace', id }, metadata: { from: before.plan, to: plan } });

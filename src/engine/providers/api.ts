@@ -140,7 +140,13 @@ export async function callProviderApi(call: ProviderCall, opts: SendOptions): Pr
  * the thread's guarded keep-alive pool. Throws only for network problems, timeouts and
  * refused destinations (OutboundError with code blocked_address).
  */
-export async function postToProvider(url: string | URL, headers: Record<string, string>, body: string, timeoutMs: number, policy: OutboundPolicy = defaultOutboundPolicy()): Promise<ApiReply> {
+export async function postToProvider(
+  url: string | URL,
+  headers: Record<string, string>,
+  body: string,
+  timeoutMs: number,
+  policy: OutboundPolicy = defaultOutboundPolicy(),
+): Promise<ApiReply> {
   const target = typeof url === 'string' ? new URL(url) : url;
   const res = await agentFor(policy, timeoutMs).request({
     origin: target.origin,
@@ -165,7 +171,7 @@ export async function postToProvider(url: string | URL, headers: Record<string, 
     chunks.push(buf);
   }
   const text = Buffer.concat(chunks).toString('utf8');
-  let json: unknown ;
+  let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {

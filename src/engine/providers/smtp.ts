@@ -104,7 +104,8 @@ const PERMANENT_CODES = new Set(['EENVELOPE', 'EMESSAGE', 'EAUTH', 'ENOAUTH', 'E
 const RATE_LIMIT_REPLIES = new Set([421, 451]);
 
 /** OpenSSL's verification failures (self-signed, expired, wrong name ...): the settings must change. */
-const CERTIFICATE_CODES = /^(DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|CERT_[A-Z_]+|ERR_TLS_CERT_ALTNAME_INVALID|HOSTNAME_MISMATCH)$/;
+const CERTIFICATE_CODES =
+  /^(DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_VERIFY_LEAF_SIGNATURE|UNABLE_TO_GET_ISSUER_CERT(_LOCALLY)?|CERT_[A-Z_]+|ERR_TLS_CERT_ALTNAME_INVALID|HOSTNAME_MISMATCH)$/;
 
 /** Fixed texts for failures without a reply: nodemailer's messages may quote a banner. */
 const CODE_TEXT: Record<string, string> = {
@@ -134,7 +135,11 @@ const CODE_TEXT: Record<string, string> = {
 export function classifySmtpError(err: unknown): SendFailure {
   if (err instanceof OutboundError) {
     if (err.code === 'blocked_address') return refusedDestination('smtp', err);
-    return { ok: false, transient: true, error: `smtp: ${err.code === 'timeout' ? 'timed out' : 'the server could not be reached'} (${err.code === 'timeout' ? 'ETIMEDOUT' : 'ECONNECTION'})` };
+    return {
+      ok: false,
+      transient: true,
+      error: `smtp: ${err.code === 'timeout' ? 'timed out' : 'the server could not be reached'} (${err.code === 'timeout' ? 'ETIMEDOUT' : 'ECONNECTION'})`,
+    };
   }
   const e = err as { code?: string; originalCode?: string; responseCode?: number; response?: string; message?: string };
   if (typeof e.originalCode === 'string' && CERTIFICATE_CODES.test(e.originalCode)) {

@@ -21,7 +21,12 @@ export function classifyTwilioReply(reply: ApiReply): SendResult {
     return { ok: true, providerMessageId: typeof sid === 'string' ? errorText(sid, 64) : null };
   }
   const err = twilioError(reply.json);
-  const detail = err.message !== undefined ? `${err.message}${err.code !== undefined ? ` (code ${err.code})` : ''}` : err.code !== undefined ? `code ${err.code}` : 'no details';
+  const detail =
+    err.message !== undefined
+      ? `${err.message}${err.code !== undefined ? ` (code ${err.code})` : ''}`
+      : err.code !== undefined
+        ? `code ${err.code}`
+        : 'no details';
   const error = `twilio: HTTP ${reply.status}: ${detail}`;
   if (reply.status === 429 || err.code === String(TWILIO_RATE_LIMIT) || (reply.status === 503 && reply.retryAfter !== undefined)) {
     return { ok: false, transient: true, error, retryAfterMs: retryAfterMsOf(reply) };
@@ -43,6 +48,9 @@ export const twilioProvider: Provider = {
       'content-type': 'application/x-www-form-urlencoded',
       accept: 'application/json',
     };
-    return callProviderApi({ provider: 'twilio', url, headers, body: form.toString(), account: `${s.accountSid}:${c.authToken}`, classify: classifyTwilioReply }, opts);
+    return callProviderApi(
+      { provider: 'twilio', url, headers, body: form.toString(), account: `${s.accountSid}:${c.authToken}`, classify: classifyTwilioReply },
+      opts,
+    );
   },
 };

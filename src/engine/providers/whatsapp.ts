@@ -46,7 +46,12 @@ export function classifyWhatsAppReply(reply: ApiReply): SendResult & { blockDest
     return { ok: true, providerMessageId: typeof id === 'string' ? errorText(id, 128) : null };
   }
   const err = graphError(reply.json);
-  const detail = err.message !== undefined ? `${err.message}${err.code !== undefined ? ` (code ${err.code})` : ''}` : err.code !== undefined ? `code ${err.code}` : 'no details';
+  const detail =
+    err.message !== undefined
+      ? `${err.message}${err.code !== undefined ? ` (code ${err.code})` : ''}`
+      : err.code !== undefined
+        ? `code ${err.code}`
+        : 'no details';
   const error = `whatsapp: HTTP ${reply.status}: ${detail}`;
   const rateLimitCode = err.code !== undefined && RATE_LIMIT_CODES.has(err.code);
   if (reply.status === 429 || rateLimitCode || (reply.status === 503 && reply.retryAfter !== undefined)) {
@@ -63,6 +68,9 @@ export const whatsappProvider: Provider = {
     const c = credentials as unknown as WhatsAppCredentials;
     const url = `${s.baseUrl}/${encodeURIComponent(s.phoneNumberId)}/messages`;
     const headers = { authorization: `Bearer ${c.accessToken}`, 'content-type': 'application/json', accept: 'application/json' };
-    return callProviderApi({ provider: 'whatsapp', url, headers, body: JSON.stringify(whatsappPayload(msg)), account: c.accessToken, classify: classifyWhatsAppReply }, opts);
+    return callProviderApi(
+      { provider: 'whatsapp', url, headers, body: JSON.stringify(whatsappPayload(msg)), account: c.accessToken, classify: classifyWhatsAppReply },
+      opts,
+    );
   },
 };

@@ -60,7 +60,8 @@ export function fieldErrors(validation: AjvError[]): FieldError[] {
   }
   return [...byPath].map(([path, messages]) => ({
     path,
-    message: messages.every((m) => m.startsWith('must be ')) && messages.length > 1 ? `must be ${messages.map((m) => m.slice(8)).join(' or ')}` : messages.join('; '),
+    message:
+      messages.every((m) => m.startsWith('must be ')) && messages.length > 1 ? `must be ${messages.map((m) => m.slice(8)).join(' or ')}` : messages.join('; '),
   }));
 }
 

@@ -69,8 +69,13 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
   );
 
   // Who is calling: the console's first request after a login or a reload.
-  app.get('/auth/me', { config: { access: { role: 'VIEWER' } }, schema: { summary: 'Who is calling: the user or key, the workspace, the role and every membership', response: { 200: MeResponse } } }, async (req) =>
-    me(req.workspaceCtx(), req.principal!),
+  app.get(
+    '/auth/me',
+    {
+      config: { access: { role: 'VIEWER' } },
+      schema: { summary: 'Who is calling: the user or key, the workspace, the role and every membership', response: { 200: MeResponse } },
+    },
+    async (req) => me(req.workspaceCtx(), req.principal!),
   );
 
   // Another workspace of the same user: a new session there (the current one ends).
@@ -91,15 +96,11 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
     },
   );
 
-  app.post(
-    '/auth/refresh',
-    { config: { access: 'public' }, schema: { response: { 200: Type.Object(TokenResponse) } } },
-    async (req, reply) => {
-      const result = await refresh(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
-      setCookie(reply, result.refreshToken, result.refreshMaxAge);
-      return { token: result.token, expiresIn: result.expiresIn };
-    },
-  );
+  app.post('/auth/refresh', { config: { access: 'public' }, schema: { response: { 200: Type.Object(TokenResponse) } } }, async (req, reply) => {
+    const result = await refresh(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
+    setCookie(reply, result.refreshToken, result.refreshMaxAge);
+    return { token: result.token, expiresIn: result.expiresIn };
+  });
 
   // A user changes their own password; their other sessions end, this one stays.
   app.post(

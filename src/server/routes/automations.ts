@@ -14,7 +14,12 @@ const Graph = Type.Object(
   {
     nodes: Type.Array(
       Type.Object(
-        { id: Type.String({ minLength: 1, maxLength: 100 }), type: Type.String({ minLength: 1, maxLength: 50 }), data: FreeObject, position: Type.Optional(Position) },
+        {
+          id: Type.String({ minLength: 1, maxLength: 100 }),
+          type: Type.String({ minLength: 1, maxLength: 50 }),
+          data: FreeObject,
+          position: Type.Optional(Position),
+        },
         { additionalProperties: false },
       ),
       { maxItems: 200 },
@@ -52,7 +57,10 @@ export async function automationRoutes(app: App): Promise<void> {
     {
       config: { access: write },
       schema: {
-        body: Type.Object({ name: Type.String({ minLength: 1, maxLength: 200 }), status: Type.Optional(WorkflowStatus), graph: Graph }, { additionalProperties: false }),
+        body: Type.Object(
+          { name: Type.String({ minLength: 1, maxLength: 200 }), status: Type.Optional(WorkflowStatus), graph: Graph },
+          { additionalProperties: false },
+        ),
         response: { 201: Automation },
       },
     },

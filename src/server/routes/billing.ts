@@ -27,10 +27,8 @@ export async function billingRoutes(app: App, opts: { config: Config }): Promise
 
   app.get('/billing/plan', { config: { access: { role: 'VIEWER' } }, schema: { response: { 200: BillingPlan } } }, async (req) => getPlan(req.workspaceCtx()));
 
-  app.post(
-    '/billing/checkout',
-    { config: { access: { role: 'OWNER' } }, schema: { body: CheckoutInput, response: { 201: Checkout } } },
-    async (req, reply) => reply.code(201).send(await createCheckout(req.workspaceCtx(), req.body)),
+  app.post('/billing/checkout', { config: { access: { role: 'OWNER' } }, schema: { body: CheckoutInput, response: { 201: Checkout } } }, async (req, reply) =>
+    reply.code(201).send(await createCheckout(req.workspaceCtx(), req.body)),
   );
 
   await app.register(async (hook: App) => {

@@ -55,7 +55,17 @@ export async function contactImportRoutes(app: App): Promise<void> {
         description:
           'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed. Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
         consumes: Object.keys(MEDIA),
-        querystring: Type.Object({ mode: Type.Optional(Type.Union(IMPORT_MODES.map((m) => Type.Literal(m)), { default: 'upsert' })) }, { additionalProperties: false }),
+        querystring: Type.Object(
+          {
+            mode: Type.Optional(
+              Type.Union(
+                IMPORT_MODES.map((m) => Type.Literal(m)),
+                { default: 'upsert' },
+              ),
+            ),
+          },
+          { additionalProperties: false },
+        ),
         response: { 200: ImportJob, 202: ImportJob },
       },
     },
@@ -81,7 +91,12 @@ export async function contactImportRoutes(app: App): Promise<void> {
       socket.once('close', onClose);
       req.raw.once('close', () => socket.off('close', onClose)); // a kept-alive socket serves other requests
       const ctx = req.workspaceCtx();
-      const opts = { format, mode: (req.query as { mode?: 'create' | 'update' | 'upsert' }).mode ?? 'upsert', bytesTotal: declared, maxBytes: config.importMaxBytes };
+      const opts = {
+        format,
+        mode: (req.query as { mode?: 'create' | 'update' | 'upsert' }).mode ?? 'upsert',
+        bytesTotal: declared,
+        maxBytes: config.importMaxBytes,
+      };
       const job = startImport(ctx, opts);
       const body = req.body as Readable;
       const hooks = { onError: (err: unknown) => req.log.error({ err, importId: job.id }, 'contact import failed') };
@@ -121,7 +136,8 @@ export async function contactImportRoutes(app: App): Promise<void> {
     {
       config: { access: read },
       schema: {
-        description: 'The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object). Both import back.',
+        description:
+          'The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object). Both import back.',
         produces: ['application/x-ndjson', 'text/csv'],
         querystring: Type.Object(
           {

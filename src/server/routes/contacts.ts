@@ -1,5 +1,15 @@
 import { Type } from '@sinclair/typebox';
-import { addTags, createContact, deleteContact, getContact, listContacts, listTags, removeTag, TAG_CURSOR_MAX_LENGTH, updateContact } from '../../core/services/contacts.js';
+import {
+  addTags,
+  createContact,
+  deleteContact,
+  getContact,
+  listContacts,
+  listTags,
+  removeTag,
+  TAG_CURSOR_MAX_LENGTH,
+  updateContact,
+} from '../../core/services/contacts.js';
 import type { App } from '../app.js';
 import { Contact, FreeObject, IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 

@@ -52,7 +52,12 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
   );
 
   /** Sends (and retries) an invitation email after the answer; the token is redacted from the stored copy. */
-  function sendInvitationEmail(ctx: WorkspaceContext, email: InvitationEmail, invitationId: number, log: { warn: (o: object, m: string) => void; error: (o: object, m: string) => void }): void {
+  function sendInvitationEmail(
+    ctx: WorkspaceContext,
+    email: InvitationEmail,
+    invitationId: number,
+    log: { warn: (o: object, m: string) => void; error: (o: object, m: string) => void },
+  ): void {
     const tracked = deliverWithRetries(
       { db: ctx.db, config: ctx.config },
       { workspaceId: ctx.workspaceId, channel: 'EMAIL', to: email.to, rendered: email.rendered, secrets: email.secrets },
@@ -68,20 +73,19 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
 
   // 202: the person becomes a member when they accept the emailed invitation. The answer
   // is the same whether or not the email has an account, and carries no token.
-  app.post(
-    '/memberships',
-    { config: { access: admin }, schema: { body: MembershipInput, response: { 202: InvitationSent } } },
-    async (req, reply) => {
-      const ctx = req.workspaceCtx();
-      const { invitation, email } = inviteMember(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
-      sendInvitationEmail(ctx, email, invitation.id, req.log);
-      return reply.code(202).send(invitation);
-    },
-  );
+  app.post('/memberships', { config: { access: admin }, schema: { body: MembershipInput, response: { 202: InvitationSent } } }, async (req, reply) => {
+    const ctx = req.workspaceCtx();
+    const { invitation, email } = inviteMember(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
+    sendInvitationEmail(ctx, email, invitation.id, req.log);
+    return reply.code(202).send(invitation);
+  });
 
   app.patch(
     '/memberships/:id',
-    { config: { access: admin }, schema: { params: IdParams, body: Type.Object({ role: Role }, { additionalProperties: false }), response: { 200: Membership } } },
+    {
+      config: { access: admin },
+      schema: { params: IdParams, body: Type.Object({ role: Role }, { additionalProperties: false }), response: { 200: Membership } },
+    },
     async (req) => changeMembershipRole(req.workspaceCtx(), req.params.id, req.body.role, req.principal!.role),
   );
 
@@ -103,19 +107,29 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
 
   app.get(
     '/memberships/invitations',
-    { config: { access: admin }, schema: { summary: 'List pending invitations (without their tokens)', querystring: ListQuery, response: { 200: pageOf(PendingInvitation) } } },
+    {
+      config: { access: admin },
+      schema: { summary: 'List pending invitations (without their tokens)', querystring: ListQuery, response: { 200: pageOf(PendingInvitation) } },
+    },
     async (req) => listInvitations(req.workspaceCtx(), req.query),
   );
 
-  app.delete('/memberships/invitations/:id', { config: { access: admin }, schema: { summary: 'Withdraw a pending invitation', params: IdParams } }, async (req, reply) => {
-    revokeInvitation(req.workspaceCtx(), req.params.id);
-    return reply.code(204).send();
-  });
+  app.delete(
+    '/memberships/invitations/:id',
+    { config: { access: admin }, schema: { summary: 'Withdraw a pending invitation', params: IdParams } },
+    async (req, reply) => {
+      revokeInvitation(req.workspaceCtx(), req.params.id);
+      return reply.code(204).send();
+    },
+  );
 
   // What the accept page shows before the invitee acts; the token is the credential.
   app.post(
     '/invitations/inspect',
-    { config: { access: 'public' }, schema: { summary: 'Read an invitation by its token before accepting it', body: InvitationToken, response: { 200: InvitationInspected } } },
+    {
+      config: { access: 'public' },
+      schema: { summary: 'Read an invitation by its token before accepting it', body: InvitationToken, response: { 200: InvitationInspected } },
+    },
     async (req) => inspectInvitation(req.systemCtx(), req.body.token),
   );
 

@@ -37,7 +37,10 @@ export async function messageRoutes(app: App, opts: { renderPool: RenderPool }):
     '/messages/test-email',
     { config: { access: { ...write, limit: 'render' } }, schema: { body: TestEmailBody, response: { 202: TestEmailAccepted } } },
     async (req, reply) => {
-      const { accepted, done } = await startTestEmail(req.workspaceCtx(), req.body, { signal: closing.signal, render: (content, ctx) => opts.renderPool.render(content, ctx) });
+      const { accepted, done } = await startTestEmail(req.workspaceCtx(), req.body, {
+        signal: closing.signal,
+        render: (content, ctx) => opts.renderPool.render(content, ctx),
+      });
       const tracked = done
         .then((outcome) => {
           if (outcome.status === 'FAILED') req.log.warn({ attemptId: outcome.attemptId, error: outcome.error }, 'test email not delivered');
@@ -54,7 +57,10 @@ export async function messageRoutes(app: App, opts: { renderPool: RenderPool }):
     {
       config: { access: read },
       schema: {
-        querystring: Type.Object({ ...PageQuery, runId: Type.Optional(IdParams.properties.id), status: Type.Optional(DeliveryStatusSchema) }, { additionalProperties: false }),
+        querystring: Type.Object(
+          { ...PageQuery, runId: Type.Optional(IdParams.properties.id), status: Type.Optional(DeliveryStatusSchema) },
+          { additionalProperties: false },
+        ),
         response: { 200: pageOf(DeliveryAttempt) },
       },
     },

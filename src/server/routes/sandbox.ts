@@ -40,7 +40,8 @@ export async function sandboxRoutes(app: App): Promise<void> {
       config: { access: { role: 'ADMIN' } },
       schema: {
         summary: 'Create or reset the sandbox',
-        description: 'Creates the workspace\'s sandbox (201), or answers the existing one (200); with `reset: true` deletes its data and keeps its id and keys (200).',
+        description:
+          "Creates the workspace's sandbox (201), or answers the existing one (200); with `reset: true` deletes its data and keeps its id and keys (200).",
         body: Type.Object({ reset: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
         response: { 200: SandboxResult, 201: SandboxResult },
       },
@@ -67,7 +68,7 @@ export async function sandboxRoutes(app: App): Promise<void> {
       config: { access: { role: 'VIEWER' } },
       schema: {
         summary: 'List recorded http_request steps',
-        description: 'What the http_request steps of this sandbox\'s runs would have sent: recorded, never sent. Empty in a live workspace.',
+        description: "What the http_request steps of this sandbox's runs would have sent: recorded, never sent. Empty in a live workspace.",
         querystring: ListQuery,
         response: { 200: pageOf(SandboxRequest) },
       },

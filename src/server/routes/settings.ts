@@ -7,9 +7,7 @@ const admin = { role: 'ADMIN' as const };
 export async function settingsRoutes(app: App): Promise<void> {
   app.get('/settings/channels', { config: { access: admin }, schema: { response: { 200: ChannelSettings } } }, async (req) => getChannels(req.workspaceCtx()));
 
-  app.put(
-    '/settings/channels',
-    { config: { access: admin }, schema: { body: ChannelSettingsInput, response: { 200: ChannelSettings } } },
-    async (req) => updateChannels(req.workspaceCtx(), req.body as ChannelsInput),
+  app.put('/settings/channels', { config: { access: admin }, schema: { body: ChannelSettingsInput, response: { 200: ChannelSettings } } }, async (req) =>
+    updateChannels(req.workspaceCtx(), req.body as ChannelsInput),
   );
 }

@@ -15,20 +15,24 @@ const write = { role: 'MEMBER' as const };
 
 const Name = Type.String({ minLength: 1, maxLength: 200 });
 
-const PreviewBody = Type.Object(
-  { contactId: Type.Optional(IdParams.properties.id), trigger: Type.Optional(FreeObject) },
-  { additionalProperties: false },
-);
+const PreviewBody = Type.Object({ contactId: Type.Optional(IdParams.properties.id), trigger: Type.Optional(FreeObject) }, { additionalProperties: false });
 
 /**
  * Renders a template as a run would: the same variables (a contact as the engine sees it,
  * the given trigger body, the workspace), with run = null since no run exists.
  */
-async function previewTemplate(ctx: WorkspaceContext, renderPool: RenderPool, id: number, input: { contactId?: number | undefined; trigger?: Record<string, unknown> | undefined }) {
+async function previewTemplate(
+  ctx: WorkspaceContext,
+  renderPool: RenderPool,
+  id: number,
+  input: { contactId?: number | undefined; trigger?: Record<string, unknown> | undefined },
+) {
   const template = getTemplate(ctx, id);
   const trigger = input.trigger ?? {};
   if (jsonDepthExceeds(trigger, MAX_JSON_DEPTH)) {
-    throw new ValidationError('validation_failed', 'The trigger is invalid', [{ path: '/trigger', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` }]);
+    throw new ValidationError('validation_failed', 'The trigger is invalid', [
+      { path: '/trigger', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` },
+    ]);
   }
   let contact: Record<string, unknown> = {};
   if (input.contactId !== undefined) {

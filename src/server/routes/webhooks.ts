@@ -62,7 +62,8 @@ export async function webhookRoutes(
     let error: AppError;
     if (err instanceof AppError) error = err;
     else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') error = receiver.tooLarge();
-    else if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) error = new AppError(err.statusCode, 'bad_request', 'The request could not be read');
+    else if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500)
+      error = new AppError(err.statusCode, 'bad_request', 'The request could not be read');
     else if (opts.storage?.noteFailure(err)) return sendStorageFull(reply);
     else {
       req.log.error({ err }, 'webhook failed');
