@@ -27,6 +27,7 @@ function fill(file: string): void {
     );
     const audit = db.prepare("INSERT INTO audit_logs (workspace_id, at, actor_type, action) VALUES (?, ?, 'SYSTEM', 'test.old')");
     const session = db.prepare('INSERT INTO sessions (family_id, user_id, workspace_id, token_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)');
+    const sandboxRequest = db.prepare("INSERT INTO sandbox_requests (workspace_id, method, url, created_at) VALUES (?, 'POST', 'https://example.com/', ?)");
     db.transaction(() => {
       // 1,200 finished runs of 100 days ago (more than two batches), and what must stay.
       for (let i = 0; i < 1200; i++) run.run(ws, i % 2 ? 'COMPLETED' : 'FAILED', ago(100), ago(100), ago(100));
@@ -40,6 +41,8 @@ function fill(file: string): void {
       audit.run(ws, ago(100));
       session.run('old-family', user, ws, 'hash-old', ago(60), ago(30));
       session.run('live-family', user, ws, 'hash-live', ago(1), new Date(Date.now() + 10 * DAY).toISOString());
+      for (let i = 0; i < 700; i++) sandboxRequest.run(ws, ago(100));
+      sandboxRequest.run(ws, ago(5));
     })();
   } finally {
     db.close();
@@ -65,7 +68,11 @@ test('svc serve prunes old finished runs, attempts, audit entries and sessions i
     env: { SVC_ENGINE: 'false', SVC_RUN_RETENTION_DAYS: '30', SVC_DELIVERY_RETENTION_DAYS: '30', SVC_AUDIT_RETENTION_DAYS: '365', SVC_LOG_LEVEL: 'info' },
   });
   const deadline = Date.now() + 20_000;
-  while (count(file, 'SELECT COUNT(*) AS n FROM workflow_runs') > 3 || count(file, 'SELECT COUNT(*) AS n FROM delivery_attempts') > 2) {
+  while (
+    count(file, 'SELECT COUNT(*) AS n FROM workflow_runs') > 3 ||
+    count(file, 'SELECT COUNT(*) AS n FROM delivery_attempts') > 2 ||
+    count(file, 'SELECT COUNT(*) AS n FROM sandbox_requests') > 1
+  ) {
     assert.ok(Date.now() < deadline, 'pruning did not finish within 20 s');
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -79,6 +86,7 @@ test('svc serve prunes old finished runs, attempts, audit entries and sessions i
   assert.ok(count(file, 'SELECT COUNT(*) AS n FROM audit_logs') >= auditBefore - 600);
   assert.equal(count(file, "SELECT COUNT(*) AS n FROM sessions WHERE family_id = 'old-family'"), 0, 'a session ended 30 days ago is gone');
   assert.equal(count(file, "SELECT COUNT(*) AS n FROM sessions WHERE family_id = 'live-family'"), 1);
+  assert.equal(count(file, 'SELECT COUNT(*) AS n FROM sandbox_requests'), 1, "a sandbox's recorded requests go with the delivery retention");
   await server.stop();
   assert.match(server.stdout() + server.stderr(), /pruned what the retention settings no longer keep/);
 });
@@ -99,5 +107,6 @@ test('a retention of 0 keeps runs, attempts and audit entries for ever', async (
   await server.stop();
   assert.equal(count(file, 'SELECT COUNT(*) AS n FROM workflow_runs'), 1203);
   assert.equal(count(file, 'SELECT COUNT(*) AS n FROM delivery_attempts'), 1102);
+  assert.equal(count(file, 'SELECT COUNT(*) AS n FROM sandbox_requests'), 701);
   assert.ok(count(file, "SELECT COUNT(*) AS n FROM audit_logs WHERE action = 'test.old'") === 601);
 });

@@ -8,7 +8,7 @@ const DAY_MS = 86_400_000;
 
 /** What one kind of pruning deletes: rows older than the cutoff its setting gives. */
 interface PruneRule {
-  what: 'runs' | 'deliveryAttempts' | 'auditEntries' | 'sessions' | 'webhookEvents';
+  what: 'runs' | 'deliveryAttempts' | 'auditEntries' | 'sessions' | 'webhookEvents' | 'sandboxRequests';
   /** The cutoff (ISO time) for now, or null when the setting keeps these rows for ever. */
   cutoff(config: Config, now: number): string | null;
   sql: string;
@@ -43,6 +43,12 @@ const RULES: PruneRule[] = [
     cutoff: (c, now) => before(c.webhookEventRetentionDays, now),
     sql: `DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events WHERE received_at < @cutoff LIMIT ${PRUNE_BATCH})`,
   },
+  {
+    // What a sandbox's http_request steps would have sent: kept as long as deliveries.
+    what: 'sandboxRequests',
+    cutoff: (c, now) => (c.deliveryRetentionDays > 0 ? before(c.deliveryRetentionDays, now) : null),
+    sql: `DELETE FROM sandbox_requests WHERE id IN (SELECT id FROM sandbox_requests WHERE created_at < @cutoff LIMIT ${PRUNE_BATCH})`,
+  },
 ];
 
 export type PruneCounts = Record<PruneRule['what'], number>;
@@ -63,7 +69,7 @@ export class Pruner {
 
   /** One batch of each kind (run it inside the caller's write transaction). */
   batch(now = Date.now()): { deleted: PruneCounts; more: boolean } {
-    const deleted = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0 };
+    const deleted = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0, sandboxRequests: 0 };
     let more = false;
     for (const { rule, stmt } of this.statements) {
       const cutoff = rule.cutoff(this.config, now);
@@ -81,7 +87,7 @@ export class Pruner {
  * (the server's group commit), yielding between batches so requests go on being served.
  */
 export async function pruneAll(pruner: Pruner, write: <T>(work: () => T) => Promise<T>, now = Date.now()): Promise<PruneCounts> {
-  const total = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0 };
+  const total = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0, sandboxRequests: 0 };
   for (;;) {
     const { deleted, more } = await write(() => pruner.batch(now));
     for (const k of Object.keys(total) as (keyof PruneCounts)[]) total[k] += deleted[k];
