@@ -108,10 +108,24 @@ export async function build(
     await app.close();
     db.$client.close();
   });
+  return { app, ...serverHandle({ url: address, db, config, dataDir, init }) };
+}
+
+/**
+ * What a test does with a running server, whether in this process or a `svc serve` child: requests,
+ * logins, and seeding through the services on the same SQLite file.
+ */
+export function serverHandle(opts: {
+  url: string;
+  db: Db;
+  config: Config;
+  dataDir: string;
+  init: { workspace: { id: number }; user: { id: number; email: string } };
+}): Omit<TestServer, 'app'> {
+  const { url: address, db, config, dataDir, init } = opts;
   const ctx = { db, config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
-  const server: TestServer = {
+  const server: Omit<TestServer, 'app'> = {
     url: address,
-    app,
     db,
     config,
     dataDir,

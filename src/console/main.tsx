@@ -5,6 +5,9 @@ import { ApiError, NetworkError } from './api/client';
 import { App } from './app/App';
 import { SessionProvider } from './app/session';
 import './styles.css';
+import './automations/automations.css';
+import './workflows/workflows.css';
+import './settings/settings.css';
 
 const queries = new QueryClient({
   defaultOptions: {

@@ -95,6 +95,8 @@ export interface Config {
   readonly metricsToken: string | null;
   /** A second listener on 127.0.0.1 serving only /metrics, without a token (null: none). */
   readonly metricsPort: number | null;
+  /** A folder holding a built console to serve instead of the one shipped with svc (null: the shipped one). */
+  readonly consoleDir: string | null;
   /** Log lines: `pretty` (for people), `json` (for machines), or `auto` (pretty on a terminal). */
   readonly logFormat: 'auto' | 'pretty' | 'json';
   readonly secrets: { readonly jwtSecret: string; readonly encryptionKey: string };
@@ -384,6 +386,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     },
     metricsToken: toMetricsToken(pick(env.SVC_METRICS_TOKEN, file.metricsToken)),
     metricsPort: ((v) => (v === undefined ? null : toInt('metricsPort', v, 0, 1, 65535)))(pick(flags.metricsPort, env.SVC_METRICS_PORT, file.metricsPort)),
+    consoleDir: optionalPath(pick(env.SVC_CONSOLE_DIR, file.consoleDir)),
     logFormat: toEnum('logFormat', pick(env.SVC_LOG_FORMAT, file.logFormat), ['auto', 'pretty', 'json'] as const, 'auto'),
     secrets: {
       jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),

@@ -38,7 +38,7 @@ import { pruneAll, Pruner } from '../core/services/retention.js';
 import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
 import { Readiness, registerReadiness } from './readiness.js';
-import { consoleRoutes } from './console.js';
+import { consoleRoutes, readConsoleFiles } from './console.js';
 
 export interface AppDeps {
   config: Config;
@@ -221,7 +221,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   readiness.attach({ batcher, engine });
   await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.db) });
   // The web console, after every API route: its paths (/, /app/*, /invite) are none of the API's.
-  await app.register(consoleRoutes);
+  await app.register(consoleRoutes, config.consoleDir ? { files: readConsoleFiles(config.consoleDir) } : {});
 
   // What the retention settings no longer keep is pruned at start and every 10 minutes, in
   // small batches through the group commit, so requests go on between batches.

@@ -5,13 +5,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { buildAsOwner } from '../helpers.js';
+import { consoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
 const { browser, skip } = await startBrowser();
 
 test('create and edit a contact; a 409 and a 422 are shown at their field; delete asks first', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   await s.request('POST', '/contacts', { token, body: { email: 'taken@example.com', firstName: 'Taken' } });
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -111,7 +111,7 @@ test('create and edit a contact; a 409 and a 422 are shown at their field; delet
 });
 
 test('the list pages by cursor with Load more', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   for (let i = 0; i < 55; i++) await s.request('POST', '/contacts', { token, body: { email: `c${i}@example.com` } });
   const { context, page } = await newContext(browser!, s.url);
   t.after(() => context.close());

@@ -8,13 +8,13 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { test } from 'node:test';
-import { buildAsOwner } from '../helpers.js';
+import { consoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
 const { browser, skip } = await startBrowser();
 
 test('a template: a Liquid error at its field and line, then a preview for a contact and a trigger body', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   await s.request('POST', '/contacts', { token, body: { email: 'ann@example.com', firstName: 'Ann' } });
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -57,7 +57,7 @@ test('a template: a Liquid error at its field and line, then a preview for a con
 });
 
 test('a webhook workflow: configure, activate, copy the URL, post a signed body, see the event and the run', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t, { engine: true });
+  const { s, token } = await consoleServer(t, { engine: true });
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
   await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: s.url });

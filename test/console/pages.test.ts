@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { buildAsOwner, type TestServer } from '../helpers.js';
+import { consoleServer, type ConsoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
 const { browser, skip } = await startBrowser();
@@ -22,7 +22,7 @@ const PAGES = [
 ];
 
 /** Something on every page, through the API. */
-async function seed(s: TestServer, token: string): Promise<{ automationId: number }> {
+async function seed(s: ConsoleServer, token: string): Promise<{ automationId: number }> {
   const ok = (res: { status: number; text: string }) => assert.ok(res.status < 300, res.text);
   for (const [email, firstName, tags] of [
     ['ann@example.com', 'Ann', ['vip']],
@@ -68,7 +68,7 @@ async function seed(s: TestServer, token: string): Promise<{ automationId: numbe
 }
 
 test('each page: the main navigation, one h1, no serious accessibility violation; the editor loads on demand', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   const { automationId } = await seed(s, token);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -119,7 +119,7 @@ test('each page: the main navigation, one h1, no serious accessibility violation
 });
 
 test('a VIEWER gets a read-only console: no write control on any page', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   await seed(s, token);
   const viewer = await s.userWithRole('VIEWER');
   const { context, page, problems } = await newContext(browser!, s.url);
@@ -154,7 +154,7 @@ test('a VIEWER gets a read-only console: no write control on any page', { skip }
 });
 
 test('a page that cannot render shows a readable message, and the rest of the console keeps working', { skip }, async (t) => {
-  const { s } = await buildAsOwner(t);
+  const { s } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
   // An answer the page does not expect (tags is not a list) makes it throw while rendering.

@@ -5,13 +5,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { buildAsOwner } from '../helpers.js';
+import { consoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
 const { browser, skip } = await startBrowser();
 
 test('create an API key: the raw key is shown once, works, and is revoked after a confirmation', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
   await page.goto('/app/settings');
@@ -65,7 +65,7 @@ test('create an API key: the raw key is shown once, works, and is revoked after 
 });
 
 test('invite a member; they accept in another browser, are signed in, and are listed; role change and removal', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t);
+  const { s, token } = await consoleServer(t);
   const admin = await newContext(browser!, s.url);
   t.after(() => admin.context.close());
   const { page } = admin;

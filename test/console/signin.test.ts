@@ -5,14 +5,14 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { build } from '../helpers.js';
+import { consoleServer } from './server.js';
 import { addMembership, addWorkspace } from './seed.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
 const { browser, skip } = await startBrowser();
 
 test('log in, reload without losing the session, switch workspace, log out', { skip }, async (t) => {
-  const s = await build(t);
+  const { s } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
 
@@ -58,7 +58,7 @@ test('log in, reload without losing the session, switch workspace, log out', { s
 });
 
 test('wrong password, too many attempts (with the wait) and an unreachable server are told apart', { skip }, async (t) => {
-  const s = await build(t, { env: { SVC_LOGIN_RATE_LIMIT: '2' } });
+  const { s } = await consoleServer(t, { env: { SVC_LOGIN_RATE_LIMIT: '2' } });
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
   await page.goto('/app/');
