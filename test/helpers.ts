@@ -175,7 +175,7 @@ export function assertProblem(res: HttpResult, status: number, code?: string): v
 }
 
 /** Polls GET /runs/:id until the run reaches one of the statuses (or fails the test). */
-export async function waitForRun(s: TestServer, token: string, runId: number, statuses: string[], timeoutMs = 15_000): Promise<any> {
+export async function waitForRun(s: Pick<TestServer, 'request'>, token: string, runId: number, statuses: string[], timeoutMs = 15_000): Promise<any> {
   const started = Date.now();
   for (;;) {
     const res = await s.request('GET', `/runs/${runId}`, { token });

@@ -67,6 +67,7 @@ test('a webhook workflow: configure, activate, copy the URL, post a signed body,
   await page.getByLabel('Name').fill('Signups');
   await page.getByLabel('Trigger').selectOption('WEBHOOK');
   await page.getByRole('button', { name: 'Create workflow' }).click();
+  await page.getByRole('heading', { level: 1, name: 'Signups' }).waitFor();
   await assertOneH1(page, 'Signups');
   const id = Number(new URL(page.url()).pathname.split('/').pop());
 
@@ -84,7 +85,9 @@ test('a webhook workflow: configure, activate, copy the URL, post a signed body,
   await page.getByLabel('Path in the body').fill('customer.email');
   await page.getByRole('button', { name: 'Save webhook settings' }).click();
   await page.getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
-  await page.getByLabel('Steps (JSON)').fill('[{"type": "add_tags", "tags": ["signed-up"]}]');
+  await page.getByLabel('New step').selectOption('add_tags');
+  await page.getByRole('button', { name: 'Add step' }).click();
+  await page.getByRole('group', { name: 'Step 1: Add tags' }).getByLabel('Tags').fill('signed-up');
   await page.getByRole('button', { name: 'Save steps' }).click();
   await page.getByRole('region', { name: 'Steps' }).getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
   const secret = 'a-signing-secret-of-32-characters';

@@ -1,7 +1,7 @@
 const SAMPLE_VALUES = { email: 'ann@example.com', phone: '+14155550100', contactId: 1 };
 
 /** A sample body with the lookup value where the workflow reads it ("customer.email" nests). */
-function sampleBody(lookup: keyof typeof SAMPLE_VALUES | null, path: string | null): Record<string, unknown> {
+export function sampleBody(lookup: keyof typeof SAMPLE_VALUES | null, path: string | null): Record<string, unknown> {
   const body: Record<string, unknown> = {};
   const segments = (path ?? lookup ?? 'email').split('.');
   let at = body;

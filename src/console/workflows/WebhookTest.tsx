@@ -3,10 +3,12 @@ import { useState, type FormEvent } from 'react';
 import { api, describeError } from '../api/client';
 import { Alert } from '../ui/Alert';
 import { TextAreaField } from '../ui/Field';
+import { sampleBody } from './SigningExamples';
 
 /** A dry run of the webhook: what the lookup finds for a pasted body. Nothing is written. */
-export function WebhookTest({ workflowId }: { workflowId: number }) {
-  const [text, setText] = useState('{\n  "email": "ann@example.com"\n}');
+export function WebhookTest({ workflowId, lookup, path }: { workflowId: number; lookup: Parameters<typeof sampleBody>[0]; path: string | null }) {
+  // A body with a sample value where the lookup reads it.
+  const [text, setText] = useState(() => JSON.stringify(sampleBody(lookup, path), null, 2));
   const [parseError, setParseError] = useState<string | undefined>();
   const test = useMutation({ mutationFn: (body: unknown) => api('post', '/workflows/{id}/webhook/test', { params: { id: workflowId }, body: { body } }) });
   const submit = (e: FormEvent) => {

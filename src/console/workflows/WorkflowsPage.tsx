@@ -77,6 +77,7 @@ function NewWorkflow() {
         },
       }),
     onSuccess: (w) => {
+      queries.setQueryData(['workflow', w.id], w);
       void queries.invalidateQueries({ queryKey: ['workflows'] });
       navigate(`/${w.id}`, { replace: true });
     },
