@@ -257,6 +257,12 @@ test('billing with Stripe: the checkout sends the browser to the payment page; t
   assert.equal(stripe.sessions[0]!.get('line_items[0][price]'), 'price_growth_1');
 
   const checkoutId = stripe.sessions[0]!.get('metadata[checkoutId]')!;
+  // Stripe sends the payer back to Billing, which waits for the signed webhook.
+  const back = new URL(stripe.sessions[0]!.get('success_url')!);
+  assert.equal(`${back.pathname}${back.search}`, `/app/settings/billing?checkout=${checkoutId}`);
+  await page.goto(`${s.url}${back.pathname}${back.search}`);
+  await page.getByText(`Stripe is confirming checkout ${checkoutId}`).waitFor();
+  await page.locator('.billing-current .plan-name').getByText('Starter').waitFor();
   const raw = JSON.stringify({
     id: 'evt_1',
     type: 'checkout.session.completed',
@@ -268,9 +274,13 @@ test('billing with Stripe: the checkout sends the browser to the payment page; t
   });
   assert.equal(hook.status, 200, hook.text);
 
-  // Back in the console (the session comes back through the refresh cookie): Growth.
-  await page.goto(`${s.url}/app/settings/billing`);
+  // The page notices the new plan on its own.
+  await page.getByText('The workspace is now on the Growth plan.').waitFor();
   await page.locator('.billing-current .plan-name').getByText('Growth').waitFor();
+  // A payer who cancelled is told nothing changed.
+  const cancel = new URL(stripe.sessions[0]!.get('cancel_url')!);
+  await page.goto(`${s.url}${cancel.pathname}${cancel.search}`);
+  await page.getByText(`Checkout ${checkoutId} was cancelled: the plan has not changed.`).waitFor();
   await page.getByRole('button', { name: 'Upgrade to Pro' }).waitFor();
   assert.deepEqual(problems, []);
 });

@@ -189,8 +189,8 @@ test('stripe provider: creates a Checkout Session; a signed completion changes t
   assert.equal(call.form.get('line_items[0][quantity]'), '1');
   assert.equal(call.form.get('client_reference_id'), String(checkoutId));
   assert.equal(call.form.get('metadata[checkoutId]'), String(checkoutId));
-  assert.match(call.form.get('success_url') ?? '', /^https:\/\/svc\.example\.test\//);
-  assert.match(call.form.get('cancel_url') ?? '', /^https:\/\/svc\.example\.test\//);
+  assert.match(call.form.get('success_url') ?? '', /^https:\/\/svc\.example\.test\/app\/settings\/billing\?checkout=\d+$/, "back to the console's Billing page");
+  assert.match(call.form.get('cancel_url') ?? '', /^https:\/\/svc\.example\.test\/app\/settings\/billing\?checkout=\d+&cancelled=1$/);
   const row = s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!;
   assert.equal(row.providerRef, 'cs_test_1');
   assert.equal(row.provider, 'stripe');

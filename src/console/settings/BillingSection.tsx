@@ -38,13 +38,35 @@ export function BillingSection() {
   const queries = useQueryClient();
   const [pending, setPending] = useState<Checkout | null>(null);
   const [changed, setChanged] = useState<Plan | null>(null);
+  // Stripe sends the payer back here with ?checkout=N (and &cancelled=1 when they gave up).
+  const [returned] = useState(() => {
+    const params = new URLSearchParams(window.location.search);
+    const id = params.get('checkout');
+    return id && /^\d+$/.test(id) ? { checkoutId: id, cancelled: params.get('cancelled') === '1', plan: null as Plan | null } : null;
+  });
+  const [confirming, setConfirming] = useState(returned !== null && !returned.cancelled);
   const plan = useQuery({
     queryKey: ['billing-plan'],
     queryFn: () => api('get', '/billing/plan'),
-    // While a manual checkout waits for the operator, look for the new plan now and then.
-    refetchInterval: pending ? 3000 : false,
+    // While a checkout waits for the operator or for Stripe's webhook, look for the new plan now and then.
+    refetchInterval: pending || confirming ? 3000 : false,
   });
   const current = plan.data?.plan;
+  // Back from Stripe: the plan first seen is the old one, until the signed webhook changes it
+  // (given up after two minutes: the page says so and the plan shows whatever it is).
+  useEffect(() => {
+    if (!confirming || !current) return;
+    if (returned && returned.plan === null) returned.plan = current;
+    else if (returned && current !== returned.plan) {
+      setConfirming(false);
+      setChanged(current);
+    }
+  }, [confirming, current, returned]);
+  useEffect(() => {
+    if (!confirming) return;
+    const timer = setTimeout(() => setConfirming(false), 120_000);
+    return () => clearTimeout(timer);
+  }, [confirming]);
 
   useEffect(() => {
     if (pending && current === pending.plan) {
@@ -87,6 +109,10 @@ export function BillingSection() {
           Checkout {pending.checkoutId} for the {PLAN_NAME[pending.plan]} plan is waiting for this server’s operator, who completes it with{' '}
           <code>svc checkout complete {pending.checkoutId}</code>. This page shows the new plan once that is done.
         </Alert>
+      )}
+      {returned?.cancelled && !changed && <Alert kind="info">Checkout {returned.checkoutId} was cancelled: the plan has not changed.</Alert>}
+      {confirming && (
+        <Alert kind="info">Thank you. Stripe is confirming checkout {returned?.checkoutId}: this page shows the new plan as soon as it has.</Alert>
       )}
       {checkout.isSuccess && checkout.data.url && <Alert kind="info">Opening the payment page…</Alert>}
       {checkout.error ? <Alert>{describeError(checkout.error)}</Alert> : null}

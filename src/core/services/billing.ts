@@ -112,8 +112,10 @@ export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidP
       const session = await createCheckoutSession(config, {
         checkoutId: row.id,
         price: price!,
-        successUrl: `${config.publicUrl}/billing/success?checkout=${row.id}`,
-        cancelUrl: `${config.publicUrl}/billing/cancel?checkout=${row.id}`,
+        // Stripe sends the payer back to the console's Billing page, which shows the plan once the
+        // signed webhook has changed it.
+        successUrl: `${config.publicUrl}/app/settings/billing?checkout=${row.id}`,
+        cancelUrl: `${config.publicUrl}/app/settings/billing?checkout=${row.id}&cancelled=1`,
       });
       providerRef = session.id;
       url = session.url;
