@@ -340,3 +340,52 @@ test('stripe webhook is not served when the provider is manual', async (t) => {
   const raw = completedEvent('cs_1', 1);
   assertProblem(await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET)), 404);
 });
+
+test('runsThisMonth counts every run started: webhooks (also in one batch), replays and automation runs, and no refused POST', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const runs = async () => (await s.request('GET', '/billing/plan', { token })).body.usage.runsThisMonth as number;
+  assert.equal(await runs(), 0);
+  const contact = await s.request('POST', '/contacts', { token, body: { email: 'ann@example.com' } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'w', triggerSource: 'WEBHOOK', status: 'ACTIVE', webhook: { lookup: 'email', path: 'email' } },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  const path = new URL(wf.body.webhook.url).pathname;
+  // Ten at once share group commits; two are refused (no such contact) and count nothing.
+  const posts = await Promise.all([
+    ...Array.from({ length: 10 }, () => s.request('POST', path, { body: { email: 'ann@example.com' } })),
+    ...Array.from({ length: 2 }, () => s.request('POST', path, { body: { email: 'nobody@example.com' } })),
+  ]);
+  assert.deepEqual(
+    posts.map((r) => r.status),
+    [...Array(10).fill(202), 404, 404],
+  );
+  assert.equal(await runs(), 10);
+  // The run ids answered are the runs inserted (the id is read without RETURNING).
+  for (const r of posts.slice(0, 10)) {
+    const run = await s.request('GET', `/runs/${r.body.runId}`, { token });
+    assert.equal(run.status, 200, run.text);
+    assert.equal(run.body.contactId, contact.body.id);
+  }
+
+  const events = await s.request('GET', `/workflows/${wf.body.id}/webhook-events`, { token });
+  const accepted = events.body.data.find((e: { statusCode: number }) => e.statusCode === 202);
+  const replay = await s.request('POST', `/webhook-events/${accepted.id}/replay`, { token });
+  assert.equal(replay.status, 202, replay.text);
+  const automation = await s.request('POST', '/automations', {
+    token,
+    body: { name: 'a', graph: { nodes: [{ id: 't', type: 'trigger', data: { source: 'MANUAL' } }, { id: 'x', type: 'add_tags', data: { tags: ['x'] } }], edges: [{ from: 't', to: 'x' }] } },
+  });
+  assert.equal(automation.status, 201, automation.text);
+  assert.equal((await s.request('PATCH', `/automations/${automation.body.id}`, { token, body: { status: 'ACTIVE' } })).status, 200);
+  const started = await s.request('POST', `/automations/${automation.body.id}/runs`, { token, body: { contactId: contact.body.id } });
+  assert.equal(started.status, 202, started.text);
+  const run = await s.request('GET', `/runs/${started.body.runId}`, { token });
+  assert.equal(run.body.contactId, contact.body.id);
+  assert.equal(await runs(), 12);
+  // Another workspace's count is its own.
+  const other = await s.otherWorkspace();
+  assert.equal((await s.request('GET', '/billing/plan', { token: other.token })).body.usage.runsThisMonth, 0);
+});

@@ -1,6 +1,7 @@
 import { eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type WorkspaceContext } from '../context.js';
+import { countRunStarted } from '../db/runCounts.js';
 import { automations, contacts, workflowRuns, type AutomationGraph, type WorkflowStatus } from '../db/schema.js';
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import type { Page } from '../pagination.js';
@@ -212,11 +213,12 @@ export function startAutomationRun(
       .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, input.contactId)))
       .get();
     if (!contact) throw new NotFoundError('contact_not_found', `No contact with id ${input.contactId}`);
-    const run = tx.db
+    const inserted = tx.db
       .insert(workflowRuns)
       .values({ workspaceId: ctx.workspaceId, automationId: id, contactId: contact.id, definition: compileGraph(row.graph), trigger: input.trigger ?? {} })
-      .returning({ id: workflowRuns.id })
-      .get();
+      .run();
+    countRunStarted(tx.db, ctx.workspaceId);
+    const run = { id: Number(inserted.lastInsertRowid) };
     recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'automation.run_started',

@@ -6,6 +6,7 @@ import { inWorkspace, selectPage, withTransaction, type WorkspaceContext } from 
 import { safeEqual } from '../crypto.js';
 import type { WriteBatcher } from '../db/batcher.js';
 import type { Db } from '../db/connection.js';
+import { COUNT_RUN_STARTED_SQL, countRunStarted } from '../db/runCounts.js';
 import { contacts, webhookEvents, workflowRuns, workflows, type ContactDefaults, type LookupKind, type StepDefinition } from '../db/schema.js';
 import { AppError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
 import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
@@ -121,9 +122,11 @@ function prepareStatements(db: Db) {
     contactByEmail: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ?'),
     contactByPhone: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ?'),
     contactById: c.prepare<[number, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND id = ?'),
-    insertRun: c.prepare<[number, number, number, string, string], { id: number }>(
-      'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?) RETURNING id',
+    // No RETURNING: it makes SQLite journal the statement (see countRunStarted); the id is the rowid.
+    insertRun: c.prepare<[number, number, number, string, string]>(
+      'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?)',
     ),
+    countRunStarted: c.prepare<[number]>(COUNT_RUN_STARTED_SQL),
     insertEvent: c.prepare(
       `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
        VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @bodySize, @bodySha256, @replayOf)`,
@@ -364,7 +367,8 @@ export class WebhookReceiver {
     }
     const stepsJson = this.parsed.get(target.workflowId)?.stepsJson ?? JSON.stringify(target.steps);
     // The trigger is stored as the received text (already checked to be a JSON object).
-    const runId = this.sql.insertRun.get(target.workspaceId, target.workflowId, contactId, stepsJson, triggerJson)!.id;
+    const runId = Number(this.sql.insertRun.run(target.workspaceId, target.workflowId, contactId, stepsJson, triggerJson).lastInsertRowid);
+    this.sql.countRunStarted.run(target.workspaceId);
     this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId }, true);
     return { ok: true, accepted: { runId, contactId, replayed: false } };
   }
@@ -457,12 +461,12 @@ export function startRun(
   contactId: number,
   trigger: Record<string, unknown>,
 ): number {
-  const row = db
+  const { lastInsertRowid } = db
     .insert(workflowRuns)
     .values({ workspaceId: target.workspaceId, workflowId: target.workflowId, contactId, definition: target.steps, trigger })
-    .returning({ id: workflowRuns.id })
-    .get();
-  return row.id;
+    .run();
+  countRunStarted(db, target.workspaceId);
+  return Number(lastInsertRowid);
 }
 
 export interface WebhookEventView {
