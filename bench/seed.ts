@@ -76,5 +76,11 @@ export function seedActivity(client: Database.Database, workspaceId: number, wor
       attempt.run(workspaceId, `user${i}@example.com`, i % 50 === 0 ? 'FAILED' : 'SENT', runId, at, at);
       audit.run(workspaceId, at, i % 3 === 0 ? 'contact.updated' : 'contact.created', String(i));
     }
+    // What starting the runs would have counted (src/core/db/runCounts.ts), in one step.
+    client
+      .prepare(
+        "INSERT INTO run_month_counts (workspace_id, month, runs) VALUES (?, strftime('%Y-%m', 'now'), ?) ON CONFLICT (workspace_id, month) DO UPDATE SET runs = runs + excluded.runs",
+      )
+      .run(workspaceId, n);
   })();
 }
