@@ -4,13 +4,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { buildAsOwner } from '../helpers.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
+import { consoleServer } from './server.js';
 
 const { browser, skip } = await startBrowser();
 
 test('activate an automation, run it on a contact, and see the branch it took', { skip }, async (t) => {
-  const { s, token } = await buildAsOwner(t, { engine: true });
+  const { s, token } = await consoleServer(t, { engine: true });
   const ann = await s.request('POST', '/contacts', { token, body: { email: 'ann@example.com', firstName: 'Ann' } });
   const graph = {
     nodes: [

@@ -1,21 +1,70 @@
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { lazy, Suspense, useState, type FormEvent } from 'react';
-import { Link, Route, Switch } from 'wouter';
-import { api, describeError } from '../api/client';
+import { Link, Route, Switch, useLocation } from 'wouter';
+import { api, describeError, fieldError, type ResultOf } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
-import { SelectField } from '../ui/Field';
+import { Field, SelectField } from '../ui/Field';
 import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
+import { initialGraph } from './catalog';
 
-// React Flow is loaded only when a graph is shown.
+// React Flow is loaded only when a graph is shown: the viewer, and the editor in the same chunk.
 export const GraphView = lazy(() => import('./GraphView'));
+const GraphEditor = lazy(() => import('./GraphView').then((m) => ({ default: m.GraphEditor })));
+
+/** Creates an automation with its trigger, then opens it in the editor. */
+function NewAutomation({ onCancel }: { onCancel: () => void }) {
+  const [, navigate] = useLocation();
+  const queries = useQueryClient();
+  const [name, setName] = useState('');
+  const [blank, setBlank] = useState(false);
+  const create = useMutation({
+    mutationFn: () => api('post', '/automations', { body: { name, graph: initialGraph() } }),
+    onSuccess: (a) => {
+      queries.setQueryData(['automation', a.id], a);
+      void queries.invalidateQueries({ queryKey: ['automations'] });
+      navigate(`/${a.id}`);
+    },
+  });
+  const submit = (e: FormEvent) => {
+    e.preventDefault();
+    setBlank(!name.trim());
+    if (name.trim()) create.mutate();
+  };
+  const nameError = blank ? 'Give the automation a name' : fieldError(create.error, '/name');
+  return (
+    <form className="card inline-form" onSubmit={submit} noValidate aria-label="New automation">
+      <Field label="Name" value={name} onChange={(e) => setName(e.target.value)} error={nameError} required maxLength={200} autoFocus />
+      <button type="submit" className="button-primary" disabled={create.isPending}>
+        Create
+      </button>
+      <button type="button" className="button-secondary inline-cancel" onClick={onCancel}>
+        Cancel
+      </button>
+      {create.error && !nameError ? <Alert>{describeError(create.error)}</Alert> : null}
+    </form>
+  );
+}
 
 function AutomationList() {
+  const canWrite = useCan('MEMBER');
+  const [creating, setCreating] = useState(false);
   const automations = useQuery({ queryKey: ['automations'], queryFn: () => api('get', '/automations', { query: { limit: 200 } }) });
   const rows = automations.data?.data ?? [];
   return (
-    <Page title="Automations">
+    <Page
+      title="Automations"
+      actions={
+        canWrite &&
+        !creating && (
+          <button type="button" className="button-primary" onClick={() => setCreating(true)}>
+            New automation
+          </button>
+        )
+      }
+    >
+      {creating && <NewAutomation onCancel={() => setCreating(false)} />}
       <ErrorAlert error={automations.error} />
       {automations.isPending ? (
         <p className="loading">Loading automations…</p>
@@ -55,7 +104,12 @@ function AutomationList() {
 function AutomationDetail({ id }: { id: number }) {
   const canWrite = useCan('MEMBER');
   const queries = useQueryClient();
-  const automation = useQuery({ queryKey: ['automation', id], queryFn: () => api('get', '/automations/{id}', { params: { id } }) });
+  const automation = useQuery({
+    queryKey: ['automation', id],
+    queryFn: () => api('get', '/automations/{id}', { params: { id } }),
+    // The list's row names the page at once; the graph waits for the automation itself.
+    placeholderData: () => queries.getQueryData<ResultOf<'/automations', 'get'>>(['automations'])?.data.find((a) => a.id === id),
+  });
   const status = useMutation({
     mutationFn: (next: 'ACTIVE' | 'PAUSED') => api('patch', '/automations/{id}', { params: { id }, body: { status: next } }),
     onSuccess: (a) => {
@@ -93,9 +147,22 @@ function AutomationDetail({ id }: { id: number }) {
       {status.error ? <Alert>{describeError(status.error)}</Alert> : null}
       <ErrorAlert error={automation.error} />
       {canWrite && a && <RunOnContact automationId={id} active={active} />}
-      {automation.data && (
+      {automation.isPlaceholderData && <p className="loading">Loading the graph…</p>}
+      {a && !automation.isPlaceholderData && (
         <Suspense fallback={<p className="loading">Loading the graph…</p>}>
-          <GraphView graph={automation.data.graph} />
+          {canWrite ? (
+            <GraphEditor
+              key={id}
+              automationId={id}
+              graph={a.graph}
+              onSaved={(saved) => {
+                queries.setQueryData(['automation', id], saved);
+                void queries.invalidateQueries({ queryKey: ['automations'] });
+              }}
+            />
+          ) : (
+            <GraphView graph={a.graph} />
+          )}
         </Suspense>
       )}
     </Page>

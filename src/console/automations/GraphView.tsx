@@ -1,63 +1,29 @@
-import { Background, Controls, ReactFlow, type Edge, type Node } from '@xyflow/react';
+import { Background, Controls, ReactFlow, type Edge } from '@xyflow/react';
 import { useMemo } from 'react';
+import { kindLabel, layout, nodeSummary, type Graph } from './catalog';
+import { nodeTypes, type StepNode } from './FlowNode';
 
-interface Graph {
-  nodes: { id: string; type: string; data: Record<string, unknown>; position?: { x: number; y: number } }[];
-  edges: { from: string; to: string; branch?: boolean }[];
-}
+// The editor lives in this chunk too: the detail page loads one module, React Flow with it,
+// only when a graph is shown (never on the login page).
+export { default as GraphEditor } from './Editor';
 
-/** Where a node without a stored position goes: one row per depth from the trigger. */
-function layout(graph: Graph): Map<string, { x: number; y: number }> {
-  const depth = new Map<string, number>();
-  const trigger = graph.nodes.find((n) => n.type === 'trigger') ?? graph.nodes[0];
-  const queue = trigger ? [trigger.id] : [];
-  if (trigger) depth.set(trigger.id, 0);
-  while (queue.length) {
-    const id = queue.shift()!;
-    for (const e of graph.edges) {
-      if (e.from === id && !depth.has(e.to)) {
-        depth.set(e.to, depth.get(id)! + 1);
-        queue.push(e.to);
-      }
-    }
-  }
-  const rows = new Map<number, number>();
-  const out = new Map<string, { x: number; y: number }>();
-  for (const n of graph.nodes) {
-    const d = depth.get(n.id) ?? 0;
-    const col = rows.get(d) ?? 0;
-    rows.set(d, col + 1);
-    out.set(n.id, n.position ?? { x: col * 240, y: d * 120 });
-  }
-  return out;
-}
-
-function label(n: Graph['nodes'][number]): string {
-  const d = n.data;
-  if (n.type === 'trigger') return `Trigger (${String(d.source ?? 'MANUAL').toLowerCase()})`;
-  if (n.type === 'condition') return `Condition: ${String(d.condition ?? '')}`;
-  const name = n.type.replace(/_/g, ' ');
-  if (Array.isArray(d.tags)) return `${name}: ${d.tags.join(', ')}`;
-  if (typeof d.seconds === 'number') return `${name} ${d.seconds} s`;
-  if (d.templateId !== undefined) return `${name} (template ${String(d.templateId)})`;
-  return name;
-}
-
-/** The automation's graph, read-only (the editor builds on it). */
+/** The automation's graph, read-only; with `taken`, the path a run went through highlighted. */
 export default function GraphView({ graph, taken }: { graph: Graph; taken?: Set<string> | undefined }) {
   const { nodes, edges } = useMemo(() => {
     const at = layout(graph);
-    const nodes: Node[] = graph.nodes.map((n) => ({
+    const nodes: StepNode[] = graph.nodes.map((n) => ({
       id: n.id,
+      type: 'step',
       position: at.get(n.id)!,
-      data: { label: taken?.has(n.id) ? `✓ ${label(n)}` : label(n) },
+      data: { kind: n.type, summary: nodeSummary(n), taken: taken?.has(n.id) ?? false },
+      ariaLabel: `${kindLabel(n.type)}: ${nodeSummary(n)}`,
       className: `node-${n.type}${taken ? (taken.has(n.id) ? ' node-taken' : ' node-skipped') : ''}`,
     }));
     const edges: Edge[] = graph.edges.map((e, i) => ({
       id: `e${i}`,
       source: e.from,
       target: e.to,
-      ...(e.branch === undefined ? {} : { label: e.branch ? 'true' : 'false' }),
+      ...(e.branch === undefined ? {} : { sourceHandle: String(e.branch), label: String(e.branch) }),
       ...(taken?.has(e.from) && taken.has(e.to) ? { className: 'edge-taken', animated: true } : {}),
     }));
     return { nodes, edges };
@@ -67,7 +33,15 @@ export default function GraphView({ graph, taken }: { graph: Graph; taken?: Set<
       className="graph"
       aria-label={taken ? `Path taken: ${taken.size} of ${graph.nodes.length} nodes` : `Automation graph with ${graph.nodes.length} nodes`}
     >
-      <ReactFlow nodes={nodes} edges={edges} fitView nodesDraggable={false} nodesConnectable={false} proOptions={{ hideAttribution: true }}>
+      <ReactFlow
+        nodes={nodes}
+        edges={edges}
+        nodeTypes={nodeTypes}
+        fitView
+        nodesDraggable={false}
+        nodesConnectable={false}
+        proOptions={{ hideAttribution: true }}
+      >
         <Background />
         <Controls showInteractive={false} />
       </ReactFlow>
