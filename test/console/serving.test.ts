@@ -5,7 +5,8 @@
  * does not list the console's routes.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
@@ -101,4 +102,23 @@ test('without a built console the pages say how to build it, and the API still w
   // Small files are not compressed; larger text ones are.
   assert.equal(consoleFile('a.js', Buffer.from('x')).gzip, undefined);
   assert.ok(consoleFile('a.js', Buffer.from('abc '.repeat(500))).gzip);
+});
+
+test('SVC_CONSOLE_DIR serves the console built there instead of the bundled one; a folder without a build gets the "not built" page', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-console-dir-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, 'index.html'), '<!doctype html><title>my console</title><p>customised</p>');
+  const s = await build(t, { env: { SVC_CONSOLE_DIR: dir } });
+  const page = await s.request('GET', '/app/contacts');
+  assert.equal(page.status, 200);
+  assert.match(page.text, /customised/);
+  assert.equal(page.headers.get('content-security-policy'), CONSOLE_CSP);
+
+  const empty = mkdtempSync(join(tmpdir(), 'svc-console-dir-'));
+  t.after(() => rmSync(empty, { recursive: true, force: true }));
+  const bare = await build(t, { env: { SVC_CONSOLE_DIR: empty } });
+  const missing = await bare.request('GET', '/app/');
+  assert.equal(missing.status, 503);
+  assert.match(missing.text, /The console is not built/);
+  assert.equal((await bare.request('GET', '/healthz')).status, 200, 'the API works without it');
 });
