@@ -1,11 +1,12 @@
 // npm run bench: webhook ingest measured side by side with a bare Fastify route.
 // (a) bare: parse the same JSON body, answer 202. (b) svc: a signed webhook with a nested
-// email lookup of an existing contact and a durable run insert, answered after COMMIT.
-// Each server runs in its own process; autocannon drives both from this one, on loopback.
-import { execFileSync } from 'node:child_process';
+// email lookup of an existing contact and a durable run insert, answered after COMMIT, on an
+// ingest-only node. (c) the same with the engine executing each run on the same node.
+// Each server runs in its own process; autocannon drives them from this one, on loopback.
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cpuMs, json, load, peakRssMb, startProcess, stop, type LoadResult } from './lib.js';
@@ -39,10 +40,20 @@ function median(values: number[]): number {
  * Both servers stay up and are measured in alternating rounds, so that a busy moment of
  * the machine hits both alike; the ratio reported is the median of the rounds' ratios.
  */
-async function compare(
-  targets: { name: string; url: string; headers: Record<string, string>; pid: number }[],
-): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
-  for (const t of targets) await load({ url: t.url, body, headers: t.headers, seconds: WARMUP, connections: CONNECTIONS });
+interface Target {
+  name: string;
+  url: string;
+  headers: Record<string, string>;
+  pid: number;
+  /** Resolves once the work the requests started is done (the engine's runs), so that its CPU is counted. */
+  settle?: () => Promise<void>;
+}
+
+async function compare(targets: Target[]): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
+  for (const t of targets) {
+    await load({ url: t.url, body, headers: t.headers, seconds: WARMUP, connections: CONNECTIONS });
+    await t.settle?.();
+  }
   const results: LoadResult[][] = targets.map(() => []);
   // Server CPU time (user + system) per answered request: what a busy load generator
   // sharing the machine cannot distort, unlike req/s.
@@ -51,6 +62,7 @@ async function compare(
     for (const [i, t] of targets.entries()) {
       const before = cpuMs(t.pid);
       const r = await load({ url: t.url, body, headers: t.headers, seconds: SECONDS, connections: CONNECTIONS });
+      await t.settle?.();
       results[i]!.push(r);
       cpuUs[i]!.push(((cpuMs(t.pid) - before) * 1000) / Math.max(1, r.requests));
     }
@@ -69,61 +81,87 @@ function summary(results: LoadResult[]): LoadResult {
   };
 }
 
-async function main(): Promise<void> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  // Ingest is measured on its own (the engine's share is bench/engine.ts): an ingest-only
-  // server, as a dedicated webhook node would run.
-  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_ENGINE: 'false' };
-  const svcBin = join(root, 'bin', 'svc');
-  try {
-    execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
-      env,
-      input: PASSWORD,
-      stdio: ['pipe', 'ignore', 'inherit'],
-    });
+/** Runs not yet finished on a server (QUEUED or RUNNING). */
+async function unfinished(base: string, token: string): Promise<number> {
+  let n = 0;
+  for (const status of ['QUEUED', 'RUNNING']) n += (await json(`${base}/runs?status=${status}&limit=1`, 'GET', undefined, token)).data.length;
+  return n;
+}
 
-    // (a) the bare route
-    const bare = await startProcess(process.execPath, ['--import', 'tsx', join(root, 'bench', 'bare.ts')], env, /listening (\S+)/);
-    // (b) svc serve, the built bundle as a user runs it
-    const svc = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
-    try {
-      const base = svc.match[1]!;
-      const login = await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD });
-      await json(`${base}/contacts`, 'POST', { email: 'carol@example.net', firstName: 'Carol' }, login.token);
-      const wf = await json(
-        `${base}/workflows`,
-        'POST',
-        {
-          name: 'bench',
-          triggerSource: 'WEBHOOK',
-          status: 'ACTIVE',
-          steps: [{ type: 'add_tags', tags: ['customer'] }],
-          webhook: { lookup: 'email', path: 'data.object.customer_details.email', signingSecret: SECRET },
+/** `svc serve` (the built bundle, as a user runs it) on a fresh data folder, with the benchmark's contact and workflow. */
+async function startSvc(engine: boolean): Promise<{ child: ChildProcess; url: string; base: string; token: string; dataDir: string }> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
+  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_ENGINE: String(engine) };
+  const svcBin = join(root, 'bin', 'svc');
+  execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
+    env,
+    input: PASSWORD,
+    stdio: ['pipe', 'ignore', 'inherit'],
+  });
+  const svc = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
+  const base = svc.match[1]!;
+  const login = await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD });
+  await json(`${base}/contacts`, 'POST', { email: 'carol@example.net', firstName: 'Carol' }, login.token);
+  const wf = await json(
+    `${base}/workflows`,
+    'POST',
+    {
+      name: 'bench',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['customer'] }],
+      webhook: { lookup: 'email', path: 'data.object.customer_details.email', signingSecret: SECRET },
+    },
+    login.token,
+  );
+  return { child: svc.child, url: wf.webhook.url, base, token: login.token, dataDir };
+}
+
+async function main(): Promise<void> {
+  const headers = { 'content-type': 'application/json', 'x-service-signature': signature };
+  // (a) the bare route; (b) an ingest-only svc, as a dedicated webhook node runs; (c) svc with
+  // its engine executing every accepted run on the same node (CPU counted until all finished).
+  const bare = await startProcess(process.execPath, ['--import', 'tsx', join(root, 'bench', 'bare.ts')], { ...process.env }, /listening (\S+)/);
+  const ingest = await startSvc(false);
+  const engine = await startSvc(true);
+  try {
+    const {
+      results: [bareRounds, svcRounds, engineRounds],
+      cpuUs: [bareCpu, svcCpu, engineCpu],
+    } = await compare([
+      { name: 'bare', url: `${bare.match[1]}/bare`, headers: { 'content-type': 'application/json' }, pid: bare.child.pid! },
+      { name: 'svc', url: ingest.url, headers, pid: ingest.child.pid! },
+      {
+        name: 'svc+engine',
+        url: engine.url,
+        headers,
+        pid: engine.child.pid!,
+        settle: async () => {
+          while ((await unfinished(engine.base, engine.token)) > 0) await new Promise((r) => setTimeout(r, 100));
         },
-        login.token,
-      );
-      const {
-        results: [bareRounds, svcRounds],
-        cpuUs: [bareCpu, svcCpu],
-      } = await compare([
-        { name: 'bare', url: `${bare.match[1]}/bare`, headers: { 'content-type': 'application/json' }, pid: bare.child.pid! },
-        { name: 'svc', url: wf.webhook.url, headers: { 'content-type': 'application/json', 'x-service-signature': signature }, pid: svc.child.pid! },
-      ]);
-      const ratios = bareRounds!.map((b, i) => svcRounds![i]!.rps / b.rps);
-      console.log(
-        `webhook ingest: ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s after ${WARMUP} s warm-up, node ${process.version}`,
-      );
-      console.log(row('bare', summary(bareRounds!), peakRssMb(bare.child.pid!)));
-      console.log(row('svc', summary(svcRounds!), peakRssMb(svc.child.pid!)));
-      console.log(`ratio svc/bare per round: ${ratios.map((r) => r.toFixed(2)).join(', ')}`);
-      console.log(`ratio svc/bare (median): ${median(ratios).toFixed(2)} (target >= 0.35)`);
-      console.log(`server CPU per request (median of rounds): bare ${median(bareCpu!).toFixed(0)} µs, svc ${median(svcCpu!).toFixed(0)} µs`);
-      if (summary(svcRounds!).errors || summary(svcRounds!).non2xx) console.log('WARNING: svc answered errors or non-2xx responses');
-    } finally {
-      await Promise.all([stop(bare.child), stop(svc.child)]);
-    }
+      },
+    ]);
+    const ratios = bareRounds!.map((b, i) => svcRounds![i]!.rps / b.rps);
+    console.log(
+      `webhook ingest: ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s after ${WARMUP} s warm-up, node ${process.version}, ${availableParallelism()} CPUs`,
+    );
+    console.log(row('bare', summary(bareRounds!), peakRssMb(bare.child.pid!)));
+    console.log(row('svc', summary(svcRounds!), peakRssMb(ingest.child.pid!)));
+    console.log(row('svc+eng', summary(engineRounds!), peakRssMb(engine.child.pid!)));
+    console.log(`ratio svc/bare per round: ${ratios.map((r) => r.toFixed(2)).join(', ')}`);
+    console.log(`ratio svc/bare (median): ${median(ratios).toFixed(2)} (target >= 0.35)`);
+    const us = (v: number[]) => v.map((x) => x.toFixed(0)).join(', ');
+    console.log(`server CPU per request, per round: bare ${us(bareCpu!)} µs; svc ${us(svcCpu!)} µs; svc+engine ${us(engineCpu!)} µs (until its runs finished)`);
+    const cpuRatio = (v: number[]) => median(v.map((x, i) => x / bareCpu![i]!)).toFixed(2);
+    console.log(`CPU per request vs bare (median of rounds): svc ${cpuRatio(svcCpu!)}x (target <= 2), svc+engine ${cpuRatio(engineCpu!)}x (target <= 3.5)`);
+    for (const [name, rounds] of [
+      ['svc', svcRounds!],
+      ['svc+engine', engineRounds!],
+    ] as const)
+      if (summary(rounds).errors || summary(rounds).non2xx) console.log(`WARNING: ${name} answered errors or non-2xx responses`);
   } finally {
-    rmSync(dataDir, { recursive: true, force: true });
+    await Promise.all([stop(bare.child), stop(ingest.child), stop(engine.child)]);
+    for (const dir of [ingest.dataDir, engine.dataDir]) rmSync(dir, { recursive: true, force: true });
   }
 }
 
