@@ -8,6 +8,7 @@ import './styles.css';
 import './automations/automations.css';
 import './workflows/workflows.css';
 import './settings/settings.css';
+import './contacts/contacts.css';
 
 const queries = new QueryClient({
   defaultOptions: {

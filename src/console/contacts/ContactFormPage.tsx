@@ -7,6 +7,19 @@ import { Alert, ErrorAlert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { Field } from '../ui/Field';
 import { formatTime, Page } from '../ui/Page';
+import {
+  type AttributeProblems,
+  type AttributeRow,
+  type Attributes,
+  AttributesEditor,
+  AttributesList,
+  apiProblems,
+  attributesToSend,
+  hasProblems,
+  mergeProblems,
+  NO_PROBLEMS,
+  rowsOf,
+} from './AttributesEditor';
 
 interface Form {
   email: string;
@@ -41,6 +54,9 @@ export function ContactFormPage({ id }: { id: number | null }) {
   const [, navigate] = useLocation();
   const [form, setForm] = useState<Form>(EMPTY);
   const [saved, setSaved] = useState(false);
+  const [rows, setRows] = useState<AttributeRow[]>([]);
+  /** Problems found in the browser before sending (names, values); cleared by the next edit of the rows. */
+  const [rowProblems, setRowProblems] = useState<AttributeProblems>(NO_PROBLEMS);
   const contact = useQuery({
     queryKey: ['contact', id],
     queryFn: () => api('get', '/contacts/{id}', { params: { id: id! } }),
@@ -49,15 +65,20 @@ export function ContactFormPage({ id }: { id: number | null }) {
 
   useEffect(() => {
     const c = contact.data;
-    if (c) setForm({ email: c.email ?? '', phone: c.phone ?? '', firstName: c.firstName ?? '', lastName: c.lastName ?? '', tags: c.tags.join(', ') });
+    if (c) {
+      setForm({ email: c.email ?? '', phone: c.phone ?? '', firstName: c.firstName ?? '', lastName: c.lastName ?? '', tags: c.tags.join(', ') });
+      setRows(rowsOf(c.attributes));
+      setRowProblems(NO_PROBLEMS);
+    }
   }, [contact.data]);
 
   const save = useMutation({
-    mutationFn: async (f: Form) => {
+    mutationFn: async ({ form: f, attributes }: { form: Form; attributes: Attributes | undefined }) => {
       const fields = { email: orNull(f.email), phone: orNull(f.phone), firstName: orNull(f.firstName), lastName: orNull(f.lastName) };
       const tags = parseTags(f.tags);
-      if (id === null) return api('post', '/contacts', { body: { ...fields, tags } });
-      let updated = await api('patch', '/contacts/{id}', { params: { id }, body: fields });
+      if (id === null) return api('post', '/contacts', { body: { ...fields, tags, ...(attributes ? { attributes } : {}) } });
+      // PATCH merges attributes (a null removes a name): `attributes` holds only what changed.
+      let updated = await api('patch', '/contacts/{id}', { params: { id }, body: { ...fields, ...(attributes ? { attributes } : {}) } });
       const had = new Map(updated.tags.map((t) => [t.toLowerCase(), t]));
       const wanted = new Set(tags.map((t) => t.toLowerCase()));
       const added = tags.filter((t) => !had.has(t.toLowerCase()));
@@ -77,7 +98,19 @@ export function ContactFormPage({ id }: { id: number | null }) {
   const submit = (e: FormEvent) => {
     e.preventDefault();
     setSaved(false);
-    save.mutate(form);
+    const checked = attributesToSend(rows, id === null ? null : (contact.data?.attributes ?? {}));
+    if (!checked.ok) {
+      save.reset();
+      setRowProblems(checked.problems);
+      return;
+    }
+    setRowProblems(NO_PROBLEMS);
+    save.mutate({ form, attributes: checked.attributes });
+  };
+  const changeRows = (next: AttributeRow[]) => {
+    setSaved(false);
+    setRowProblems(NO_PROBLEMS);
+    setRows(next);
   };
 
   const set = (key: keyof Form) => (e: { target: { value: string } }) => {
@@ -87,7 +120,8 @@ export function ContactFormPage({ id }: { id: number | null }) {
   const err = save.error;
   const conflict = conflictField(err);
   const errorAt = (field: keyof Form) => fieldError(err, `/${field}`) ?? (conflict === field ? describeError(err) : undefined);
-  const shownAtField = (['email', 'phone', 'firstName', 'lastName', 'tags'] as const).some((f) => errorAt(f));
+  const attributeProblems = mergeProblems(rowProblems, apiProblems(err, rows));
+  const shownAtField = (['email', 'phone', 'firstName', 'lastName', 'tags'] as const).some((f) => errorAt(f)) || hasProblems(attributeProblems);
 
   if (id !== null && contact.error) {
     return (
@@ -124,7 +158,7 @@ export function ContactFormPage({ id }: { id: number | null }) {
         <fieldset disabled={!canWrite || (id !== null && contact.isPending)}>
           <legend className="visually-hidden">{title}</legend>
           {err && !shownAtField ? <Alert>{describeError(err)}</Alert> : null}
-          {err && shownAtField ? <Alert>Check the fields marked below.</Alert> : null}
+          {shownAtField ? <Alert>Check the fields marked below.</Alert> : null}
           {saved && <Alert kind="success">Saved.</Alert>}
           <div className="grid-2">
             <Field label="Email" type="email" autoComplete="off" value={form.email} onChange={set('email')} error={errorAt('email')} />
@@ -141,6 +175,11 @@ export function ContactFormPage({ id }: { id: number | null }) {
             <Field label="Last name" value={form.lastName} onChange={set('lastName')} error={errorAt('lastName')} />
           </div>
           <Field label="Tags" value={form.tags} onChange={set('tags')} error={errorAt('tags')} hint="Separated by commas" />
+          {canWrite ? (
+            <AttributesEditor rows={rows} onChange={changeRows} problems={attributeProblems} editing={id !== null} />
+          ) : (
+            contact.data && <AttributesList attributes={contact.data.attributes} />
+          )}
           {canWrite && (
             <button type="submit" className="button-primary" disabled={save.isPending}>
               {save.isPending ? 'Saving…' : 'Save'}
