@@ -127,8 +127,12 @@ export async function assertAccessible(page: Page, what: string): Promise<void> 
 
 /** Exactly one h1 on the page, with this name. */
 export async function assertOneH1(page: Page, name: string | RegExp): Promise<void> {
+  // Wait for the heading named so (a page may still show the one before it), then count.
+  await page
+    .getByRole('heading', { level: 1, name, ...(typeof name === 'string' ? { exact: true } : {}) })
+    .first()
+    .waitFor();
   const h1 = page.locator('h1');
-  await h1.first().waitFor();
   assert.equal(await h1.count(), 1, 'one h1 on the page');
   const text = (await h1.textContent())?.trim() ?? '';
   if (typeof name === 'string') assert.equal(text, name);

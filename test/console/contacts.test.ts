@@ -202,6 +202,8 @@ test('attributes: typed values keep their JSON type; edit, remove, add; a duplic
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('alert').filter({ hasText: 'Check the fields marked below.' }).waitFor();
   const duplicate = page.getByLabel('Name of attribute 5');
+  // Both marks come with one render; wait for it rather than read the row before it.
+  await page.getByLabel('Name of attribute 6').and(page.locator('[aria-invalid="true"]')).waitFor();
   assert.equal(await duplicate.getAttribute('aria-invalid'), 'true');
   assert.match(await page.locator(`#${await duplicate.getAttribute('aria-describedby')}`).innerText(), /already named “plan”/);
   const empty = page.getByLabel('Name of attribute 6');

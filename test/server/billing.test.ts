@@ -189,7 +189,11 @@ test('stripe provider: creates a Checkout Session; a signed completion changes t
   assert.equal(call.form.get('line_items[0][quantity]'), '1');
   assert.equal(call.form.get('client_reference_id'), String(checkoutId));
   assert.equal(call.form.get('metadata[checkoutId]'), String(checkoutId));
-  assert.match(call.form.get('success_url') ?? '', /^https:\/\/svc\.example\.test\/app\/settings\/billing\?checkout=\d+$/, "back to the console's Billing page");
+  assert.match(
+    call.form.get('success_url') ?? '',
+    /^https:\/\/svc\.example\.test\/app\/settings\/billing\?checkout=\d+$/,
+    "back to the console's Billing page",
+  );
   assert.match(call.form.get('cancel_url') ?? '', /^https:\/\/svc\.example\.test\/app\/settings\/billing\?checkout=\d+&cancelled=1$/);
   const row = s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!;
   assert.equal(row.providerRef, 'cs_test_1');
@@ -376,7 +380,16 @@ test('runsThisMonth counts every run started: webhooks (also in one batch), repl
   assert.equal(replay.status, 202, replay.text);
   const automation = await s.request('POST', '/automations', {
     token,
-    body: { name: 'a', graph: { nodes: [{ id: 't', type: 'trigger', data: { source: 'MANUAL' } }, { id: 'x', type: 'add_tags', data: { tags: ['x'] } }], edges: [{ from: 't', to: 'x' }] } },
+    body: {
+      name: 'a',
+      graph: {
+        nodes: [
+          { id: 't', type: 'trigger', data: { source: 'MANUAL' } },
+          { id: 'x', type: 'add_tags', data: { tags: ['x'] } },
+        ],
+        edges: [{ from: 't', to: 'x' }],
+      },
+    },
   });
   assert.equal(automation.status, 201, automation.text);
   assert.equal((await s.request('PATCH', `/automations/${automation.body.id}`, { token, body: { status: 'ACTIVE' } })).status, 200);

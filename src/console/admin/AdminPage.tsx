@@ -2,6 +2,7 @@ import { useQuery } from '@tanstack/react-query';
 import { api } from '../api/client';
 import { useMe } from '../app/session';
 import { ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
 
 const words = (key: string) => key.replace(/([a-z])([A-Z])/g, '$1 $2').toLowerCase();
@@ -47,57 +48,31 @@ export function AdminPage() {
         </dl>
       )}
       <h2>Workspaces</h2>
-      {workspaces.data && (
-        <table className="table">
-          <caption className="visually-hidden">Workspaces</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Plan</th>
-              <th scope="col">Members</th>
-              <th scope="col">Contacts</th>
-              <th scope="col">Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {workspaces.data.data.map((w) => (
-              <tr key={w.id}>
-                <td>{w.name}</td>
-                <td>{w.plan.toLowerCase()}</td>
-                <td>{w.memberCount}</td>
-                <td>{w.contactCount}</td>
-                <td>{formatTime(w.createdAt)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Workspaces"
+        rows={workspaces.data?.data}
+        rowKey={(w) => w.id}
+        columns={[
+          { header: 'Name', cell: (w) => w.name },
+          { header: 'Plan', cell: (w) => w.plan.toLowerCase() },
+          { header: 'Members', cell: (w) => w.memberCount },
+          { header: 'Contacts', cell: (w) => w.contactCount },
+          { header: 'Created', cell: (w) => formatTime(w.createdAt) },
+        ]}
+      />
       <h2>Users</h2>
-      {users.data && (
-        <table className="table">
-          <caption className="visually-hidden">Users</caption>
-          <thead>
-            <tr>
-              <th scope="col">Email</th>
-              <th scope="col">Name</th>
-              <th scope="col">Workspaces</th>
-              <th scope="col">Super-admin</th>
-              <th scope="col">Created</th>
-            </tr>
-          </thead>
-          <tbody>
-            {users.data.data.map((u) => (
-              <tr key={u.id}>
-                <td>{u.email}</td>
-                <td>{u.name ?? '—'}</td>
-                <td>{u.workspaces.map((w) => `${names.get(w.id) ?? `#${w.id}`} (${w.role.toLowerCase()})`).join(', ') || '—'}</td>
-                <td>{u.isSuperAdmin ? 'yes' : 'no'}</td>
-                <td>{formatTime(u.createdAt)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Users"
+        rows={users.data?.data}
+        rowKey={(u) => u.id}
+        columns={[
+          { header: 'Email', cell: (u) => u.email },
+          { header: 'Name', cell: (u) => u.name ?? '—' },
+          { header: 'Workspaces', cell: (u) => u.workspaces.map((w) => `${names.get(w.id) ?? `#${w.id}`} (${w.role.toLowerCase()})`).join(', ') || '—' },
+          { header: 'Super-admin', cell: (u) => (u.isSuperAdmin ? 'yes' : 'no') },
+          { header: 'Created', cell: (u) => formatTime(u.createdAt) },
+        ]}
+      />
     </Page>
   );
 }

@@ -4,6 +4,7 @@ import { Link, Route, Switch, useLocation } from 'wouter';
 import { api, describeError, fieldError, type ResultOf } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
 import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
@@ -51,7 +52,6 @@ function AutomationList() {
   const canWrite = useCan('MEMBER');
   const [creating, setCreating] = useState(false);
   const automations = useQuery({ queryKey: ['automations'], queryFn: () => api('get', '/automations', { query: { limit: 200 } }) });
-  const rows = automations.data?.data ?? [];
   return (
     <Page
       title="Automations"
@@ -66,37 +66,19 @@ function AutomationList() {
     >
       {creating && <NewAutomation onCancel={() => setCreating(false)} />}
       <ErrorAlert error={automations.error} />
-      {automations.isPending ? (
-        <p className="loading">Loading automations…</p>
-      ) : rows.length === 0 ? (
-        <p className="empty">No automations yet.</p>
-      ) : (
-        <table className="table">
-          <caption className="visually-hidden">Automations</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Status</th>
-              <th scope="col">Nodes</th>
-              <th scope="col">Updated</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((a) => (
-              <tr key={a.id}>
-                <td>
-                  <Link href={`/${a.id}`}>{a.name}</Link>
-                </td>
-                <td>
-                  <StatusBadge status={a.status} />
-                </td>
-                <td>{a.graph.nodes.length}</td>
-                <td>{formatTime(a.updatedAt)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Automations"
+        loading={automations.isPending && 'Loading automations…'}
+        rows={automations.data?.data ?? []}
+        rowKey={(a) => a.id}
+        empty="No automations yet."
+        columns={[
+          { header: 'Name', cell: (a) => <Link href={`/${a.id}`}>{a.name}</Link> },
+          { header: 'Status', cell: (a) => <StatusBadge status={a.status} /> },
+          { header: 'Nodes', cell: (a) => a.graph.nodes.length },
+          { header: 'Updated', cell: (a) => formatTime(a.updatedAt) },
+        ]}
+      />
     </Page>
   );
 }

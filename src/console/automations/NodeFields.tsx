@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'react';
 import { Field, SelectField, TextAreaField } from '../ui/Field';
-import { durationText, type GraphNode } from './catalog';
+import { durationText, HTTP_METHODS, MAX_WAIT_SECONDS, parseTags, RECIPIENT, SEND_CHANNEL } from '../steps/catalog';
+import type { GraphNode } from './catalog';
 
 export interface TemplateOption {
   id: number;
@@ -16,9 +17,6 @@ interface Props {
   errorAt: (field: string) => string | undefined;
   templates: TemplateOption[];
 }
-
-const CHANNEL: Record<string, string> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
-const RECIPIENT: Record<string, string> = { send_email: 'email address', send_sms: 'phone number', send_whatsapp: 'phone number' };
 
 /**
  * A text field for a value that is not a string (tags, lines of pairs, JSON): the text typed
@@ -110,10 +108,7 @@ export function NodeFields({ node, onChange, errorAt, templates }: Props) {
           label="Tags"
           value={tagsText}
           onChange={(e) => {
-            const tags = e.target.value
-              .split(',')
-              .map((t) => t.trim())
-              .filter(Boolean);
+            const tags = parseTags(e.target.value);
             setTagsText(e.target.value, tags);
             set('tags', tags);
           }}
@@ -132,14 +127,14 @@ export function NodeFields({ node, onChange, errorAt, templates }: Props) {
           value={seconds ?? ''}
           onChange={(e) => set('seconds', e.target.value === '' ? undefined : Number(e.target.value))}
           error={errorAt('seconds')}
-          hint={seconds && seconds > 0 ? `That is ${durationText(seconds)}. At most 30 days.` : 'At most 30 days (2592000 seconds).'}
+          hint={seconds && seconds > 0 ? `That is ${durationText(seconds)}. At most 30 days.` : `At most 30 days (${MAX_WAIT_SECONDS} seconds).`}
         />
       );
     }
     case 'send_email':
     case 'send_sms':
     case 'send_whatsapp': {
-      const channel = CHANNEL[node.type];
+      const channel = SEND_CHANNEL[node.type]!;
       const options = templates.filter((t) => t.channel === channel);
       return (
         <>
@@ -149,7 +144,7 @@ export function NodeFields({ node, onChange, errorAt, templates }: Props) {
             onChange={(e) => set('templateId', e.target.value ? Number(e.target.value) : undefined)}
             error={errorAt('templateId')}
             options={[
-              { value: '', label: options.length ? 'Choose a template' : `No ${channel?.toLowerCase()} template yet` },
+              { value: '', label: options.length ? 'Choose a template' : `No ${channel.toLowerCase()} template yet` },
               ...options.map((t) => ({ value: String(t.id), label: t.name })),
             ]}
           />
@@ -158,7 +153,7 @@ export function NodeFields({ node, onChange, errorAt, templates }: Props) {
             value={typeof d.to === 'string' ? d.to : ''}
             onChange={(e) => set('to', e.target.value === '' ? undefined : e.target.value)}
             error={errorAt('to')}
-            hint={`Liquid; empty sends to the contact's ${RECIPIENT[node.type]}.`}
+            hint={`Liquid; empty sends to the contact's ${RECIPIENT[channel]}.`}
           />
         </>
       );
@@ -187,7 +182,7 @@ export function NodeFields({ node, onChange, errorAt, templates }: Props) {
             value={typeof d.method === 'string' ? d.method : 'POST'}
             onChange={(e) => set('method', e.target.value)}
             error={errorAt('method')}
-            options={['GET', 'POST', 'PUT', 'PATCH', 'DELETE'].map((m) => ({ value: m, label: m }))}
+            options={HTTP_METHODS.map((m) => ({ value: m, label: m }))}
           />
           <Field
             label="URL"

@@ -1,6 +1,8 @@
 // The automation graph as the API stores it, and the node catalog the editor offers: the
-// trigger, each step type of the workflow catalog (API.md section 3), and the condition.
+// trigger, each step type of the shared step catalog (../steps/catalog), and the condition.
 // No React Flow here: the list page imports it too.
+
+import { durationText, STEP_DESCRIPTIONS, STEP_LABELS, STEP_TYPES, type StepType } from '../steps/catalog';
 
 export interface Position {
   x: number;
@@ -33,17 +35,19 @@ export interface NodeKind {
   description: string;
 }
 
+/** What a new step node starts with. */
+const NEW_STEP_DATA: Partial<Record<StepType, () => Record<string, unknown>>> = {
+  wait: () => ({ seconds: 3600 }),
+  add_tags: () => ({ tags: [] }),
+  remove_tags: () => ({ tags: [] }),
+  update_contact: () => ({ set: {} }),
+  http_request: () => ({ method: 'POST', url: 'https://' }),
+  filter: () => ({ condition: '' }),
+};
+
 export const NODE_KINDS: NodeKind[] = [
   { type: 'trigger', label: 'Trigger', data: () => ({ source: 'MANUAL' }), description: 'Where a run starts (Run on a contact).' },
-  { type: 'send_email', label: 'Send email', data: () => ({}), description: 'Sends an email template.' },
-  { type: 'send_sms', label: 'Send SMS', data: () => ({}), description: 'Sends an SMS template.' },
-  { type: 'send_whatsapp', label: 'Send WhatsApp', data: () => ({}), description: 'Sends a WhatsApp template.' },
-  { type: 'wait', label: 'Wait', data: () => ({ seconds: 3600 }), description: 'Waits before the next step.' },
-  { type: 'add_tags', label: 'Add tags', data: () => ({ tags: [] }), description: 'Adds tags to the contact.' },
-  { type: 'remove_tags', label: 'Remove tags', data: () => ({ tags: [] }), description: 'Removes tags from the contact.' },
-  { type: 'update_contact', label: 'Update contact', data: () => ({ set: {} }), description: 'Sets contact fields.' },
-  { type: 'http_request', label: 'HTTP request', data: () => ({ method: 'POST', url: 'https://' }), description: 'Calls a URL.' },
-  { type: 'filter', label: 'Filter', data: () => ({ condition: '' }), description: 'Ends the run when its condition is false.' },
+  ...STEP_TYPES.map((type) => ({ type, label: STEP_LABELS[type], data: NEW_STEP_DATA[type] ?? (() => ({})), description: STEP_DESCRIPTIONS[type] })),
   { type: 'condition', label: 'Condition', data: () => ({ condition: '' }), description: 'Branches on true or false.' },
 ];
 
@@ -60,17 +64,6 @@ export function newNodeData(type: string): Record<string, unknown> {
 /** The graph a new automation starts with: its trigger. */
 export function initialGraph(): Graph {
   return { nodes: [{ id: 'trigger', type: 'trigger', data: { source: 'MANUAL' }, position: { x: 0, y: 0 } }], edges: [] };
-}
-
-function plural(n: number, unit: string): string {
-  return `${n} ${unit}${n === 1 ? '' : 's'}`;
-}
-
-export function durationText(seconds: number): string {
-  if (seconds % 86_400 === 0) return plural(seconds / 86_400, 'day');
-  if (seconds % 3600 === 0) return plural(seconds / 3600, 'hour');
-  if (seconds % 60 === 0) return plural(seconds / 60, 'minute');
-  return plural(seconds, 'second');
 }
 
 /** One line saying what a node does, shown under its kind. */

@@ -4,6 +4,7 @@ import { Link, useSearchParams } from 'wouter';
 import { api } from '../api/client';
 import { useCan } from '../app/session';
 import { ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
 
 const PAGE = 50;
@@ -69,46 +70,33 @@ export function ContactsPage() {
         </div>
       </form>
       <ErrorAlert error={contacts.error} />
-      {contacts.isPending ? (
-        <p className="loading">Loading contacts…</p>
-      ) : rows.length === 0 ? (
-        <p className="empty">{q || tag ? 'No contact matches.' : 'No contacts yet.'}</p>
-      ) : (
-        <table className="table">
-          <caption className="visually-hidden">Contacts</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Email</th>
-              <th scope="col">Phone</th>
-              <th scope="col">Tags</th>
-              <th scope="col">Updated</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((c) => {
-              const name = [c.firstName, c.lastName].filter(Boolean).join(' ');
-              return (
-                <tr key={c.id}>
-                  <td>
-                    <Link href={`/contacts/${c.id}`}>{name || c.email || c.phone || `Contact ${c.id}`}</Link>
-                  </td>
-                  <td>{c.email ?? '—'}</td>
-                  <td>{c.phone ?? '—'}</td>
-                  <td>
-                    {c.tags.map((t) => (
-                      <span key={t} className="tag">
-                        {t}
-                      </span>
-                    ))}
-                  </td>
-                  <td>{formatTime(c.updatedAt)}</td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Contacts"
+        loading={contacts.isPending && 'Loading contacts…'}
+        rows={rows}
+        rowKey={(c) => c.id}
+        empty={q || tag ? 'No contact matches.' : 'No contacts yet.'}
+        columns={[
+          {
+            header: 'Name',
+            cell: (c) => (
+              <Link href={`/contacts/${c.id}`}>{[c.firstName, c.lastName].filter(Boolean).join(' ') || c.email || c.phone || `Contact ${c.id}`}</Link>
+            ),
+          },
+          { header: 'Email', cell: (c) => c.email ?? '—' },
+          { header: 'Phone', cell: (c) => c.phone ?? '—' },
+          {
+            header: 'Tags',
+            cell: (c) =>
+              c.tags.map((t) => (
+                <span key={t} className="tag">
+                  {t}
+                </span>
+              )),
+          },
+          { header: 'Updated', cell: (c) => formatTime(c.updatedAt) },
+        ]}
+      />
       {contacts.hasNextPage && (
         <p>
           <button type="button" className="button-secondary" onClick={() => void contacts.fetchNextPage()} disabled={contacts.isFetchingNextPage}>

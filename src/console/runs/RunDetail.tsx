@@ -4,10 +4,17 @@ import { GraphView } from '../automations/AutomationsPage';
 import { Link } from 'wouter';
 import { api } from '../api/client';
 import { ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
 
 const IN_FLIGHT = ['QUEUED', 'RUNNING', 'WAITING'];
+
+/** A sent message's subject, or its text when it has none. */
+const renderedPreview = (rendered: unknown): string => {
+  const r = rendered as Record<string, unknown>;
+  return String(r.subject ?? r.text ?? '');
+};
 
 /** One run: its steps with times and errors, the trigger body, and its deliveries. */
 export function RunDetail({ runId }: { runId: number }) {
@@ -65,33 +72,19 @@ export function RunDetail({ runId }: { runId: number }) {
             <dd>{formatTime(r.finishedAt)}</dd>
           </dl>
           <h2>Steps</h2>
-          <table className="table">
-            <caption className="visually-hidden">Steps</caption>
-            <thead>
-              <tr>
-                <th scope="col">#</th>
-                <th scope="col">Step</th>
-                <th scope="col">Status</th>
-                <th scope="col">Started</th>
-                <th scope="col">Finished</th>
-                <th scope="col">Error</th>
-              </tr>
-            </thead>
-            <tbody>
-              {r.steps.map((s) => (
-                <tr key={s.index}>
-                  <td>{s.index + 1}</td>
-                  <td>{s.type.replace(/_/g, ' ')}</td>
-                  <td>
-                    <StatusBadge status={s.status} />
-                  </td>
-                  <td>{formatTime(s.startedAt)}</td>
-                  <td>{formatTime(s.finishedAt)}</td>
-                  <td>{s.error ?? '—'}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+          <DataTable
+            caption="Steps"
+            rows={r.steps}
+            rowKey={(s) => s.index}
+            columns={[
+              { header: '#', cell: (s) => s.index + 1 },
+              { header: 'Step', cell: (s) => s.type.replace(/_/g, ' ') },
+              { header: 'Status', cell: (s) => <StatusBadge status={s.status} /> },
+              { header: 'Started', cell: (s) => formatTime(s.startedAt) },
+              { header: 'Finished', cell: (s) => formatTime(s.finishedAt) },
+              { header: 'Error', cell: (s) => s.error ?? '—' },
+            ]}
+          />
           {automation.data && taken && (
             <>
               <h2>Path taken</h2>
@@ -103,39 +96,26 @@ export function RunDetail({ runId }: { runId: number }) {
           <h2>Trigger body</h2>
           <pre className="json card">{JSON.stringify(r.trigger, null, 2)}</pre>
           <h2>Deliveries</h2>
-          {(deliveries.data?.data ?? []).length === 0 ? (
-            <p className="empty">No message was sent by this run.</p>
-          ) : (
-            <table className="table">
-              <caption className="visually-hidden">Deliveries</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Channel</th>
-                  <th scope="col">To</th>
-                  <th scope="col">Status</th>
-                  <th scope="col">Attempt</th>
-                  <th scope="col">Content</th>
-                </tr>
-              </thead>
-              <tbody>
-                {deliveries.data!.data.map((d) => (
-                  <tr key={d.id}>
-                    <td>{d.channel.toLowerCase()}</td>
-                    <td>{d.to}</td>
-                    <td>
-                      <StatusBadge status={d.status} /> {d.error ?? ''}
-                    </td>
-                    <td>{d.attempt}</td>
-                    <td>
-                      <code className="body-preview">
-                        {String((d.rendered as Record<string, unknown>).subject ?? (d.rendered as Record<string, unknown>).text ?? '')}
-                      </code>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          )}
+          <DataTable
+            caption="Deliveries"
+            rows={deliveries.data?.data ?? []}
+            rowKey={(d) => d.id}
+            empty="No message was sent by this run."
+            columns={[
+              { header: 'Channel', cell: (d) => d.channel.toLowerCase() },
+              { header: 'To', cell: (d) => d.to },
+              {
+                header: 'Status',
+                cell: (d) => (
+                  <>
+                    <StatusBadge status={d.status} /> {d.error ?? ''}
+                  </>
+                ),
+              },
+              { header: 'Attempt', cell: (d) => d.attempt },
+              { header: 'Content', cell: (d) => <code className="body-preview">{renderedPreview(d.rendered)}</code> },
+            ]}
+          />
         </>
       )}
     </Page>

@@ -4,6 +4,7 @@ import { Link, Route, Switch } from 'wouter';
 import { RunDetail } from './RunDetail';
 import { api, ApiError } from '../api/client';
 import { ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
 
@@ -20,7 +21,6 @@ function RunList() {
     retry: false,
   });
   const missing = runs.error instanceof ApiError && runs.error.status === 404;
-  const rows = runs.data?.data ?? [];
   return (
     <Page title="Runs">
       <form className="toolbar" onSubmit={(e) => e.preventDefault()}>
@@ -36,41 +36,24 @@ function RunList() {
         </div>
       </form>
       {missing ? <p className="empty">This server cannot list runs yet; see each workflow's runs with the API.</p> : <ErrorAlert error={runs.error} />}
-      {runs.isPending ? (
-        <p className="loading">Loading runs…</p>
-      ) : rows.length === 0 ? (
-        !missing && <p className="empty">No runs.</p>
-      ) : (
-        <table className="table">
-          <caption className="visually-hidden">Runs</caption>
-          <thead>
-            <tr>
-              <th scope="col">Run</th>
-              <th scope="col">Status</th>
-              <th scope="col">Workflow or automation</th>
-              <th scope="col">Contact</th>
-              <th scope="col">Started</th>
-              <th scope="col">Finished</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => (
-              <tr key={r.runId}>
-                <td>
-                  <Link href={`/${r.runId}`}>Run {r.runId}</Link>
-                </td>
-                <td>
-                  <StatusBadge status={r.status} />
-                </td>
-                <td>{r.workflowId ? `Workflow ${r.workflowId}` : r.automationId ? `Automation ${r.automationId}` : '—'}</td>
-                <td>{r.contactId ?? '—'}</td>
-                <td>{formatTime(r.createdAt)}</td>
-                <td>{formatTime(r.finishedAt)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Runs"
+        loading={runs.isPending && 'Loading runs…'}
+        rows={missing ? undefined : (runs.data?.data ?? [])}
+        rowKey={(r) => r.runId}
+        empty="No runs."
+        columns={[
+          { header: 'Run', cell: (r) => <Link href={`/${r.runId}`}>Run {r.runId}</Link> },
+          { header: 'Status', cell: (r) => <StatusBadge status={r.status} /> },
+          {
+            header: 'Workflow or automation',
+            cell: (r) => (r.workflowId ? `Workflow ${r.workflowId}` : r.automationId ? `Automation ${r.automationId}` : '—'),
+          },
+          { header: 'Contact', cell: (r) => r.contactId ?? '—' },
+          { header: 'Started', cell: (r) => formatTime(r.createdAt) },
+          { header: 'Finished', cell: (r) => formatTime(r.finishedAt) },
+        ]}
+      />
     </Page>
   );
 }

@@ -4,6 +4,7 @@ import { api, describeError, fieldError } from '../api/client';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { CopyField } from '../ui/CopyField';
+import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
 import { formatTime } from '../ui/Page';
 
@@ -62,52 +63,36 @@ export function ApiKeysSection() {
       </form>
       {create.error && !nameError && !roleError ? <Alert>{describeError(create.error)}</Alert> : null}
       <ErrorAlert error={keys.error} />
-      {keys.data && keys.data.data.length === 0 && <p className="empty">No API keys yet.</p>}
-      {keys.data && keys.data.data.length > 0 && (
-        <table className="table">
-          <caption className="visually-hidden">API keys</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Role</th>
-              <th scope="col">Key</th>
-              <th scope="col">Created</th>
-              <th scope="col">Last used</th>
-              <th scope="col">Status</th>
-              <th scope="col">
-                <span className="visually-hidden">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {keys.data.data.map((k) => (
-              <tr key={k.id}>
-                <td>{k.name}</td>
-                <td>{k.role.toLowerCase()}</td>
-                <td>
-                  <code>{k.prefix}…</code>
-                </td>
-                <td>{formatTime(k.createdAt)}</td>
-                <td>{formatTime(k.lastUsedAt)}</td>
-                <td>{k.revokedAt ? <span className="badge badge-muted">revoked</span> : <span className="badge badge-ok">active</span>}</td>
-                <td>
-                  {!k.revokedAt && (
-                    <ConfirmButton
-                      label="Revoke"
-                      ariaLabel={`Revoke ${k.name}`}
-                      question={`Revoke the key “${k.name}”? Anything using it stops working within seconds.`}
-                      onConfirm={async () => {
-                        await api('delete', '/api-keys/{id}', { params: { id: k.id } });
-                        await queries.invalidateQueries({ queryKey: ['api-keys'] });
-                      }}
-                    />
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="API keys"
+        rows={keys.data?.data}
+        rowKey={(k) => k.id}
+        empty="No API keys yet."
+        columns={[
+          { header: 'Name', cell: (k) => k.name },
+          { header: 'Role', cell: (k) => k.role.toLowerCase() },
+          { header: 'Key', cell: (k) => <code>{k.prefix}…</code> },
+          { header: 'Created', cell: (k) => formatTime(k.createdAt) },
+          { header: 'Last used', cell: (k) => formatTime(k.lastUsedAt) },
+          {
+            header: 'Status',
+            cell: (k) => (k.revokedAt ? <span className="badge badge-muted">revoked</span> : <span className="badge badge-ok">active</span>),
+          },
+        ]}
+        actions={(k) =>
+          !k.revokedAt && (
+            <ConfirmButton
+              label="Revoke"
+              ariaLabel={`Revoke ${k.name}`}
+              question={`Revoke the key “${k.name}”? Anything using it stops working within seconds.`}
+              onConfirm={async () => {
+                await api('delete', '/api-keys/{id}', { params: { id: k.id } });
+                await queries.invalidateQueries({ queryKey: ['api-keys'] });
+              }}
+            />
+          )
+        }
+      />
     </section>
   );
 }

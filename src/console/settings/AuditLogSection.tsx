@@ -3,6 +3,7 @@ import { useEffect, useState } from 'react';
 import { Link, useSearchParams } from 'wouter';
 import { api, ApiError, type QueryOf } from '../api/client';
 import { ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { formatTime } from '../ui/Page';
 
 type ActorType = NonNullable<QueryOf<'/audit-logs', 'get'>['actorType']>;
@@ -132,47 +133,33 @@ export function AuditLogSection() {
         )}
       </form>
       <ErrorAlert error={logs.error} />
-      {logs.isPending ? (
-        <p className="loading">Loading the audit log…</p>
-      ) : logs.error ? null : rows.length === 0 ? (
-        <p className="empty">{filtered ? 'No entry matches.' : 'Nothing recorded yet.'}</p>
-      ) : (
-        <table className="table audit">
-          <caption className="visually-hidden">Audit log</caption>
-          <thead>
-            <tr>
-              <th scope="col">Time</th>
-              <th scope="col">Actor</th>
-              <th scope="col">Action</th>
-              <th scope="col">Target</th>
-              <th scope="col">IP address</th>
-              <th scope="col">Details</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => {
-              const details = Object.keys(r.metadata).length ? JSON.stringify(r.metadata) : '';
-              return (
-                <tr key={r.id}>
-                  <td>
-                    <time dateTime={r.at}>{formatTime(r.at)}</time>
-                  </td>
-                  <td>
-                    {r.actor.label ?? '—'}
-                    <span className="meta"> {ACTOR_NAME[r.actor.type]}</span>
-                  </td>
-                  <td>
-                    <code>{r.action}</code>
-                  </td>
-                  <td>{r.target ? `${r.target.type}${r.target.id !== null ? ` ${r.target.id}` : ''}` : '—'}</td>
-                  <td>{r.ip ?? '—'}</td>
-                  <td>{details ? <code className="audit-details">{details}</code> : '—'}</td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Audit log"
+        className="audit"
+        loading={logs.isPending && 'Loading the audit log…'}
+        rows={logs.error ? undefined : rows}
+        rowKey={(r) => r.id}
+        empty={filtered ? 'No entry matches.' : 'Nothing recorded yet.'}
+        columns={[
+          { header: 'Time', cell: (r) => <time dateTime={r.at}>{formatTime(r.at)}</time> },
+          {
+            header: 'Actor',
+            cell: (r) => (
+              <>
+                {r.actor.label ?? '—'}
+                <span className="meta"> {ACTOR_NAME[r.actor.type]}</span>
+              </>
+            ),
+          },
+          { header: 'Action', cell: (r) => <code>{r.action}</code> },
+          { header: 'Target', cell: (r) => (r.target ? `${r.target.type}${r.target.id !== null ? ` ${r.target.id}` : ''}` : '—') },
+          { header: 'IP address', cell: (r) => r.ip ?? '—' },
+          {
+            header: 'Details',
+            cell: (r) => (Object.keys(r.metadata).length ? <code className="audit-details">{JSON.stringify(r.metadata)}</code> : '—'),
+          },
+        ]}
+      />
       {logs.hasNextPage && !logs.error && (
         <p>
           <button type="button" className="button-secondary" onClick={() => void logs.fetchNextPage()} disabled={logs.isFetchingNextPage}>

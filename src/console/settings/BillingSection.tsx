@@ -3,6 +3,7 @@ import { useEffect, useState } from 'react';
 import { api, describeError, type ResultOf } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 
 type Plan = ResultOf<'/billing/plan', 'get'>['plan'];
 type PaidPlan = Exclude<Plan, 'STARTER'>;
@@ -138,54 +139,44 @@ export function BillingSection() {
             ))}
           </dl>
           <h3>Plans</h3>
-          <table className="table plans">
-            <caption className="visually-hidden">Plans</caption>
-            <thead>
-              <tr>
-                <th scope="col">Plan</th>
-                <th scope="col">Audit log</th>
-                <th scope="col">API key roles</th>
-                {canCheckout && (
-                  <th scope="col">
-                    <span className="visually-hidden">Actions</span>
-                  </th>
-                )}
-              </tr>
-            </thead>
-            <tbody>
-              {PLANS.map((p) => {
-                const isCurrent = p === plan.data.plan;
-                const higher = PLANS.indexOf(p) > PLANS.indexOf(plan.data.plan);
-                return (
-                  <tr key={p} className={isCurrent ? 'current' : undefined}>
-                    <th scope="row">
-                      {PLAN_NAME[p]} {isCurrent && <span className="badge badge-ok">current</span>}
-                    </th>
-                    <td>{PLAN_FEATURES[p].auditLog ? 'Yes' : 'No'}</td>
-                    <td>{PLAN_FEATURES[p].keyRoles}</td>
-                    {canCheckout && (
-                      <td>
-                        {!isCurrent && p !== 'STARTER' && (
-                          <button
-                            type="button"
-                            className={higher ? 'button-primary' : 'button-secondary'}
-                            disabled={checkout.isPending || pending !== null}
-                            onClick={() => start(p)}
-                          >
-                            {higher ? `Upgrade to ${PLAN_NAME[p]}` : `Change to ${PLAN_NAME[p]}`}
-                          </button>
-                        )}
-                        {!isCurrent && p === 'STARTER' && <span className="hint">Ask the server’s operator</span>}
-                      </td>
-                    )}
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
+          <DataTable
+            caption="Plans"
+            className="plans"
+            rows={PLANS}
+            rowKey={(p) => p}
+            rowClassName={(p) => (p === plan.data.plan ? 'current' : undefined)}
+            columns={[
+              {
+                header: 'Plan',
+                scope: 'row',
+                cell: (p) => (
+                  <>
+                    {PLAN_NAME[p]} {p === plan.data.plan && <span className="badge badge-ok">current</span>}
+                  </>
+                ),
+              },
+              { header: 'Audit log', cell: (p) => (PLAN_FEATURES[p].auditLog ? 'Yes' : 'No') },
+              { header: 'API key roles', cell: (p) => PLAN_FEATURES[p].keyRoles },
+            ]}
+            actions={
+              canCheckout && ((p) => <PlanAction plan={p} current={plan.data.plan} disabled={checkout.isPending || pending !== null} onChoose={start} />)
+            }
+          />
           {!canCheckout && <p className="hint">Only an owner of the workspace can change its plan.</p>}
         </>
       )}
     </section>
+  );
+}
+
+/** A plan's row action: upgrade or change to it (STARTER is set by the server's operator). */
+function PlanAction({ plan: p, current, disabled, onChoose }: { plan: Plan; current: Plan; disabled: boolean; onChoose: (p: PaidPlan) => void }) {
+  if (p === current) return null;
+  if (p === 'STARTER') return <span className="hint">Ask the server’s operator</span>;
+  const higher = PLANS.indexOf(p) > PLANS.indexOf(current);
+  return (
+    <button type="button" className={higher ? 'button-primary' : 'button-secondary'} disabled={disabled} onClick={() => onChoose(p)}>
+      {higher ? `Upgrade to ${PLAN_NAME[p]}` : `Change to ${PLAN_NAME[p]}`}
+    </button>
   );
 }

@@ -1,12 +1,15 @@
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { useState, type FormEvent } from 'react';
-import { api, ApiError, describeError, fieldError } from '../api/client';
+import { api, ApiError, describeError, fieldError, type ResultOf } from '../api/client';
 import { useCan, useMe, type Role } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { CopyField } from '../ui/CopyField';
+import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
 import { formatTime } from '../ui/Page';
+
+type Member = ResultOf<'/memberships', 'get'>['data'][number];
 
 const ROLES: Role[] = ['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'];
 const label = (r: string) => r[0] + r.slice(1).toLowerCase();
@@ -54,70 +57,53 @@ export function MembersSection() {
   };
   const emailError = fieldError(invite.error, '/email');
   const pendingRows = pending.data?.data ?? [];
+  const editable = (m: Member) => isAdmin && m.userId !== me.user.id && (m.role !== 'OWNER' || isOwner);
 
   return (
     <section aria-labelledby="members-heading">
       <h2 id="members-heading">Members</h2>
       <ErrorAlert error={members.error} />
       {rowError ? <Alert>{describeError(rowError)}</Alert> : null}
-      {members.data && (
-        <table className="table">
-          <caption className="visually-hidden">Members</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Email</th>
-              <th scope="col">Role</th>
-              <th scope="col">Member since</th>
-              {isAdmin && (
-                <th scope="col">
-                  <span className="visually-hidden">Actions</span>
-                </th>
-              )}
-            </tr>
-          </thead>
-          <tbody>
-            {members.data.data.map((m) => {
-              const editable = isAdmin && m.userId !== me.user.id && (m.role !== 'OWNER' || isOwner);
-              return (
-                <tr key={m.id}>
-                  <td>{m.name ?? '—'}</td>
-                  <td>{m.email}</td>
-                  <td>
-                    {editable ? (
-                      <select aria-label={`Role of ${m.email}`} value={m.role} onChange={(e) => void changeRole(m.id, e.target.value as Role)}>
-                        {grantable.map((r) => (
-                          <option key={r} value={r}>
-                            {label(r)}
-                          </option>
-                        ))}
-                      </select>
-                    ) : (
-                      label(m.role)
-                    )}
-                  </td>
-                  <td>{formatTime(m.createdAt)}</td>
-                  {isAdmin && (
-                    <td>
-                      {editable && (
-                        <ConfirmButton
-                          label="Remove"
-                          ariaLabel={`Remove ${m.email}`}
-                          question={`Remove ${m.email} from this workspace? They lose access at once.`}
-                          onConfirm={async () => {
-                            await api('delete', '/memberships/{id}', { params: { id: m.id } });
-                            await queries.invalidateQueries({ queryKey: ['memberships'] });
-                          }}
-                        />
-                      )}
-                    </td>
-                  )}
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Members"
+        rows={members.data?.data}
+        rowKey={(m) => m.id}
+        columns={[
+          { header: 'Name', cell: (m) => m.name ?? '—' },
+          { header: 'Email', cell: (m) => m.email },
+          {
+            header: 'Role',
+            cell: (m) =>
+              editable(m) ? (
+                <select aria-label={`Role of ${m.email}`} value={m.role} onChange={(e) => void changeRole(m.id, e.target.value as Role)}>
+                  {grantable.map((r) => (
+                    <option key={r} value={r}>
+                      {label(r)}
+                    </option>
+                  ))}
+                </select>
+              ) : (
+                label(m.role)
+              ),
+          },
+          { header: 'Member since', cell: (m) => formatTime(m.createdAt) },
+        ]}
+        actions={
+          isAdmin &&
+          ((m) =>
+            editable(m) && (
+              <ConfirmButton
+                label="Remove"
+                ariaLabel={`Remove ${m.email}`}
+                question={`Remove ${m.email} from this workspace? They lose access at once.`}
+                onConfirm={async () => {
+                  await api('delete', '/memberships/{id}', { params: { id: m.id } });
+                  await queries.invalidateQueries({ queryKey: ['memberships'] });
+                }}
+              />
+            ))
+        }
+      />
 
       {isAdmin && (
         <>
@@ -146,39 +132,27 @@ export function MembersSection() {
           {pendingRows.length > 0 && (
             <>
               <h2>Pending invitations</h2>
-              <table className="table">
-                <caption className="visually-hidden">Pending invitations</caption>
-                <thead>
-                  <tr>
-                    <th scope="col">Email</th>
-                    <th scope="col">Role</th>
-                    <th scope="col">Expires</th>
-                    <th scope="col">
-                      <span className="visually-hidden">Actions</span>
-                    </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {pendingRows.map((p) => (
-                    <tr key={p.id}>
-                      <td>{p.email}</td>
-                      <td>{label(p.role)}</td>
-                      <td>{formatTime(p.expiresAt)}</td>
-                      <td>
-                        <ConfirmButton
-                          label="Cancel invitation"
-                          ariaLabel={`Cancel invitation for ${p.email}`}
-                          question={`Cancel the invitation of ${p.email}? The link stops working.`}
-                          onConfirm={async () => {
-                            await api('delete', '/memberships/invitations/{id}', { params: { id: p.id } });
-                            await queries.invalidateQueries({ queryKey: ['invitations'] });
-                          }}
-                        />
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+              <DataTable
+                caption="Pending invitations"
+                rows={pendingRows}
+                rowKey={(p) => p.id}
+                columns={[
+                  { header: 'Email', cell: (p) => p.email },
+                  { header: 'Role', cell: (p) => label(p.role) },
+                  { header: 'Expires', cell: (p) => formatTime(p.expiresAt) },
+                ]}
+                actions={(p) => (
+                  <ConfirmButton
+                    label="Cancel invitation"
+                    ariaLabel={`Cancel invitation for ${p.email}`}
+                    question={`Cancel the invitation of ${p.email}? The link stops working.`}
+                    onConfirm={async () => {
+                      await api('delete', '/memberships/invitations/{id}', { params: { id: p.id } });
+                      await queries.invalidateQueries({ queryKey: ['invitations'] });
+                    }}
+                  />
+                )}
+              />
             </>
           )}
           {pending.error instanceof ApiError && pending.error.status !== 404 ? <ErrorAlert error={pending.error} /> : null}

@@ -1,20 +1,19 @@
 import type React from 'react';
 import { useId, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes } from 'react';
 
-interface FieldProps extends InputHTMLAttributes<HTMLInputElement> {
-  label: string;
-  error?: string | undefined;
-  hint?: ReactNode;
-}
-
-/** A labelled input with its error (a 422 pointer's message) next to it. */
-export function Field({ label, error, hint, ...input }: FieldProps) {
+/** The ids a labelled control uses: its own, and the hint and error that describe it. */
+function useFieldIds(hint: ReactNode, error: string | undefined) {
   const id = useId();
   const described = [hint ? `${id}-hint` : '', error ? `${id}-error` : ''].filter(Boolean).join(' ') || undefined;
+  return { id, control: { id, 'aria-invalid': error ? true : undefined, 'aria-describedby': described } } as const;
+}
+
+/** The frame of every field: label, the control, its hint and its error (a 422 pointer's message). */
+function FieldFrame({ id, label, error, hint, children }: { id: string; label: string; error: string | undefined; hint?: ReactNode; children: ReactNode }) {
   return (
     <div className={`field${error ? ' field-invalid' : ''}`}>
       <label htmlFor={id}>{label}</label>
-      <input id={id} aria-invalid={error ? true : undefined} aria-describedby={described} {...input} />
+      {children}
       {hint && (
         <p className="hint" id={`${id}-hint`}>
           {hint}
@@ -26,6 +25,22 @@ export function Field({ label, error, hint, ...input }: FieldProps) {
         </p>
       )}
     </div>
+  );
+}
+
+interface FieldProps extends InputHTMLAttributes<HTMLInputElement> {
+  label: string;
+  error?: string | undefined;
+  hint?: ReactNode;
+}
+
+/** A labelled input with its error (a 422 pointer's message) next to it. */
+export function Field({ label, error, hint, ...input }: FieldProps) {
+  const { id, control } = useFieldIds(hint, error);
+  return (
+    <FieldFrame id={id} label={label} error={error} hint={hint}>
+      <input {...control} {...input} />
+    </FieldFrame>
   );
 }
 
@@ -36,23 +51,17 @@ interface SelectProps extends SelectHTMLAttributes<HTMLSelectElement> {
 }
 
 export function SelectField({ label, error, options, ...select }: SelectProps) {
-  const id = useId();
+  const { id, control } = useFieldIds(undefined, error);
   return (
-    <div className={`field${error ? ' field-invalid' : ''}`}>
-      <label htmlFor={id}>{label}</label>
-      <select id={id} aria-invalid={error ? true : undefined} aria-describedby={error ? `${id}-error` : undefined} {...select}>
+    <FieldFrame id={id} label={label} error={error}>
+      <select {...control} {...select}>
         {options.map((o) => (
           <option key={o.value} value={o.value}>
             {o.label}
           </option>
         ))}
       </select>
-      {error && (
-        <p className="field-error" id={`${id}-error`}>
-          {error}
-        </p>
-      )}
-    </div>
+    </FieldFrame>
   );
 }
 
@@ -63,22 +72,10 @@ interface TextAreaProps extends React.TextareaHTMLAttributes<HTMLTextAreaElement
 }
 
 export function TextAreaField({ label, error, hint, ...area }: TextAreaProps) {
-  const id = useId();
-  const described = [hint ? `${id}-hint` : '', error ? `${id}-error` : ''].filter(Boolean).join(' ') || undefined;
+  const { id, control } = useFieldIds(hint, error);
   return (
-    <div className={`field${error ? ' field-invalid' : ''}`}>
-      <label htmlFor={id}>{label}</label>
-      <textarea id={id} aria-invalid={error ? true : undefined} aria-describedby={described} rows={5} {...area} />
-      {hint && (
-        <p className="hint" id={`${id}-hint`}>
-          {hint}
-        </p>
-      )}
-      {error && (
-        <p className="field-error" id={`${id}-error`}>
-          {error}
-        </p>
-      )}
-    </div>
+    <FieldFrame id={id} label={label} error={error} hint={hint}>
+      <textarea {...control} rows={5} {...area} />
+    </FieldFrame>
   );
 }

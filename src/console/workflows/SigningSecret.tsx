@@ -1,12 +1,11 @@
 import { useMutation } from '@tanstack/react-query';
 import { useState, type FormEvent } from 'react';
-import { api, describeError, fieldError, type ResultOf } from '../api/client';
+import { api, describeError, fieldError } from '../api/client';
 import { Alert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { CopyField } from '../ui/CopyField';
 import { Field } from '../ui/Field';
-
-type Workflow = ResultOf<'/workflows/{id}', 'get'>;
+import type { WorkflowSectionProps } from './types';
 
 /** 32 random bytes from the browser's CSPRNG, base64url (43 characters). */
 export function generateSecret(): string {
@@ -22,7 +21,7 @@ export function generateSecret(): string {
  * clear. The API keeps it write-only; this page keeps a generated one in memory until
  * Done or until the page is left, and never shows it again.
  */
-export function SigningSecret({ workflow, onSaved }: { workflow: Workflow; onSaved: (w: Workflow) => void }) {
+export function SigningSecret({ workflow, onSaved }: Pick<WorkflowSectionProps, 'workflow' | 'onSaved'>) {
   const has = workflow.webhook.hasSigningSecret;
   const [own, setOwn] = useState('');
   const [minted, setMinted] = useState<string | null>(null);

@@ -1,18 +1,8 @@
+import type { ReactNode } from 'react';
 import { Link } from 'wouter';
 import { Field, SelectField, TextAreaField } from '../ui/Field';
-import {
-  CONTACT_FIELDS,
-  HTTP_METHODS,
-  newKey,
-  SEND_CHANNEL,
-  setKeyOf,
-  WAIT_UNITS,
-  type Channel,
-  type HeaderRow,
-  type SetRow,
-  type StepDraft,
-  type WaitUnit,
-} from './stepCatalog';
+import { HTTP_METHODS, RECIPIENT, SEND_CHANNEL, WAIT_UNITS, type Channel, type WaitUnit } from '../steps/catalog';
+import { CONTACT_FIELDS, newKey, setKeyOf, type HeaderRow, type SetRow, type StepDraft } from './stepCatalog';
 
 export interface TemplateOption {
   id: number;
@@ -124,8 +114,7 @@ function SendFields({ step, templates, onChange, error }: Omit<Props, 'number'>)
         error={error('/to')}
         hint={
           <>
-            Optional, Liquid such as <code>{'{{ trigger.customer.email }}'}</code>. Empty: the contact's{' '}
-            {channel === 'EMAIL' ? 'email address' : 'phone number'}.
+            Optional, Liquid such as <code>{'{{ trigger.customer.email }}'}</code>. Empty: the contact's {RECIPIENT[channel]}.
           </>
         }
       />
@@ -137,47 +126,34 @@ function SetFields({ step, number, onChange, error }: Omit<Props, 'templates'>) 
   const update = (key: string, patch: Partial<SetRow>) => onChange({ set: step.set.map((r) => (r.key === key ? { ...r, ...patch } : r)) });
   const whole = error('/set') && !step.set.some((r) => error(`/set/${setKeyOf(r)}`)) ? error('/set') : undefined;
   return (
-    <div className="pairs">
-      {step.set.map((row, j) => {
-        const problem = error(`/set/${setKeyOf(row)}`);
-        return (
-          <div className="pair" key={row.key}>
-            <SelectField
-              label={`Contact field ${j + 1}`}
-              value={row.field}
-              onChange={(e) => update(row.key, { field: e.target.value })}
-              options={CONTACT_FIELDS}
-            />
-            {row.field === 'attribute' && (
-              <Field label={`Attribute name ${j + 1}`} value={row.attribute} onChange={(e) => update(row.key, { attribute: e.target.value })} />
-            )}
-            <Field
-              label={`Value ${j + 1}`}
-              value={row.value}
-              onChange={(e) => update(row.key, { value: e.target.value })}
-              error={problem}
-              hint={j === 0 ? <>Liquid, e.g. {'{{ trigger.name }}'}</> : undefined}
-            />
-            <button
-              type="button"
-              className="button-secondary"
-              aria-label={`Remove field ${j + 1} of step ${number}`}
-              onClick={() => onChange({ set: step.set.filter((r) => r.key !== row.key) })}
-            >
-              Remove
-            </button>
-          </div>
-        );
-      })}
-      {whole && <p className="field-error">{whole}</p>}
-      <button
-        type="button"
-        className="button-secondary"
-        onClick={() => onChange({ set: [...step.set, { key: newKey(), field: 'firstName', attribute: '', value: '' }] })}
-      >
-        Add a field
-      </button>
-    </div>
+    <PairList
+      rows={step.set}
+      fields={(row, j) => (
+        <>
+          <SelectField
+            label={`Contact field ${j + 1}`}
+            value={row.field}
+            onChange={(e) => update(row.key, { field: e.target.value })}
+            options={CONTACT_FIELDS}
+          />
+          {row.field === 'attribute' && (
+            <Field label={`Attribute name ${j + 1}`} value={row.attribute} onChange={(e) => update(row.key, { attribute: e.target.value })} />
+          )}
+          <Field
+            label={`Value ${j + 1}`}
+            value={row.value}
+            onChange={(e) => update(row.key, { value: e.target.value })}
+            error={error(`/set/${setKeyOf(row)}`)}
+            hint={j === 0 ? <>Liquid, e.g. {'{{ trigger.name }}'}</> : undefined}
+          />
+        </>
+      )}
+      removeLabel={(j) => `Remove field ${j + 1} of step ${number}`}
+      onRemove={(key) => onChange({ set: step.set.filter((r) => r.key !== key) })}
+      error={whole}
+      addLabel="Add a field"
+      onAdd={() => onChange({ set: [...step.set, { key: newKey(), field: 'firstName', attribute: '', value: '' }] })}
+    />
   );
 }
 
@@ -205,26 +181,20 @@ function HttpFields({ step, number, onChange, error }: Omit<Props, 'templates'>)
           hint="Liquid allowed. Private and loopback addresses are refused unless the server allows them."
         />
       </div>
-      <div className="pairs">
-        {step.headers.map((h, j) => (
-          <div className="pair" key={h.key}>
+      <PairList
+        rows={step.headers}
+        fields={(h, j) => (
+          <>
             <Field label={`Header name ${j + 1}`} value={h.name} onChange={(e) => update(h.key, { name: e.target.value })} />
             <Field label={`Header value ${j + 1}`} value={h.value} onChange={(e) => update(h.key, { value: e.target.value })} error={headerProblem(h)} />
-            <button
-              type="button"
-              className="button-secondary"
-              aria-label={`Remove header ${j + 1} of step ${number}`}
-              onClick={() => onChange({ headers: step.headers.filter((x) => x.key !== h.key) })}
-            >
-              Remove
-            </button>
-          </div>
-        ))}
-        {whole && <p className="field-error">{whole}</p>}
-        <button type="button" className="button-secondary" onClick={() => onChange({ headers: [...step.headers, { key: newKey(), name: '', value: '' }] })}>
-          Add a header
-        </button>
-      </div>
+          </>
+        )}
+        removeLabel={(j) => `Remove header ${j + 1} of step ${number}`}
+        onRemove={(key) => onChange({ headers: step.headers.filter((x) => x.key !== key) })}
+        error={whole}
+        addLabel="Add a header"
+        onAdd={() => onChange({ headers: [...step.headers, { key: newKey(), name: '', value: '' }] })}
+      />
       <TextAreaField
         label="JSON body (optional)"
         className="code"
@@ -235,5 +205,42 @@ function HttpFields({ step, number, onChange, error }: Omit<Props, 'templates'>)
         hint={<>Strings in it are Liquid, e.g. {'{"email": "{{ contact.email }}"}'}</>}
       />
     </>
+  );
+}
+
+/** Rows of name/value inputs, each with its Remove button, the list's own error, and an Add button. */
+function PairList<Row extends { key: string }>({
+  rows,
+  fields,
+  removeLabel,
+  onRemove,
+  error,
+  addLabel,
+  onAdd,
+}: {
+  rows: Row[];
+  fields: (row: Row, index: number) => ReactNode;
+  /** The accessible name of a row's Remove button. */
+  removeLabel: (index: number) => string;
+  onRemove: (key: string) => void;
+  error: string | undefined;
+  addLabel: string;
+  onAdd: () => void;
+}) {
+  return (
+    <div className="pairs">
+      {rows.map((row, j) => (
+        <div className="pair" key={row.key}>
+          {fields(row, j)}
+          <button type="button" className="button-secondary" aria-label={removeLabel(j)} onClick={() => onRemove(row.key)}>
+            Remove
+          </button>
+        </div>
+      ))}
+      {error && <p className="field-error">{error}</p>}
+      <button type="button" className="button-secondary" onClick={onAdd}>
+        {addLabel}
+      </button>
+    </div>
   );
 }

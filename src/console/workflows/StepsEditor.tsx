@@ -1,25 +1,14 @@
 import { useMutation, useQuery } from '@tanstack/react-query';
 import { useEffect, useLayoutEffect, useRef, useState, type FormEvent } from 'react';
-import { api, ApiError, describeError, type ResultOf } from '../api/client';
+import { api, ApiError, describeError } from '../api/client';
 import { Alert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { SelectField } from '../ui/Field';
 import { StepFields, type TemplateOption } from './StepFields';
-import {
-  blankStep,
-  describeStep,
-  fromApi,
-  STEP_FIELDS,
-  STEP_HINTS,
-  STEP_LABELS,
-  STEP_TYPES,
-  toApi,
-  type StepDraft,
-  type StepProblem,
-  type StepType,
-} from './stepCatalog';
+import { STEP_DESCRIPTIONS, STEP_FIELDS, STEP_LABELS, STEP_TYPES, type StepType } from '../steps/catalog';
+import { blankStep, describeStep, fromApi, toApi, type StepDraft, type StepProblem } from './stepCatalog';
+import type { WorkflowSectionProps } from './types';
 
-type Workflow = ResultOf<'/workflows/{id}', 'get'>;
 type Problems = Map<string, StepProblem[]>;
 
 /** The templates a send step can pick (every channel; each step shows its own). */
@@ -54,18 +43,7 @@ function problemAt(problems: StepProblem[] | undefined, path: string): string | 
 }
 
 /** Steps as an ordered list: add, move, remove, and edit each one's fields; Save sends them all. */
-export function StepsEditor({
-  workflow,
-  canWrite,
-  onSaved,
-  activationError,
-}: {
-  workflow: Workflow;
-  canWrite: boolean;
-  onSaved: (w: Workflow) => void;
-  /** A refused activation: its /steps pointers are shown at the steps' fields. */
-  activationError: unknown;
-}) {
+export function StepsEditor({ workflow, canWrite, onSaved, activationError }: WorkflowSectionProps) {
   const templates = useTemplateOptions();
   const savedJson = JSON.stringify(workflow.steps);
   const [draft, setDraft] = useState<StepDraft[]>(() => workflow.steps.map(fromApi));
@@ -262,7 +240,7 @@ export function StepsEditor({
                         onConfirm={async () => remove(i)}
                       />
                     </div>
-                    <p className="hint step-what">{STEP_HINTS[s.type]}</p>
+                    <p className="hint step-what">{STEP_DESCRIPTIONS[s.type]}</p>
                     {stray.map((p) => (
                       <p key={p.path} className="field-error">
                         {p.path ? <code>{p.path.slice(1)}</code> : null} {capital(p.message)}
@@ -288,7 +266,7 @@ export function StepsEditor({
             label="New step"
             value={newType}
             onChange={(e) => setNewType(e.target.value as StepType)}
-            options={STEP_TYPES.map((t) => ({ value: t, label: `${STEP_LABELS[t]} — ${STEP_HINTS[t]}` }))}
+            options={STEP_TYPES.map((t) => ({ value: t, label: `${STEP_LABELS[t]} — ${STEP_DESCRIPTIONS[t]}` }))}
           />
           <button type="button" className="button-secondary" onClick={add}>
             Add step

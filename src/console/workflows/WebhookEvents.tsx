@@ -2,6 +2,7 @@ import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { useState } from 'react';
 import { api, describeError } from '../api/client';
 import { Alert, ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { formatTime } from '../ui/Page';
 
 /** Every POST the webhook received, with a Replay for accepted ones. */
@@ -20,58 +21,41 @@ export function WebhookEvents({ workflowId, canWrite }: { workflowId: number; ca
       void queries.invalidateQueries({ queryKey: ['webhook-events', workflowId] });
     },
   });
-  const rows = events.data?.data ?? [];
   return (
     <section className="card" aria-labelledby="events-heading">
       <h2 id="events-heading">Received events</h2>
       <ErrorAlert error={events.error} />
       {replayed && <Alert kind="success">{replayed}</Alert>}
       {replay.error ? <Alert>{describeError(replay.error)}</Alert> : null}
-      {rows.length === 0 ? (
-        <p className="empty">Nothing received yet.</p>
-      ) : (
-        <table className="table">
-          <caption className="visually-hidden">Received events</caption>
-          <thead>
-            <tr>
-              <th scope="col">Received</th>
-              <th scope="col">Status</th>
-              <th scope="col">Source</th>
-              <th scope="col">Run</th>
-              <th scope="col">Body</th>
-              {canWrite && (
-                <th scope="col">
-                  <span className="visually-hidden">Actions</span>
-                </th>
-              )}
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((e) => (
-              <tr key={e.id}>
-                <td>{formatTime(e.receivedAt)}</td>
-                <td>
-                  <span className={`badge badge-${e.statusCode < 300 ? 'ok' : 'bad'}`}>{e.statusCode}</span> {e.code ?? ''}
-                </td>
-                <td>{e.sourceIp ?? '—'}</td>
-                <td>{e.runId ?? '—'}</td>
-                <td>
-                  <code className="body-preview">{(e.bodyText ?? JSON.stringify(e.body) ?? '').slice(0, 120)}</code>
-                </td>
-                {canWrite && (
-                  <td>
-                    {e.statusCode < 300 && (
-                      <button type="button" className="button-secondary" aria-label={`Replay event ${e.id}`} onClick={() => replay.mutate(e.id)}>
-                        Replay
-                      </button>
-                    )}
-                  </td>
-                )}
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Received events"
+        rows={events.data?.data ?? []}
+        rowKey={(e) => e.id}
+        empty="Nothing received yet."
+        columns={[
+          { header: 'Received', cell: (e) => formatTime(e.receivedAt) },
+          {
+            header: 'Status',
+            cell: (e) => (
+              <>
+                <span className={`badge badge-${e.statusCode < 300 ? 'ok' : 'bad'}`}>{e.statusCode}</span> {e.code ?? ''}
+              </>
+            ),
+          },
+          { header: 'Source', cell: (e) => e.sourceIp ?? '—' },
+          { header: 'Run', cell: (e) => e.runId ?? '—' },
+          { header: 'Body', cell: (e) => <code className="body-preview">{(e.bodyText ?? JSON.stringify(e.body) ?? '').slice(0, 120)}</code> },
+        ]}
+        actions={
+          canWrite &&
+          ((e) =>
+            e.statusCode < 300 && (
+              <button type="button" className="button-secondary" aria-label={`Replay event ${e.id}`} onClick={() => replay.mutate(e.id)}>
+                Replay
+              </button>
+            ))
+        }
+      />
     </section>
   );
 }

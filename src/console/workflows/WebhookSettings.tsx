@@ -1,11 +1,11 @@
 import { useMutation } from '@tanstack/react-query';
 import { useEffect, useState, type FormEvent } from 'react';
-import { api, ApiError, describeError, fieldError, type BodyOf, type ResultOf } from '../api/client';
+import { api, ApiError, describeError, fieldError, type BodyOf } from '../api/client';
 import { Alert } from '../ui/Alert';
 import { Field, SelectField, TextAreaField } from '../ui/Field';
-import { parseTags } from './stepCatalog';
+import { parseTags } from '../steps/catalog';
+import type { Workflow, WorkflowSectionProps } from './types';
 
-type Workflow = ResultOf<'/workflows/{id}', 'get'>;
 type Lookup = 'email' | 'phone' | 'contactId';
 type Defaults = Workflow['webhook']['defaults'];
 
@@ -41,17 +41,7 @@ function formOf(hook: Workflow['webhook']): Form {
 }
 
 /** How a POST finds its contact: lookup kind, path in the body, create-if-not-found and the new contact's defaults. */
-export function WebhookSettings({
-  workflow,
-  canWrite,
-  onSaved,
-  activationError,
-}: {
-  workflow: Workflow;
-  canWrite: boolean;
-  onSaved: (w: Workflow) => void;
-  activationError: unknown;
-}) {
+export function WebhookSettings({ workflow, canWrite, onSaved, activationError }: WorkflowSectionProps) {
   const hook = workflow.webhook;
   const [form, setForm] = useState<Form>(() => formOf(hook));
   const [attributesError, setAttributesError] = useState<string | undefined>();

@@ -1,19 +1,19 @@
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { Link } from 'wouter';
-import { api, describeError, type BodyOf, type ResultOf } from '../api/client';
+import { api, describeError, type BodyOf } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { CopyField } from '../ui/CopyField';
+import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
 import { SigningExamples } from './SigningExamples';
 import { SigningSecret } from './SigningSecret';
 import { StepsEditor } from './StepsEditor';
+import type { Workflow } from './types';
 import { WebhookEvents } from './WebhookEvents';
 import { WebhookSettings } from './WebhookSettings';
 import { WebhookTest } from './WebhookTest';
-
-type Workflow = ResultOf<'/workflows/{id}', 'get'>;
 
 /** A workflow: status, steps, its webhook (lookup, secret, URL, examples, test, received events). */
 export function WorkflowDetail({ id }: { id: number }) {
@@ -113,40 +113,22 @@ function RecentRuns({ workflowId }: { workflowId: number }) {
     queryFn: () => api('get', '/workflows/{id}/runs', { params: { id: workflowId }, query: { limit: 10 } }),
     refetchInterval: (q) => (q.state.data?.data.some((r) => ['QUEUED', 'RUNNING', 'WAITING'].includes(r.status)) ? 2_000 : 10_000),
   });
-  const rows = runs.data?.data ?? [];
   return (
     <section className="card" aria-labelledby="runs-heading">
       <h2 id="runs-heading">Recent runs</h2>
       <ErrorAlert error={runs.error} />
-      {rows.length === 0 ? (
-        <p className="empty">No runs yet.</p>
-      ) : (
-        <table className="table">
-          <caption className="visually-hidden">Recent runs</caption>
-          <thead>
-            <tr>
-              <th scope="col">Run</th>
-              <th scope="col">Status</th>
-              <th scope="col">Contact</th>
-              <th scope="col">Started</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => (
-              <tr key={r.runId}>
-                <td>
-                  <Link href={`~/app/runs/${r.runId}`}>Run {r.runId}</Link>
-                </td>
-                <td>
-                  <StatusBadge status={r.status} />
-                </td>
-                <td>{r.contactId ? <Link href={`~/app/contacts/${r.contactId}`}>Contact {r.contactId}</Link> : '—'}</td>
-                <td>{formatTime(r.createdAt)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Recent runs"
+        rows={runs.data?.data ?? []}
+        rowKey={(r) => r.runId}
+        empty="No runs yet."
+        columns={[
+          { header: 'Run', cell: (r) => <Link href={`~/app/runs/${r.runId}`}>Run {r.runId}</Link> },
+          { header: 'Status', cell: (r) => <StatusBadge status={r.status} /> },
+          { header: 'Contact', cell: (r) => (r.contactId ? <Link href={`~/app/contacts/${r.contactId}`}>Contact {r.contactId}</Link> : '—') },
+          { header: 'Started', cell: (r) => formatTime(r.createdAt) },
+        ]}
+      />
     </section>
   );
 }

@@ -4,6 +4,7 @@ import { Link, Route, Switch, useLocation } from 'wouter';
 import { api, describeError, fieldError } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
+import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
 import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
@@ -12,7 +13,6 @@ import { WorkflowDetail } from './WorkflowDetail';
 function WorkflowList() {
   const canWrite = useCan('MEMBER');
   const workflows = useQuery({ queryKey: ['workflows'], queryFn: () => api('get', '/workflows', { query: { limit: 200 } }) });
-  const rows = workflows.data?.data ?? [];
   return (
     <Page
       title="Workflows"
@@ -25,39 +25,20 @@ function WorkflowList() {
       }
     >
       <ErrorAlert error={workflows.error} />
-      {workflows.isPending ? (
-        <p className="loading">Loading workflows…</p>
-      ) : rows.length === 0 ? (
-        <p className="empty">No workflows yet.</p>
-      ) : (
-        <table className="table">
-          <caption className="visually-hidden">Workflows</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Status</th>
-              <th scope="col">Trigger</th>
-              <th scope="col">Steps</th>
-              <th scope="col">Updated</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((w) => (
-              <tr key={w.id}>
-                <td>
-                  <Link href={`/${w.id}`}>{w.name}</Link>
-                </td>
-                <td>
-                  <StatusBadge status={w.status} />
-                </td>
-                <td>{w.triggerSource.toLowerCase()}</td>
-                <td>{w.steps.length}</td>
-                <td>{formatTime(w.updatedAt)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <DataTable
+        caption="Workflows"
+        loading={workflows.isPending && 'Loading workflows…'}
+        rows={workflows.data?.data ?? []}
+        rowKey={(w) => w.id}
+        empty="No workflows yet."
+        columns={[
+          { header: 'Name', cell: (w) => <Link href={`/${w.id}`}>{w.name}</Link> },
+          { header: 'Status', cell: (w) => <StatusBadge status={w.status} /> },
+          { header: 'Trigger', cell: (w) => w.triggerSource.toLowerCase() },
+          { header: 'Steps', cell: (w) => w.steps.length },
+          { header: 'Updated', cell: (w) => formatTime(w.updatedAt) },
+        ]}
+      />
     </Page>
   );
 }

@@ -1,38 +1,7 @@
-// The step catalog as the API accepts it (src/core/steps.ts): each type, its fields, and the
-// editable form of a step (strings for inputs) with its conversion to and from the API shape.
+// The workflow editor's form of a step (strings for inputs) with its conversion to and from the
+// API shape; the step types themselves (labels, descriptions, fields) are in ../steps/catalog.
 
-export const STEP_TYPES = ['send_email', 'send_sms', 'send_whatsapp', 'wait', 'add_tags', 'remove_tags', 'update_contact', 'http_request', 'filter'] as const;
-export type StepType = (typeof STEP_TYPES)[number];
-
-export const STEP_LABELS: Record<StepType, string> = {
-  send_email: 'Send email',
-  send_sms: 'Send SMS',
-  send_whatsapp: 'Send WhatsApp',
-  wait: 'Wait',
-  add_tags: 'Add tags',
-  remove_tags: 'Remove tags',
-  update_contact: 'Update contact',
-  http_request: 'HTTP request',
-  filter: 'Filter',
-};
-
-export const STEP_HINTS: Record<StepType, string> = {
-  send_email: 'Sends an email template to the contact.',
-  send_sms: 'Sends an SMS template to the contact.',
-  send_whatsapp: 'Sends a WhatsApp template to the contact.',
-  wait: 'Pauses the run, then goes on with the next step.',
-  add_tags: 'Adds tags to the contact.',
-  remove_tags: 'Removes tags from the contact.',
-  update_contact: 'Sets contact fields from Liquid values.',
-  http_request: 'Calls another system over HTTP.',
-  filter: 'Ends the run here unless the condition holds.',
-};
-
-export type Channel = 'EMAIL' | 'SMS' | 'WHATSAPP';
-export const SEND_CHANNEL: Partial<Record<StepType, Channel>> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
-
-export const HTTP_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
-export const MAX_WAIT_SECONDS = 30 * 86_400;
+import { durationText, isStepType, parseTags, WAIT_UNITS, waitParts, type StepType, type WaitUnit } from '../steps/catalog';
 
 export const CONTACT_FIELDS = [
   { value: 'firstName', label: 'First name' },
@@ -41,27 +10,6 @@ export const CONTACT_FIELDS = [
   { value: 'phone', label: 'Phone' },
   { value: 'attribute', label: 'Attribute…' },
 ];
-
-export const WAIT_UNITS = [
-  { value: 'seconds', label: 'Seconds', factor: 1 },
-  { value: 'minutes', label: 'Minutes', factor: 60 },
-  { value: 'hours', label: 'Hours', factor: 3600 },
-  { value: 'days', label: 'Days', factor: 86_400 },
-] as const;
-export type WaitUnit = (typeof WAIT_UNITS)[number]['value'];
-
-/** The fields of a step each type shows; a 422 pointer under any other goes to the step as a whole. */
-export const STEP_FIELDS: Record<StepType, string[]> = {
-  send_email: ['templateId', 'to'],
-  send_sms: ['templateId', 'to'],
-  send_whatsapp: ['templateId', 'to'],
-  wait: ['seconds'],
-  add_tags: ['tags'],
-  remove_tags: ['tags'],
-  update_contact: ['set'],
-  http_request: ['method', 'url', 'headers', 'body'],
-  filter: ['condition'],
-};
 
 export interface SetRow {
   key: string;
@@ -120,15 +68,7 @@ export function blankStep(type: StepType): StepDraft {
   };
 }
 
-export const isStepType = (t: unknown): t is StepType => typeof t === 'string' && (STEP_TYPES as readonly string[]).includes(t);
-
 const text = (v: unknown): string => (typeof v === 'string' ? v : v === undefined || v === null ? '' : String(v));
-
-/** The largest unit that divides the seconds evenly (3600 → 1 hour). */
-export function waitParts(seconds: number): { amount: string; unit: WaitUnit } {
-  for (const u of [...WAIT_UNITS].reverse()) if (seconds > 0 && seconds % u.factor === 0) return { amount: String(seconds / u.factor), unit: u.value };
-  return { amount: String(seconds), unit: 'seconds' };
-}
 
 export function fromApi(step: Record<string, unknown>): StepDraft {
   const type = isStepType(step.type) ? step.type : 'add_tags';
@@ -170,15 +110,6 @@ export function fromApi(step: Record<string, unknown>): StepDraft {
 
 /** The key update_contact's `set` uses for a row ("firstName", "attributes.plan"). */
 export const setKeyOf = (row: SetRow): string => (row.field === 'attribute' ? `attributes.${row.attribute.trim()}` : row.field);
-
-export const parseTags = (value: string): string[] => [
-  ...new Set(
-    value
-      .split(',')
-      .map((t) => t.trim())
-      .filter(Boolean),
-  ),
-];
 
 /**
  * The step as the API takes it, and what the editor itself can tell is wrong (a body that
@@ -244,12 +175,6 @@ export function toApi(d: StepDraft): { step: Record<string, unknown>; problems: 
   return { step, problems };
 }
 
-function duration(seconds: number): string {
-  const { amount, unit } = waitParts(seconds);
-  const n = Number(amount);
-  return `${amount} ${n === 1 ? unit.slice(0, -1) : unit}`;
-}
-
 /** One line saying what a step does, for the read-only list. */
 export function describeStep(d: StepDraft, templateName: (id: number) => string | undefined): string {
   switch (d.type) {
@@ -262,7 +187,7 @@ export function describeStep(d: StepDraft, templateName: (id: number) => string 
     }
     case 'wait': {
       const factor = WAIT_UNITS.find((u) => u.value === d.unit)?.factor ?? 1;
-      return `for ${duration(Number(d.amount) * factor)}`;
+      return `for ${durationText(Number(d.amount) * factor)}`;
     }
     case 'add_tags':
     case 'remove_tags':
