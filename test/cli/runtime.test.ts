@@ -3,6 +3,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import { test } from 'node:test';
+import { skipOutsideCI } from '../ci.js';
 import { cliEnv, REPO } from './helpers.js';
 
 /**
@@ -42,7 +43,7 @@ const oldNode = findOldNode();
 // The machine's own Node (20) is the one this test is about; a developer machine without an
 // old Node has nothing to run it with, but CI must (it fails there instead of skipping).
 test('bin/svc on a Node older than 22 prints one line and exits 1, before any native addon loads', {
-  skip: oldNode || process.env.CI ? false : 'no Node older than 22 on PATH (set SVC_TEST_OLD_NODE)',
+  skip: oldNode ? false : skipOutsideCI('no Node older than 22 on PATH (set SVC_TEST_OLD_NODE)'),
 }, () => {
   assert.ok(oldNode, 'CI needs a Node older than 22 on PATH or in SVC_TEST_OLD_NODE to test the refusal');
   const version = execFileSync(oldNode, ['-p', 'process.versions.node'], { encoding: 'utf8' }).trim();

@@ -12,6 +12,7 @@ import AxeBuilder from '@axe-core/playwright';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { buildConsole } from '../../src/console/build.mjs';
 import { readConsoleFiles, setConsoleSource } from '../../src/server/console.js';
+import { UNDER_CI } from '../ci.js';
 
 let building: Promise<string> | undefined;
 
@@ -71,7 +72,7 @@ export async function startBrowser(): Promise<{ browser: Browser; skip: false } 
     });
     return { browser, skip: false };
   } catch (err) {
-    if (process.env.CI === 'true') throw new Error(`the console tests need a browser under CI: ${(err as Error).message}`);
+    if (UNDER_CI) throw new Error(`the console tests need a browser under CI: ${(err as Error).message}`);
     return { browser: undefined, skip: executablePath ? `Chromium did not start (${(err as Error).message.split('\n')[0]}); ${NO_BROWSER}` : NO_BROWSER };
   }
 }

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import Database from 'better-sqlite3';
 import { StorageHealth } from '../../src/core/db/storage.js';
+import { UNDER_CI, skipOutsideCI } from '../ci.js';
 import { lines, runCli, startServe } from '../cli/helpers.js';
 import { assertProblem, request, type HttpResult } from '../helpers.js';
 import { parseMetrics, sampleValue } from '../prometheus.js';
@@ -31,7 +32,7 @@ function mountSmallDisk(t: TestContext): string | undefined {
     execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${MOUNT_SIZE},mode=0700`, 'tmpfs', dir], { stdio: 'pipe' });
   } catch (err) {
     rmSync(dir, { recursive: true, force: true });
-    if (process.env.CI) assert.fail(`CI must be able to mount a tmpfs for the disk-full test (run as root): ${(err as Error).message}`);
+    if (UNDER_CI) assert.fail(`CI must be able to mount a tmpfs for the disk-full test (run as root): ${(err as Error).message}`);
     return undefined;
   }
   t.after(() => {
@@ -61,14 +62,14 @@ function fillDisk(dir: string): string {
   return file;
 }
 
-const canMount = process.getuid?.() === 0 || !!process.env.CI;
+const canMount = process.getuid?.() === 0 || UNDER_CI;
 
 test('disk full: 503 storage_full with Retry-After, readyz not ready, 202s kept, intake resumes by itself', {
-  skip: canMount ? false : 'needs root to mount a tmpfs (CI runs it)',
+  skip: canMount ? false : skipOutsideCI('needs root to mount a tmpfs (CI runs it)'),
   timeout: 180_000,
 }, async (t) => {
   const disk = mountSmallDisk(t);
-  if (!disk) return t.skip('could not mount a tmpfs here (CI fails instead)');
+  if (!disk) return t.skip(skipOutsideCI('could not mount a tmpfs here'));
   const dataDir = join(disk, 'data');
   mkdirSync(dataDir, { mode: 0o700 });
   const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', OPS.email, '--password-stdin'], { stdin: OPS.password });

@@ -1,5 +1,5 @@
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
-import { useEffect, useState } from 'react';
+import { useEffect, useRef, useState } from 'react';
 import { api, describeError, type ResultOf } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
@@ -43,8 +43,10 @@ export function BillingSection() {
   const [returned] = useState(() => {
     const params = new URLSearchParams(window.location.search);
     const id = params.get('checkout');
-    return id && /^\d+$/.test(id) ? { checkoutId: id, cancelled: params.get('cancelled') === '1', plan: null as Plan | null } : null;
+    return id && /^\d+$/.test(id) ? { checkoutId: id, cancelled: params.get('cancelled') === '1' } : null;
   });
+  // The plan first seen after coming back: the old one, until the webhook has changed it.
+  const planOnReturn = useRef<Plan | null>(null);
   const [confirming, setConfirming] = useState(returned !== null && !returned.cancelled);
   const plan = useQuery({
     queryKey: ['billing-plan'],
@@ -57,12 +59,12 @@ export function BillingSection() {
   // (given up after two minutes: the page says so and the plan shows whatever it is).
   useEffect(() => {
     if (!confirming || !current) return;
-    if (returned && returned.plan === null) returned.plan = current;
-    else if (returned && current !== returned.plan) {
+    if (planOnReturn.current === null) planOnReturn.current = current;
+    else if (current !== planOnReturn.current) {
       setConfirming(false);
       setChanged(current);
     }
-  }, [confirming, current, returned]);
+  }, [confirming, current]);
   useEffect(() => {
     if (!confirming) return;
     const timer = setTimeout(() => setConfirming(false), 120_000);

@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
 import type { Db } from './connection.js';
 
 /**
@@ -7,13 +8,14 @@ import type { Db } from './connection.js';
  * 0011: a trigger (like RETURNING) makes SQLite journal each INSERT statement into the table,
  * which on the webhook path cost more than the insert itself.
  */
-export const COUNT_RUN_STARTED_SQL = `INSERT INTO run_month_counts (workspace_id, month, runs) VALUES (?, strftime('%Y-%m', 'now'), 1)
-  ON CONFLICT (workspace_id, month) DO UPDATE SET runs = runs + 1`;
+const countRunStartedQuery = (workspaceId: number) =>
+  sql`INSERT INTO run_month_counts (workspace_id, month, runs) VALUES (${workspaceId}, strftime('%Y-%m', 'now'), 1)
+        ON CONFLICT (workspace_id, month) DO UPDATE SET runs = runs + 1`;
 
-/** COUNT_RUN_STARTED_SQL through drizzle (a database or a transaction); the webhook path prepares it once instead. */
+/** The same statement as SQL text with one `?` for the workspace, for the webhook path to prepare once. */
+export const COUNT_RUN_STARTED_SQL = new SQLiteSyncDialect().sqlToQuery(countRunStartedQuery(0)).sql;
+
+/** Through drizzle, on a database or inside a transaction. */
 export function countRunStarted(db: Db, workspaceId: number): void {
-  db.run(
-    sql`INSERT INTO run_month_counts (workspace_id, month, runs) VALUES (${workspaceId}, strftime('%Y-%m', 'now'), 1)
-          ON CONFLICT (workspace_id, month) DO UPDATE SET runs = runs + 1`,
-  );
+  db.run(countRunStartedQuery(workspaceId));
 }
