@@ -118,7 +118,8 @@ const common = {
   banner: { js: 'var __svc_import_meta_url = require("node:url").pathToFileURL(__filename).href;' },
   plugins: [exePlugin],
   // Piscina's optional thread-priority addon, only loaded (and its absence caught) for niceIncrement, unused here.
-  external: ['@napi-rs/nice'],
+  // pg's optional native binding (pg-native) is loaded only through pg.native, which svc never uses.
+  external: ['@napi-rs/nice', 'pg-native'],
   logLevel: 'warning',
   write: false,
 };
@@ -175,9 +176,12 @@ try {
   extract.set('worker.js', worker);
   extract.set('piscina-worker.js', piscinaWorker);
   extract.set('sqlite-driver.js', sqliteDriver);
-  extract.set('migrations/meta/_journal.json', readFileSync(join(ROOT, 'migrations', 'meta', '_journal.json')));
-  for (const file of readdirSync(join(ROOT, 'migrations')).filter((f) => f.endsWith('.sql'))) {
-    extract.set(`migrations/${file}`, readFileSync(join(ROOT, 'migrations', file)));
+  // SQLite's migrations, and PostgreSQL's in migrations/pg.
+  for (const sub of ['', 'pg/']) {
+    extract.set(`migrations/${sub}meta/_journal.json`, readFileSync(join(ROOT, 'migrations', sub, 'meta', '_journal.json')));
+    for (const file of readdirSync(join(ROOT, 'migrations', sub)).filter((f) => f.endsWith('.sql'))) {
+      extract.set(`migrations/${sub}${file}`, readFileSync(join(ROOT, 'migrations', sub, file)));
+    }
   }
   const docs = dirname(require.resolve('swagger-ui-dist/package.json'));
   for (const file of ['swagger-ui.css', 'swagger-ui-bundle.js']) embedded.set(`docs/${file}`, readFileSync(join(docs, file)));

@@ -17,8 +17,9 @@ await build({
   target: 'node22',
   sourcemap: 'linked',
   // Native addons and packages that locate their own files at run time stay in node_modules
-  // (piscina starts its worker wrapper from beside its own module).
-  external: ['better-sqlite3', 'piscina'],
+  // (piscina starts its worker wrapper from beside its own module); pg's optional native
+  // binding (pg-native) is only loaded through pg.native, which svc never uses.
+  external: ['better-sqlite3', 'piscina', 'pg-native'],
   define: { SVC_VERSION: JSON.stringify(pkg.version) },
   // Bundled CommonJS dependencies call require(); give the ESM bundle one.
   banner: {

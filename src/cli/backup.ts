@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../core/config.js';
 import { backupDatabase, restoreBackup, type BackupProgress } from '../core/services/backup.js';
-import { globals, output } from './io.js';
+import { configFlags, globals, output } from './io.js';
 
 function megabytes(bytes: number): string {
   return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
@@ -29,7 +29,7 @@ export function registerBackup(program: Command): void {
     .description('write a consistent copy of the database (and the secrets it needs) while the server runs')
     .requiredOption('--to <file>', 'the backup file to write (must not exist)')
     .action(async (opts: { to: string }, cmd: Command) => {
-      const config = loadConfig({ ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}) });
+      const config = loadConfig(configFlags(cmd));
       const line = progressLine(!globals(cmd).json && !!process.stderr.isTTY);
       let result: Awaited<ReturnType<typeof backupDatabase>>;
       try {

@@ -4,7 +4,7 @@ import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, type
 import type { Plan } from '../core/db/schema.js';
 import { loadConfig } from '../core/config.js';
 import { parsePlan } from '../core/roles.js';
-import { CliError, cliActor, globals, interactive, output, readSecretFromStdin } from './io.js';
+import { CliError, cliActor, configFlags, globals, interactive, output, readSecretFromStdin } from './io.js';
 
 export function describeInit(result: InitResult, where: { publicUrl?: string; dataDirFlag?: string | undefined } = {}): string {
   const base = where.publicUrl ?? 'http://127.0.0.1:3000';
@@ -51,7 +51,7 @@ export function registerInit(program: Command): void {
         }
       }
       const result = await initialiseDataFolder(
-        { ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}) },
+        configFlags(cmd),
         process.env,
         { workspaceName: workspaceName ?? DEFAULT_WORKSPACE_NAME, email: email ?? DEFAULT_OWNER_EMAIL, password, plan },
         cliActor(),

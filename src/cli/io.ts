@@ -1,6 +1,6 @@
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
-import { loadConfig, type Config } from '../core/config.js';
+import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
 import { openCurrent } from '../core/bootstrap.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../core/context.js';
 import type { Db } from '../core/db/connection.js';
@@ -8,7 +8,14 @@ import type { Page } from '../core/pagination.js';
 
 export interface GlobalOptions {
   dataDir?: string;
+  databaseUrl?: string;
   json?: boolean;
+}
+
+/** The configuration flags every command shares (data folder, database). */
+export function configFlags(cmd: Command): ConfigFlags {
+  const g = globals(cmd);
+  return { ...(g.dataDir ? { dataDir: g.dataDir } : {}), ...(g.databaseUrl ? { databaseUrl: g.databaseUrl } : {}) };
 }
 
 export function globals(cmd: Command): GlobalOptions {
@@ -37,7 +44,7 @@ export interface CliSession {
 }
 
 export function openSession(cmd: Command, env: NodeJS.ProcessEnv = process.env): CliSession {
-  const config = loadConfig({ ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}) }, env);
+  const config = loadConfig(configFlags(cmd), env);
   const db = openCurrent(config);
   const ctx: SystemContext = { db, config, actor: cliActor(), ip: null };
   return { config, db, ctx, inWorkspace: (workspaceId) => ({ ...ctx, workspaceId }), close: () => db.$client.close() };

@@ -30,6 +30,7 @@ export function buildProgram(): Command {
     .description('svc: self-hosted customer messaging and automation')
     .version(versionLine())
     .option('--data-dir <dir>', 'data folder (default $SVC_DATA_DIR, else ./data)')
+    .option('--database-url <url>', 'PostgreSQL instead of SQLite in the data folder (default $SVC_DATABASE_URL)')
     .option('--json', 'print one JSON document on stdout')
     .exitOverride();
   registerInit(program);

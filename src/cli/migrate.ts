@@ -1,30 +1,58 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../core/config.js';
+import { loadConfig, redactDatabaseUrl } from '../core/config.js';
 import { openDatabase } from '../core/db/connection.js';
-import { migrate, migrationStatus } from '../core/db/migrate.js';
-import { globals, output } from './io.js';
+import { migrate, migrationStatus, type MigrationStatus } from '../core/db/migrate.js';
+import { migratePg, pgMigrationStatus } from '../core/db/pgMigrate.js';
+import { configFlags, globals, output } from './io.js';
+
+/** The store's migrations: PostgreSQL when databaseUrl is set, else the data folder's SQLite file. */
+interface Migrator {
+  where: string;
+  status(): Promise<MigrationStatus>;
+  apply(onApply: (tag: string) => void): Promise<MigrationStatus>;
+  close(): void;
+}
+
+function migratorFor(cmd: Command): Migrator {
+  const config = loadConfig(configFlags(cmd));
+  const url = config.databaseUrl;
+  if (url) {
+    return {
+      where: redactDatabaseUrl(url),
+      status: () => pgMigrationStatus(url),
+      apply: (onApply) => migratePg(url, { onApply }),
+      close: () => {},
+    };
+  }
+  const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+  return {
+    where: config.dbFile,
+    status: async () => migrationStatus(db),
+    apply: async (onApply) => migrate(db, undefined, onApply),
+    close: () => db.$client.close(),
+  };
+}
 
 export function registerMigrate(program: Command): void {
   program
     .command('migrate')
-    .description('apply pending database migrations (idempotent)')
+    .description('apply pending database migrations (idempotent; on PostgreSQL, nodes starting together wait for each other)')
     .option('--status', 'only report applied and pending migrations')
-    .action((opts: { status?: boolean }, cmd: Command) => {
-      const config = loadConfig({ ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}) });
-      const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+    .action(async (opts: { status?: boolean }, cmd: Command) => {
+      const migrator = migratorFor(cmd);
       try {
         if (opts.status) {
-          const status = migrationStatus(db);
+          const status = await migrator.status();
           output(
             cmd,
             status,
             () =>
-              `applied: ${status.applied.length ? status.applied.join(', ') : '(none)'}\npending: ${status.pending.length ? status.pending.join(', ') : '(none)'}`,
+              `${migrator.where}\napplied: ${status.applied.length ? status.applied.join(', ') : '(none)'}\npending: ${status.pending.length ? status.pending.join(', ') : '(none)'}`,
           );
           return;
         }
-        const { pending } = migrationStatus(db);
-        const result = migrate(db, undefined, (tag) => {
+        const { pending } = await migrator.status();
+        const result = await migrator.apply((tag) => {
           if (!globals(cmd).json) process.stderr.write(`applied ${tag} (${progress(tag, pending)})\n`);
         });
         output(
@@ -33,11 +61,13 @@ export function registerMigrate(program: Command): void {
           result.applied.length ? `applied ${result.applied.length} migration(s); the database is up to date` : 'nothing to apply; the database is up to date',
         );
       } finally {
-        db.$client.close();
+        migrator.close();
       }
     });
 }
 
+/** Position of tag among the pending ones (a concurrent node may have applied some first). */
 function progress(tag: string, pending: string[]): string {
-  return `${pending.indexOf(tag) + 1}/${pending.length}`;
+  const at = pending.indexOf(tag);
+  return at < 0 ? tag : `${at + 1}/${pending.length}`;
 }

@@ -5,7 +5,7 @@ import { loadConfig, resolveDataDir, type Config, type ConfigFlags } from '../co
 import { startBackupSchedule, type BackupSchedule } from '../core/services/backupSchedule.js';
 import { acquireServeLock } from '../core/serverLock.js';
 import { describeInit } from './init.js';
-import { cliActor, globals } from './io.js';
+import { cliActor, configFlags, globals } from './io.js';
 
 /** A port the OS says is free on this host right now. */
 export function freePort(host: string): Promise<number> {
@@ -42,7 +42,7 @@ export function registerServe(program: Command): void {
     .option('--metrics-port <port>', 'also serve GET /metrics on 127.0.0.1:<port>, without a token (default $SVC_METRICS_PORT, else none)')
     .action(async (opts: { host?: string; port?: string; metricsPort?: string }, cmd: Command) => {
       const flags: ConfigFlags = {
-        ...(globals(cmd).dataDir ? { dataDir: globals(cmd).dataDir } : {}),
+        ...configFlags(cmd),
         ...(opts.host ? { host: opts.host } : {}),
         ...(opts.port ? { port: opts.port } : {}),
         ...(opts.metricsPort ? { metricsPort: opts.metricsPort } : {}),

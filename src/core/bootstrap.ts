@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
+import { ConfigError, isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
 import type { Actor } from './context.js';
 import { openDatabase, type Db } from './db/connection.js';
 import { migrate, migrationStatus, type MigrationStatus } from './db/migrate.js';
@@ -29,8 +29,22 @@ export interface InitResult {
 export const DEFAULT_OWNER_EMAIL = 'admin@svc.local';
 export const DEFAULT_WORKSPACE_NAME = 'Default';
 
+/**
+ * The PostgreSQL store is being built in steps (see README, "PostgreSQL"): so far it can be
+ * created and migrated. Every other command refuses a databaseUrl instead of quietly using
+ * the SQLite file the operator asked not to use.
+ */
+export function requireSqliteStore(config: Config): void {
+  if (config.databaseUrl) {
+    throw new ConfigError(
+      'databaseUrl (SVC_DATABASE_URL, --database-url) selects PostgreSQL, which this release can migrate ("svc migrate") but not yet serve; unset it to use SQLite in the data folder',
+    );
+  }
+}
+
 /** Opens the data folder's database, applying pending migrations. */
 export function openMigrated(config: Config, onApply?: (tag: string) => void): { db: Db; applied: string[] } {
+  requireSqliteStore(config);
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   try {
     const { applied } = migrate(db, undefined, onApply);
@@ -43,6 +57,7 @@ export function openMigrated(config: Config, onApply?: (tag: string) => void): {
 
 /** Opens an initialised data folder's database and refuses one that needs migrating. */
 export function openCurrent(config: Config): Db {
+  requireSqliteStore(config);
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   try {
     const { pending } = migrationStatus(db);
@@ -64,6 +79,7 @@ export function needsInitialisation(flags: ConfigFlags, env: NodeJS.ProcessEnv):
   const dataDir = resolveDataDir(flags.dataDir, env);
   if (!isInitialised(dataDir)) return true;
   const config = loadConfig(flags, env);
+  requireSqliteStore(config);
   if (!existsSync(config.dbFile)) return true;
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   try {

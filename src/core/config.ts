@@ -13,6 +13,11 @@ import type { SynchronousLevel } from './db/connection.js';
 export interface Config {
   readonly dataDir: string;
   readonly dbFile: string;
+  /**
+   * A PostgreSQL server (postgres://…) holding all data instead of the SQLite file in the
+   * data folder (null: SQLite). Several nodes share one.
+   */
+  readonly databaseUrl: string | null;
   readonly host: string;
   readonly port: number;
   readonly publicUrl: string;
@@ -102,7 +107,15 @@ export interface Config {
   readonly secrets: { readonly jwtSecret: string; readonly encryptionKey: string };
 }
 
-export type ConfigFlags = Partial<{ dataDir: string; host: string; port: string | number; publicUrl: string; logLevel: string; metricsPort: string | number }>;
+export type ConfigFlags = Partial<{
+  dataDir: string;
+  databaseUrl: string;
+  host: string;
+  port: string | number;
+  publicUrl: string;
+  logLevel: string;
+  metricsPort: string | number;
+}>;
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -294,9 +307,39 @@ function toBaseUrl(name: string, value: unknown): string | undefined {
 
 function toSecret(name: string, value: unknown): string {
   if (typeof value !== 'string' || value.length < 32) {
-    throw new ConfigError(`${name} is missing or too short in ${CONFIG_FILE}; run "svc init" on a fresh data folder or restore the file`);
+    const variable = name === 'secrets.jwtSecret' ? 'SVC_JWT_SECRET' : 'SVC_ENCRYPTION_KEY';
+    throw new ConfigError(
+      `${name} is missing or shorter than 32 characters (in ${variable} or ${CONFIG_FILE}); run "svc init" on a fresh data folder, restore the file, or set ${variable} to the value every node shares`,
+    );
   }
   return value;
+}
+
+/** A postgres:// URL, or null when not set. The password never appears in the error. */
+function toDatabaseUrl(value: unknown): string | null {
+  if (value === undefined || value === null || value === '') return null;
+  let url: URL;
+  try {
+    url = new URL(String(value));
+  } catch {
+    throw new ConfigError('databaseUrl must be a postgres://user@host:port/database URL');
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+    throw new ConfigError(`databaseUrl must be a postgres:// URL (got a ${url.protocol}// one); without it svc uses SQLite in the data folder`);
+  }
+  if (!url.hostname || url.pathname.length < 2) throw new ConfigError('databaseUrl must name a host and a database: postgres://user@host:port/database');
+  return String(value);
+}
+
+/** A database URL for messages and logs: the password replaced by ***. */
+export function redactDatabaseUrl(value: string): string {
+  try {
+    const url = new URL(value);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return 'postgres://***';
+  }
 }
 
 export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = process.env): Config {
@@ -326,6 +369,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
   const config: Config = {
     dataDir,
     dbFile: join(dataDir, 'svc.db'),
+    databaseUrl: toDatabaseUrl(pick(flags.databaseUrl, env.SVC_DATABASE_URL, file.databaseUrl)),
     host,
     port,
     publicUrl,
@@ -389,8 +433,8 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     consoleDir: optionalPath(pick(env.SVC_CONSOLE_DIR, file.consoleDir)),
     logFormat: toEnum('logFormat', pick(env.SVC_LOG_FORMAT, file.logFormat), ['auto', 'pretty', 'json'] as const, 'auto'),
     secrets: {
-      jwtSecret: toSecret('secrets.jwtSecret', file.secrets?.jwtSecret),
-      encryptionKey: toSecret('secrets.encryptionKey', file.secrets?.encryptionKey),
+      jwtSecret: toSecret('secrets.jwtSecret', pick(env.SVC_JWT_SECRET, file.secrets?.jwtSecret)),
+      encryptionKey: toSecret('secrets.encryptionKey', pick(env.SVC_ENCRYPTION_KEY, file.secrets?.encryptionKey)),
     },
   };
   return deepFreeze(config);

@@ -38,9 +38,17 @@ export function findMigrationsDir(start = dirname(fileURLToPath(import.meta.url)
   }
 }
 
-function readJournal(dir: string): JournalEntry[] {
+export function readJournal(dir: string): JournalEntry[] {
   const journal = JSON.parse(readFileSync(join(dir, 'meta', '_journal.json'), 'utf8')) as { entries: JournalEntry[] };
   return [...journal.entries].sort((a, b) => a.idx - b.idx);
+}
+
+/** A drizzle-kit migration file's statements (separated by its breakpoint markers). */
+export function splitStatements(sqlText: string): string[] {
+  return sqlText
+    .split('--> statement-breakpoint')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 function ensureTable(db: Db): void {
@@ -66,10 +74,7 @@ export function migrate(db: Db, dir = findMigrationsDir(), onApply?: (tag: strin
   const applied: string[] = [];
   for (const tag of pending) {
     const sqlText = readFileSync(join(dir, `${tag}.sql`), 'utf8');
-    const statements = sqlText
-      .split('--> statement-breakpoint')
-      .map((s) => s.trim())
-      .filter(Boolean);
+    const statements = splitStatements(sqlText);
     db.$client
       .transaction(() => {
         for (const stmt of statements) db.$client.exec(stmt);

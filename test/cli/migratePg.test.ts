@@ -1,0 +1,103 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import pg from 'pg';
+import { createTestDatabase, skipWithoutPostgres } from '../pg.js';
+import { lines, REPO, runCli, show, tempDir } from './helpers.js';
+
+/** The PostgreSQL migration tags this source tree knows, in order. */
+const PG_MIGRATIONS: string[] = (
+  JSON.parse(readFileSync(join(REPO, 'migrations', 'pg', 'meta', '_journal.json'), 'utf8')) as { entries: { idx: number; tag: string }[] }
+).entries
+  .sort((a, b) => a.idx - b.idx)
+  .map((e) => e.tag);
+
+async function initialisedFolder(t: Parameters<typeof tempDir>[0]): Promise<string> {
+  const dataDir = join(tempDir(t), 'data');
+  const init = await runCli(dataDir, ['init', '--yes', '--json']);
+  assert.equal(init.code, 0, show(init));
+  return dataDir;
+}
+
+async function appliedTags(url: string): Promise<string[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<{ tag: string }>('SELECT tag FROM svc_migrations ORDER BY id')).rows.map((r) => r.tag);
+  } finally {
+    await client.end();
+  }
+}
+
+describe('svc migrate on PostgreSQL', { concurrency: true, skip: skipWithoutPostgres() }, () => {
+  test('reports, applies once, then is idempotent; the flag and SVC_DATABASE_URL both select it', async (t) => {
+    const dataDir = await initialisedFolder(t);
+    const url = await createTestDatabase(t);
+    assert.ok(PG_MIGRATIONS.length > 0);
+
+    const before = await runCli(dataDir, ['--database-url', url, 'migrate', '--status', '--json']);
+    assert.equal(before.code, 0, show(before));
+    assert.deepEqual(before.json(), { applied: [], pending: PG_MIGRATIONS });
+
+    const first = await runCli(dataDir, ['migrate', '--json'], { env: { SVC_DATABASE_URL: url } });
+    assert.equal(first.code, 0, show(first));
+    assert.deepEqual(first.json(), { applied: PG_MIGRATIONS, pending: [] });
+    assert.deepEqual(await appliedTags(url), PG_MIGRATIONS);
+
+    const second = await runCli(dataDir, ['--database-url', url, 'migrate']);
+    assert.equal(second.code, 0, show(second));
+    assert.match(second.stdout, /up to date/i);
+
+    const status = await runCli(dataDir, ['--database-url', url, 'migrate', '--status']);
+    assert.equal(status.code, 0, show(status));
+    assert.match(status.stdout, /pending: \(none\)/);
+  });
+
+  test('three nodes migrating one empty database at once apply each migration exactly once', async (t) => {
+    const dataDir = await initialisedFolder(t);
+    const url = await createTestDatabase(t);
+    const runs = await Promise.all([1, 2, 3].map(() => runCli(dataDir, ['--database-url', url, 'migrate', '--json'])));
+    for (const r of runs) assert.equal(r.code, 0, show(r));
+    const applied = runs.flatMap((r) => (r.json() as { applied: string[] }).applied);
+    assert.deepEqual([...applied].sort(), [...PG_MIGRATIONS].sort(), 'every migration applied by exactly one of the three');
+    assert.deepEqual(await appliedTags(url), PG_MIGRATIONS);
+  });
+
+  test('commands that cannot use PostgreSQL yet refuse it in one line instead of using SQLite', async (t) => {
+    const dataDir = await initialisedFolder(t);
+    const url = await createTestDatabase(t);
+    for (const args of [
+      ['workspace', 'list'],
+      ['serve', '--port', '0'],
+    ]) {
+      const r = await runCli(dataDir, ['--database-url', url, ...args]);
+      assert.notEqual(r.code, 0, show(r));
+      assert.equal(lines(r.stderr).length, 1, show(r));
+      assert.match(r.stderr, /PostgreSQL/);
+      assert.match(r.stderr, /not yet serve/);
+    }
+  });
+
+  test('a URL that is not PostgreSQL, or names no database, is refused; a password is never printed', async (t) => {
+    const dataDir = await initialisedFolder(t);
+    for (const [url, message] of [
+      ['mysql://root:hunter2@127.0.0.1/svc', /postgres:\/\/ URL/],
+      ['postgres://root:hunter2@127.0.0.1', /name a host and a database/],
+      ['not a url', /postgres:\/\/user@host/],
+    ] as const) {
+      const r = await runCli(dataDir, ['--database-url', url, 'migrate', '--json']);
+      assert.notEqual(r.code, 0, show(r));
+      assert.match(r.stderr, message);
+      assert.doesNotMatch(r.stdout + r.stderr, /hunter2/);
+    }
+  });
+
+  test('an unreachable server fails with the address, without the password', async (t) => {
+    const dataDir = await initialisedFolder(t);
+    const r = await runCli(dataDir, ['--database-url', 'postgres://svc:hunter2@127.0.0.1:1/svc', 'migrate']);
+    assert.notEqual(r.code, 0, show(r));
+    assert.match(r.stderr, /127\.0\.0\.1:1|ECONNREFUSED/);
+    assert.doesNotMatch(r.stdout + r.stderr, /hunter2/);
+  });
+});
