@@ -6,6 +6,8 @@ import type { TestContext } from 'node:test';
 import { initialiseDataFolder, openMigrated } from '../src/core/bootstrap.js';
 import { loadConfig, type Config } from '../src/core/config.js';
 import type { Db } from '../src/core/db/connection.js';
+import type { SqliteStore } from '../src/core/db/store.js';
+import type { WorkspaceContext } from '../src/core/context.js';
 import type { Plan, Role } from '../src/core/db/schema.js';
 import { mintApiKey } from '../src/core/services/apiKeys.js';
 import { createUser } from '../src/core/services/users.js';
@@ -40,7 +42,9 @@ export interface RequestOptions {
 export interface TestServer {
   url: string;
   app: App;
+  /** Reads; read-only outside a transaction (write through store.transaction, the services or the API). */
   db: Db;
+  store: SqliteStore;
   config: Config;
   dataDir: string;
   workspaceId: number;
@@ -52,7 +56,9 @@ export interface TestServer {
   /** A fresh workspace with its own OWNER, logged in. */
   otherWorkspace(plan?: Plan): Promise<{ workspaceId: number; token: string }>;
   /** Mints a key directly through the service (bypassing plan rules only where noted by the caller). */
-  mintKey(role: Exclude<Role, 'OWNER'>, workspaceId?: number): string;
+  mintKey(role: Exclude<Role, 'OWNER'>, workspaceId?: number): Promise<string>;
+  /** A service context for the workspace (default: the main one), acting as the system. */
+  ctx(workspaceId?: number): WorkspaceContext;
 }
 
 let userCounter = 0;
@@ -95,10 +101,10 @@ export async function build(
     { type: 'SYSTEM', id: null, label: 'test' },
   );
   const config = loadConfig({ dataDir, port: await freePort('127.0.0.1') }, env);
-  const { db } = openMigrated(config);
+  const { store } = openMigrated(config);
   const app = await buildApp({
     config,
-    db,
+    store,
     logger: false,
     ...(opts.engine ? { engine: opts.engine } : {}),
     ...(opts.onRoute ? { onRoute: opts.onRoute } : {}),
@@ -106,9 +112,9 @@ export async function build(
   const address = await app.listen({ host: '127.0.0.1', port: config.port });
   t.after(async () => {
     await app.close();
-    db.$client.close();
+    await store.close();
   });
-  return { app, ...serverHandle({ url: address, db, config, dataDir, init }) };
+  return { app, ...serverHandle({ url: address, store, config, dataDir, init }) };
 }
 
 /**
@@ -117,16 +123,17 @@ export async function build(
  */
 export function serverHandle(opts: {
   url: string;
-  db: Db;
+  store: SqliteStore;
   config: Config;
   dataDir: string;
   init: { workspace: { id: number }; user: { id: number; email: string } };
 }): Omit<TestServer, 'app'> {
-  const { url: address, db, config, dataDir, init } = opts;
-  const ctx = { db, config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  const { url: address, store, config, dataDir, init } = opts;
+  const ctx = { db: store.db, store, config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
   const server: Omit<TestServer, 'app'> = {
     url: address,
-    db,
+    db: store.db,
+    store,
     config,
     dataDir,
     workspaceId: init.workspace.id,
@@ -144,13 +151,14 @@ export function serverHandle(opts: {
       return { id: u.id, email, password, token: await server.login(email, password, workspaceId) };
     },
     async otherWorkspace(plan = 'PRO') {
-      const ws = createWorkspace(ctx, { name: `Other ${++userCounter}`, plan });
+      const ws = await createWorkspace(ctx, { name: `Other ${++userCounter}`, plan });
       const u = await server.userWithRole('OWNER', ws.id);
       return { workspaceId: ws.id, token: u.token };
     },
-    mintKey(role, workspaceId = init.workspace.id) {
-      return mintApiKey({ ...ctx, workspaceId }, { name: `${role.toLowerCase()} key`, role }).key;
+    async mintKey(role, workspaceId = init.workspace.id) {
+      return (await mintApiKey({ ...ctx, workspaceId }, { name: `${role.toLowerCase()} key`, role })).key;
     },
+    ctx: (workspaceId = init.workspace.id) => ({ ...ctx, workspaceId }),
   };
   return server;
 }

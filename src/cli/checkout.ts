@@ -10,8 +10,8 @@ export function registerCheckout(program: Command): void {
     .description("completes a manual checkout: the workspace's plan changes at once")
     .argument('<checkoutId>', 'checkout id (from POST /billing/checkout)')
     .action((id: string, _opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx }) => {
-        const done = completeManualCheckout(ctx, parseId(id, 'checkout id'));
+      withSession(cmd, async ({ ctx }) => {
+        const done = await completeManualCheckout(ctx, parseId(id, 'checkout id'));
         output(cmd, done, () => `checkout ${id} completed: workspace ${done.workspaceId} is now on ${done.plan}`);
       }),
     );

@@ -63,7 +63,7 @@ export function registerContacts(program: Command): void {
     .action((file: string, opts: { workspace: string; format?: string; mode: string }, cmd: Command) =>
       withSession(cmd, async ({ ctx, config, inWorkspace }) => {
         const workspaceId = parseId(opts.workspace, 'workspace id');
-        getWorkspace(ctx, workspaceId); // 404 before anything is read
+        await getWorkspace(ctx, workspaceId); // 404 before anything is read
         const format = formatOf(file, opts.format);
         const mode = modeOf(opts.mode);
         const stdin = file === '-';
@@ -102,7 +102,7 @@ export function registerContacts(program: Command): void {
     .action((opts: { workspace: string; format: string; out?: string; tag?: string; q?: string; email?: string; phone?: string }, cmd: Command) =>
       withSession(cmd, async ({ ctx, inWorkspace }) => {
         const workspaceId = parseId(opts.workspace, 'workspace id');
-        getWorkspace(ctx, workspaceId);
+        await getWorkspace(ctx, workspaceId);
         if (opts.format !== 'ndjson' && opts.format !== 'csv') throw new CliError(`--format must be ndjson or csv, got "${opts.format}"`);
         const format = opts.format as ExportFormat;
         const filter = {

@@ -4,6 +4,7 @@ import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
 import { openCurrent } from '../core/bootstrap.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../core/context.js';
 import type { Db } from '../core/db/connection.js';
+import type { SqliteStore } from '../core/db/store.js';
 import type { Page } from '../core/pagination.js';
 
 export interface GlobalOptions {
@@ -38,16 +39,17 @@ export function cliActor(): Actor {
 export interface CliSession {
   config: Config;
   db: Db;
+  store: SqliteStore;
   ctx: SystemContext;
   inWorkspace(workspaceId: number): WorkspaceContext;
-  close(): void;
+  close(): Promise<void>;
 }
 
 export function openSession(cmd: Command, env: NodeJS.ProcessEnv = process.env): CliSession {
   const config = loadConfig(configFlags(cmd), env);
-  const db = openCurrent(config);
-  const ctx: SystemContext = { db, config, actor: cliActor(), ip: null };
-  return { config, db, ctx, inWorkspace: (workspaceId) => ({ ...ctx, workspaceId }), close: () => db.$client.close() };
+  const store = openCurrent(config);
+  const ctx: SystemContext = { db: store.db, store, config, actor: cliActor(), ip: null };
+  return { config, db: store.db, store, ctx, inWorkspace: (workspaceId) => ({ ...ctx, workspaceId }), close: () => store.close() };
 }
 
 /** Runs fn with an open session and always closes the database afterwards. */
@@ -56,7 +58,7 @@ export async function withSession<T>(cmd: Command, fn: (s: CliSession) => T | Pr
   try {
     return await fn(session);
   } finally {
-    session.close();
+    await session.close();
   }
 }
 
@@ -102,11 +104,11 @@ export function interactive(opts: { yes?: boolean | undefined; json?: boolean | 
 }
 
 /** Every page of a listing, for commands that print the whole list. */
-export function allPages<T>(fetch: (cursor: string | undefined) => Page<T>, max = 10_000): T[] {
+export async function allPages<T>(fetch: (cursor: string | undefined) => Promise<Page<T>>, max = 10_000): Promise<T[]> {
   const items: T[] = [];
   let cursor: string | undefined;
   do {
-    const page = fetch(cursor);
+    const page = await fetch(cursor);
     items.push(...page.data);
     cursor = page.nextCursor ?? undefined;
   } while (cursor && items.length < max);

@@ -5,7 +5,7 @@ import { MAX_LIMIT } from '../core/pagination.js';
 import type { WorkspaceContext } from '../core/context.js';
 import { allPages, CliError, output, parseId, table, withSession } from './io.js';
 
-function allKeys(ctx: WorkspaceContext): ApiKeyView[] {
+function allKeys(ctx: WorkspaceContext): Promise<ApiKeyView[]> {
   return allPages((cursor) => listApiKeys(ctx, { limit: MAX_LIMIT, cursor }));
 }
 
@@ -22,8 +22,8 @@ export function registerKeys(program: Command): void {
       const role = parseRole(opts.role);
       if (!role) throw new CliError(`unknown role "${opts.role}"; use VIEWER, MEMBER or ADMIN`);
       const workspaceId = parseId(opts.workspace, 'workspace id');
-      return withSession(cmd, ({ inWorkspace }) => {
-        const k = mintApiKey(inWorkspace(workspaceId), { name: opts.name, role });
+      return withSession(cmd, async ({ inWorkspace }) => {
+        const k = await mintApiKey(inWorkspace(workspaceId), { name: opts.name, role });
         output(cmd, { id: k.id, name: k.name, role: k.role, key: k.key, prefix: k.prefix }, () =>
           [
             `minted key ${k.id} "${k.name}" (${k.role}) for workspace ${workspaceId}`,
@@ -41,8 +41,8 @@ export function registerKeys(program: Command): void {
     .description("list a workspace's API keys")
     .requiredOption('--workspace <id>', 'workspace id')
     .action((opts: { workspace: string }, cmd: Command) =>
-      withSession(cmd, ({ inWorkspace }) => {
-        const all = allKeys(inWorkspace(parseId(opts.workspace, 'workspace id')));
+      withSession(cmd, async ({ inWorkspace }) => {
+        const all = await allKeys(inWorkspace(parseId(opts.workspace, 'workspace id')));
         output(cmd, all, () => table(all as unknown as Record<string, unknown>[], ['id', 'name', 'role', 'prefix', 'createdAt', 'lastUsedAt', 'revokedAt']));
       }),
     );
@@ -52,9 +52,9 @@ export function registerKeys(program: Command): void {
     .description('revoke an API key (every server refuses it from the next request)')
     .argument('<keyId>', 'key id')
     .action((keyId: string, _opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx, inWorkspace }) => {
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
         const id = parseId(keyId, 'key id');
-        const k = revokeApiKey(inWorkspace(apiKeyWorkspaceId(ctx, id)), id);
+        const k = await revokeApiKey(inWorkspace(await apiKeyWorkspaceId(ctx, id)), id);
         output(cmd, { id: k.id, revokedAt: k.revokedAt }, `revoked key ${k.id} "${k.name}" at ${k.revokedAt}`);
       }),
     );

@@ -65,10 +65,10 @@ export function registerServe(program: Command): void {
         if (!json) process.stdout.write(`${describeInit(initialised, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
       config ??= await withPort();
-      const { db, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
+      const { store, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
       // Loaded here, not at the top: the other commands need none of the HTTP server.
       const { buildApp } = await import('../server/app.js');
-      const app = await buildApp({ config, db, engine: config.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
+      const app = await buildApp({ config, store, engine: config.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');
 
       let backups: BackupSchedule | null = null;
@@ -84,7 +84,7 @@ export function registerServe(program: Command): void {
         try {
           await app.close();
         } finally {
-          db.$client.close();
+          await store.close();
           serveLock.release();
           app.log.info('stopped');
         }

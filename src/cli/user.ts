@@ -69,8 +69,8 @@ export function registerAdmin(program: Command): void {
       .description(flag ? 'make a user super-admin' : "remove a user's super-admin flag")
       .argument('<email>', 'email address')
       .action((email: string, _opts: unknown, cmd: Command) =>
-        withSession(cmd, ({ ctx }) => {
-          const u = setSuperAdmin(ctx, email, flag);
+        withSession(cmd, async ({ ctx }) => {
+          const u = await setSuperAdmin(ctx, email, flag);
           output(cmd, show(u), `${u.email} is ${u.isSuperAdmin ? 'now' : 'no longer'} a super-admin`);
         }),
       );

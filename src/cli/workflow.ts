@@ -26,9 +26,9 @@ export function registerWorkflow(program: Command): void {
     .description("list a workspace's workflows")
     .requiredOption('--workspace <id>', 'workspace id')
     .action((opts: { workspace: string }, cmd: Command) =>
-      withSession(cmd, ({ inWorkspace }) => {
+      withSession(cmd, async ({ inWorkspace }) => {
         const ctx = inWorkspace(parseId(opts.workspace, 'workspace id'));
-        const all = allPages((cursor) => listWorkflows(ctx, { limit: MAX_LIMIT, cursor }));
+        const all = await allPages((cursor) => listWorkflows(ctx, { limit: MAX_LIMIT, cursor }));
         output(cmd, all, () => table(all.map(workflowRow), ['id', 'name', 'status', 'trigger', 'steps', 'url']));
       }),
     );
@@ -41,9 +41,9 @@ export function registerWorkflow(program: Command): void {
       .description(verb)
       .argument('<id>', 'workflow id')
       .action((id: string, _opts: unknown, cmd: Command) =>
-        withSession(cmd, ({ ctx, inWorkspace }) => {
+        withSession(cmd, async ({ ctx, inWorkspace }) => {
           const workflowId = parseId(id, 'workflow id');
-          const w = setWorkflowStatus(inWorkspace(workflowWorkspaceId(ctx, workflowId)), workflowId, status);
+          const w = await setWorkflowStatus(inWorkspace(await workflowWorkspaceId(ctx, workflowId)), workflowId, status);
           output(cmd, w, () => describeWorkflow(w));
         }),
       );
@@ -83,10 +83,10 @@ export function registerWebhook(program: Command): void {
     .requiredOption('--workflow <id>', 'workflow id')
     .option('--limit <n>', 'how many (most recent first)', '50')
     .action((opts: { workflow: string; limit: string }, cmd: Command) =>
-      withSession(cmd, ({ ctx, inWorkspace }) => {
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
         const workflowId = parseId(opts.workflow, 'workflow id');
         const limit = Math.min(parseId(opts.limit, 'limit'), MAX_LIMIT);
-        const page = listWebhookEvents(inWorkspace(workflowWorkspaceId(ctx, workflowId)), workflowId, { limit });
+        const page = await listWebhookEvents(inWorkspace(await workflowWorkspaceId(ctx, workflowId)), workflowId, { limit });
         output(cmd, page.data, () => table(page.data.map(eventRow), ['id', 'receivedAt', 'status', 'code', 'runId', 'contactId', 'sourceIp']));
       }),
     );
@@ -95,9 +95,9 @@ export function registerWebhook(program: Command): void {
     .description('start a new run from a stored event, with the workflow as it is now')
     .argument('<eventId>', 'event id')
     .action((eventId: string, _opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx, inWorkspace }) => {
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
         const id = parseId(eventId, 'event id');
-        const started = replayWebhookEvent(inWorkspace(webhookEventWorkspaceId(ctx, id)), id);
+        const started = await replayWebhookEvent(inWorkspace(await webhookEventWorkspaceId(ctx, id)), id);
         output(cmd, started, `started run ${started.runId} for contact ${started.contactId}`);
       }),
     );
@@ -112,10 +112,10 @@ export function registerRuns(program: Command): void {
     .requiredOption('--workflow <id>', 'workflow id')
     .option('--limit <n>', 'how many (most recent first)', '50')
     .action((opts: { workflow: string; limit: string }, cmd: Command) =>
-      withSession(cmd, ({ ctx, inWorkspace }) => {
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
         const workflowId = parseId(opts.workflow, 'workflow id');
-        const wctx: WorkspaceContext = inWorkspace(workflowWorkspaceId(ctx, workflowId));
-        const page = listRuns(wctx, workflowId, { limit: Math.min(parseId(opts.limit, 'limit'), MAX_LIMIT) });
+        const wctx: WorkspaceContext = inWorkspace(await workflowWorkspaceId(ctx, workflowId));
+        const page = await listRuns(wctx, workflowId, { limit: Math.min(parseId(opts.limit, 'limit'), MAX_LIMIT) });
         output(cmd, page.data, () => table(page.data.map(runRow), ['runId', 'status', 'contactId', 'steps', 'createdAt', 'finishedAt']));
       }),
     );
@@ -125,9 +125,9 @@ export function registerRuns(program: Command): void {
     .description('show one run with its steps')
     .argument('<runId>', 'run id')
     .action((runId: string, _opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx, inWorkspace }) => {
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
         const id = parseId(runId, 'run id');
-        const r = getRun(inWorkspace(runWorkspaceId(ctx, id)), id);
+        const r = await getRun(inWorkspace(await runWorkspaceId(ctx, id)), id);
         output(cmd, r, () => describeRun(r));
       }),
     );

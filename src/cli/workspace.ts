@@ -21,8 +21,8 @@ export function registerWorkspace(program: Command): void {
     .requiredOption('--name <name>', 'workspace name')
     .option('--plan <plan>', 'STARTER, GROWTH or PRO', 'STARTER')
     .action((opts: { name: string; plan: string }, cmd: Command) =>
-      withSession(cmd, ({ ctx }) => {
-        const w = createWorkspace(ctx, { name: opts.name, plan: requirePlan(opts.plan) });
+      withSession(cmd, async ({ ctx }) => {
+        const w = await createWorkspace(ctx, { name: opts.name, plan: requirePlan(opts.plan) });
         output(cmd, w, () => `created ${describe(w)}`);
       }),
     );
@@ -30,8 +30,8 @@ export function registerWorkspace(program: Command): void {
   ws.command('list')
     .description('list workspaces')
     .action((_opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx }) => {
-        const all = listWorkspaces(ctx);
+      withSession(cmd, async ({ ctx }) => {
+        const all = await listWorkspaces(ctx);
         output(cmd, all, () => table(all as unknown as Record<string, unknown>[], ['id', 'name', 'plan', 'sandboxOf', 'createdAt']));
       }),
     );
@@ -40,8 +40,8 @@ export function registerWorkspace(program: Command): void {
     .description('show one workspace')
     .argument('<id>', 'workspace id')
     .action((id: string, _opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx }) => {
-        const w = getWorkspace(ctx, parseId(id, 'workspace id'));
+      withSession(cmd, async ({ ctx }) => {
+        const w = await getWorkspace(ctx, parseId(id, 'workspace id'));
         output(cmd, w, () => describe(w));
       }),
     );
@@ -51,8 +51,8 @@ export function registerWorkspace(program: Command): void {
     .argument('<id>', 'workspace id (a sandbox id acts on that sandbox)')
     .option('--reset', 'delete every contact, template, workflow, automation, run and delivery of the sandbox (its id and keys stay)')
     .action((id: string, opts: { reset?: boolean }, cmd: Command) =>
-      withSession(cmd, ({ ctx }) => {
-        const { sandbox, created, reset } = ensureSandbox(ctx, parseId(id, 'workspace id'), { reset: opts.reset === true });
+      withSession(cmd, async ({ ctx }) => {
+        const { sandbox, created, reset } = await ensureSandbox(ctx, parseId(id, 'workspace id'), { reset: opts.reset === true });
         const what = created ? 'created' : reset ? 'reset' : 'exists:';
         output(cmd, { ...sandbox, created, reset }, () =>
           [
@@ -68,8 +68,8 @@ export function registerWorkspace(program: Command): void {
     .argument('<id>', 'workspace id')
     .argument('<plan>', 'STARTER, GROWTH or PRO')
     .action((id: string, plan: string, _opts: unknown, cmd: Command) =>
-      withSession(cmd, ({ ctx }) => {
-        const w = setWorkspacePlan(ctx, parseId(id, 'workspace id'), requirePlan(plan));
+      withSession(cmd, async ({ ctx }) => {
+        const w = await setWorkspacePlan(ctx, parseId(id, 'workspace id'), requirePlan(plan));
         output(cmd, w, () => `${describe(w)}`);
       }),
     );

@@ -12,19 +12,16 @@ export interface AuditEntry {
  * Appends an audit entry. Call it inside the same transaction as the change it records,
  * so that a change and its record are committed together or not at all.
  */
-export function recordAudit(ctx: SystemContext, entry: AuditEntry): void {
-  ctx.db
-    .insert(auditLogs)
-    .values({
-      workspaceId: entry.workspaceId,
-      actorType: ctx.actor.type,
-      actorId: ctx.actor.id,
-      actorLabel: ctx.actor.label,
-      action: entry.action,
-      targetType: entry.target?.type ?? null,
-      targetId: entry.target?.id == null ? null : String(entry.target.id),
-      ip: ctx.ip,
-      metadata: entry.metadata ?? {},
-    })
-    .run();
+export async function recordAudit(ctx: SystemContext, entry: AuditEntry): Promise<void> {
+  await ctx.db.insert(auditLogs).values({
+    workspaceId: entry.workspaceId,
+    actorType: ctx.actor.type,
+    actorId: ctx.actor.id,
+    actorLabel: ctx.actor.label,
+    action: entry.action,
+    targetType: entry.target?.type ?? null,
+    targetId: entry.target?.id == null ? null : String(entry.target.id),
+    ip: ctx.ip,
+    metadata: entry.metadata ?? {},
+  });
 }

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { ConfigError, isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
 import type { Actor } from './context.js';
 import { openDatabase, type Db } from './db/connection.js';
+import { openSqliteStore, type SqliteStore } from './db/store.js';
 import { migrate, migrationStatus, type MigrationStatus } from './db/migrate.js';
 import type { Plan } from './db/schema.js';
 import { generatePassword } from './crypto.js';
@@ -43,30 +44,29 @@ export function requireSqliteStore(config: Config): void {
 }
 
 /** Opens the data folder's database, applying pending migrations. */
-export function openMigrated(config: Config, onApply?: (tag: string) => void): { db: Db; applied: string[] } {
+export function openMigrated(config: Config, onApply?: (tag: string) => void): { store: SqliteStore; applied: string[] } {
   requireSqliteStore(config);
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+  let applied: string[];
   try {
-    const { applied } = migrate(db, undefined, onApply);
-    return { db, applied };
-  } catch (err) {
+    applied = migrate(db, undefined, onApply).applied;
+  } finally {
     db.$client.close();
-    throw err;
   }
+  return { store: openSqliteStore(config.dbFile, { synchronous: config.dbSynchronous }), applied };
 }
 
 /** Opens an initialised data folder's database and refuses one that needs migrating. */
-export function openCurrent(config: Config): Db {
+export function openCurrent(config: Config): SqliteStore {
   requireSqliteStore(config);
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   try {
     const { pending } = migrationStatus(db);
     if (pending.length) throw new Error(`The database has ${pending.length} pending migration(s); run "svc migrate" first`);
-    return db;
-  } catch (err) {
+  } finally {
     db.$client.close();
-    throw err;
   }
+  return openSqliteStore(config.dbFile, { synchronous: config.dbSynchronous });
 }
 
 /** Asked before migrating, so it names no column a later migration adds. */
@@ -102,12 +102,12 @@ export async function initialiseDataFolder(flags: ConfigFlags, env: NodeJS.Proce
   if (problem) throw new ValidationError('invalid_password', `The password ${problem}`);
   writeInitialConfig(resolveDataDir(flags.dataDir, env));
   const config = loadConfig(flags, env);
-  const { db, applied } = openMigrated(config);
+  const { store, applied } = openMigrated(config);
   try {
-    if (hasWorkspace(db)) throw new ConflictError('already_initialised', `${config.dataDir} is already initialised`);
+    if (hasWorkspace(store.db)) throw new ConflictError('already_initialised', `${config.dataDir} is already initialised`);
     const password = input.password ?? generatePassword();
-    const ctx = { db, config, actor, ip: null };
-    const workspace = createWorkspace(ctx, { name: input.workspaceName, ...(input.plan ? { plan: input.plan } : {}) });
+    const ctx = { db: store.db, store, config, actor, ip: null };
+    const workspace = await createWorkspace(ctx, { name: input.workspaceName, ...(input.plan ? { plan: input.plan } : {}) });
     const user = await createUser(ctx, { email: input.email, password, workspaceId: workspace.id, role: 'OWNER', isSuperAdmin: true });
     return {
       dataDir: config.dataDir,
@@ -117,6 +117,6 @@ export async function initialiseDataFolder(flags: ConfigFlags, env: NodeJS.Proce
       migrations: { applied, pending: [] },
     };
   } finally {
-    db.$client.close();
+    await store.close();
   }
 }

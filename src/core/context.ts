@@ -3,7 +3,7 @@ import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { approximateSize, decodeCursor, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
-import { processWriteLock } from './db/writeLock.js';
+import type { Store } from './db/store.js';
 import type { ActorType } from './db/schema.js';
 
 /** Who did something: recorded in the audit trail with every state change. */
@@ -15,7 +15,9 @@ export interface Actor {
 
 /** What every service call needs outside a workspace. */
 export interface SystemContext {
+  /** Reads (and, inside a transaction, the transaction): see Store.db. */
   db: Db;
+  store: Store;
   config: Config;
   actor: Actor;
   ip: string | null;
@@ -39,21 +41,12 @@ export function nowIso(): string {
 }
 
 /**
- * Runs fn in one IMMEDIATE transaction (taking the write lock up front avoids
- * SQLITE_BUSY on lock upgrade when several processes share the file). Nested calls
- * become savepoints. The callback gets the same context bound to the transaction.
+ * Runs fn in one transaction of the context's store (serializable on both stores; see
+ * Store.transaction). Every write goes through here. Nested calls become savepoints. The
+ * callback gets the same context bound to the transaction.
  */
-export function withTransaction<C extends { db: Db }, T>(ctx: C, fn: (tx: C) => T): T {
-  // Inside a transaction already (a drizzle transaction object has no $client, or the
-  // connection is mid-transaction): this one becomes a savepoint and the lock is held.
-  const client = (ctx.db as Partial<Db>).$client;
-  const lock = client && !client.inTransaction ? processWriteLock() : undefined;
-  lock?.acquire();
-  try {
-    return ctx.db.transaction((tx) => fn({ ...ctx, db: tx as unknown as Db }), { behavior: 'immediate' });
-  } finally {
-    lock?.release();
-  }
+export function withTransaction<C extends { db: Db; store: Store }, T>(ctx: C, fn: (tx: C) => Promise<T>): Promise<T> {
+  return ctx.store.transaction((db) => fn({ ...ctx, db }));
 }
 
 export interface PageRequest {
@@ -73,13 +66,13 @@ type PagedTable = SQLiteTable & { id: SQLiteColumn; workspaceId: SQLiteColumn; $
  * One page of a workspace's rows, newest first (by id), after the cursor, with any further
  * conditions: the listing every collection endpoint shares.
  */
-export function selectPage<T extends PagedTable, R>(
+export async function selectPage<T extends PagedTable, R>(
   ctx: WorkspaceContext,
   table: T,
   page: PageRequest,
   shape: (row: T['$inferSelect']) => R,
   ...conditions: (SQL | undefined)[]
-): Page<R> {
+): Promise<Page<R>> {
   // Rows are read in chunks sized by the largest row seen so far, so that a page of big
   // rows stops at MAX_PAGE_BYTES without reading the rest, and a page of small rows takes
   // one or two queries.
@@ -90,7 +83,7 @@ export function selectPage<T extends PagedTable, R>(
   for (;;) {
     const want = page.limit + 1 - rows.length;
     const chunk = largest === 0 ? Math.min(want, 8) : Math.max(1, Math.min(want, Math.floor((MAX_PAGE_BYTES - bytes) / largest)));
-    const got = pageQuery(ctx, table, cursor, chunk, page.workspaceScope, ...conditions).all() as T['$inferSelect'][];
+    const got = (await pageQuery(ctx, table, cursor, chunk, page.workspaceScope, ...conditions)) as T['$inferSelect'][];
     for (const row of got) {
       const size = approximateSize(row as Record<string, unknown>);
       largest = Math.max(largest, size);

@@ -1,7 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { recordAudit } from '../core/audit.js';
 import type { Config } from '../core/config.js';
-import type { WorkspaceContext } from '../core/context.js';
+import { withTransaction, type WorkspaceContext } from '../core/context.js';
+import type { Store } from '../core/db/store.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, DeliveryStatus } from '../core/db/schema.js';
 import { ValidationError, type FieldError } from '../core/errors.js';
@@ -16,6 +17,8 @@ import { RenderError, renderContent } from './render.js';
 
 export interface DeliverDeps {
   db: Db;
+  /** Each attempt row is written in a transaction of its own. */
+  store: Store;
   config: Config;
   /**
    * Called after the SENDING row is written and before the provider is called: a caller
@@ -93,7 +96,7 @@ function outboundOf(config: Config): OutboundPolicy {
  * marked SENT or FAILED after; the outbox (nothing to call) writes it SENT at once.
  */
 export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Promise<DeliveryOutcome> {
-  const { db, config } = deps;
+  const { config } = deps;
   const row = {
     workspaceId: input.workspaceId,
     channel: input.channel,
@@ -107,10 +110,10 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
 
   let channel: ResolvedChannel;
   try {
-    channel = resolveChannel(db, config, input.workspaceId, input.channel);
+    channel = await resolveChannel(deps.db, config, input.workspaceId, input.channel);
   } catch (err) {
     if (!(err instanceof ChannelUnusableError)) throw err;
-    const failed = createAttempt(db, { ...row, provider: err.provider, status: 'FAILED', error: err.message });
+    const failed = await createAttempt(deps, { ...row, provider: err.provider, status: 'FAILED', error: err.message });
     deps.onRecorded?.(failed.id, 'FAILED');
     countDelivery(input.channel, err.provider, 'FAILED');
     return { attemptId: failed.id, status: 'FAILED', transient: false, error: err.message };
@@ -123,13 +126,13 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
   if (channel.provider === 'outbox') {
     const result = await provider.send(message, channel.settings, channel.credentials, opts);
     const providerMessageId = result.ok ? result.providerMessageId : null;
-    const sent = createAttempt(db, { ...row, provider: 'outbox', status: 'SENT', providerMessageId });
+    const sent = await createAttempt(deps, { ...row, provider: 'outbox', status: 'SENT', providerMessageId });
     deps.onRecorded?.(sent.id, 'SENT');
     countDelivery(input.channel, 'outbox', 'SENT');
     return { attemptId: sent.id, status: 'SENT', transient: false };
   }
 
-  const attempt = createAttempt(db, { ...row, provider: channel.provider, status: 'SENDING' });
+  const attempt = await createAttempt(deps, { ...row, provider: channel.provider, status: 'SENDING' });
   deps.beforeNetwork?.();
   deps.onRecorded?.(attempt.id, 'SENDING');
 
@@ -142,12 +145,12 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
   }
   countDelivery(input.channel, channel.provider, result.ok ? 'SENT' : 'FAILED');
   if (result.ok) {
-    markAttempt(db, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
+    await markAttempt(deps, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
     return { attemptId: attempt.id, status: 'SENT', transient: false };
   }
   // A provider may quote the message back in its error (a refused recipient line, say).
   const error = redactSecrets(result.error, input.secrets);
-  markAttempt(db, attempt.id, { status: 'FAILED', error });
+  await markAttempt(deps, attempt.id, { status: 'FAILED', error });
   return {
     attemptId: attempt.id,
     status: 'FAILED',
@@ -211,7 +214,7 @@ export interface TestEmailAccepted {
 }
 
 /** The Liquid sources of a test email: an EMAIL template's content, or the given strings. */
-function testEmailSource(ctx: WorkspaceContext, input: TestEmailInput): Record<string, string> {
+async function testEmailSource(ctx: WorkspaceContext, input: TestEmailInput): Promise<Record<string, string>> {
   const inline = input.subject !== undefined || input.html !== undefined || input.text !== undefined;
   if (input.templateId !== undefined) {
     if (inline) {
@@ -219,7 +222,7 @@ function testEmailSource(ctx: WorkspaceContext, input: TestEmailInput): Record<s
         { path: '/templateId', message: 'cannot be combined with subject, html or text' },
       ]);
     }
-    const content = emailTemplateContent(ctx, input.templateId);
+    const content = await emailTemplateContent(ctx, input.templateId);
     const source: Record<string, string> = {};
     for (const field of ['subject', 'html', 'text'] as const) if (typeof content[field] === 'string') source[field] = content[field];
     return source;
@@ -247,8 +250,8 @@ export async function startTestEmail(
 ): Promise<{ accepted: TestEmailAccepted; done: Promise<DeliveryOutcome> }> {
   const to = normalizeEmail(input.to);
   if (!to) throw new ValidationError('validation_failed', 'The test email is invalid', [{ path: '/to', message: 'must be an email address' }]);
-  const source = testEmailSource(ctx, input);
-  const workspace = getWorkspace(ctx, ctx.workspaceId);
+  const source = await testEmailSource(ctx, input);
+  const workspace = await getWorkspace(ctx, ctx.workspaceId);
   let rendered: Record<string, unknown>;
   try {
     rendered = await (opts.render ?? renderContent)(source, {
@@ -270,16 +273,18 @@ export async function startTestEmail(
     accept = resolve;
     refuse = reject;
   });
-  const deps: DeliverDeps = { db: ctx.db, config: ctx.config, onRecorded: (id, status) => accept({ deliveryAttemptId: id, status }) };
+  const deps: DeliverDeps = { db: ctx.db, store: ctx.store, config: ctx.config, onRecorded: (id, status) => accept({ deliveryAttemptId: id, status }) };
   const done = deliverWithRetries(deps, { workspaceId: ctx.workspaceId, channel: 'EMAIL', to, rendered, templateId: input.templateId }, opts);
   // A failure before the first row was written fails the request; later ones are the caller's to log.
   done.catch(refuse);
   const accepted = await first;
-  recordAudit(ctx, {
-    workspaceId: ctx.workspaceId,
-    action: 'message.test_email_sent',
-    target: { type: 'delivery_attempt', id: accepted.deliveryAttemptId },
-    metadata: input.templateId !== undefined ? { templateId: input.templateId } : {},
-  });
+  await withTransaction(ctx, (tx) =>
+    recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'message.test_email_sent',
+      target: { type: 'delivery_attempt', id: accepted.deliveryAttemptId },
+      metadata: input.templateId !== undefined ? { templateId: input.templateId } : {},
+    }),
+  );
   return { accepted, done };
 }

@@ -441,7 +441,7 @@ export class RunExecutor {
     }
     let resolved: ResolvedChannel;
     try {
-      resolved = resolveChannel(this.db, this.config, run.workspace_id, channel);
+      resolved = await resolveChannel(this.db, this.config, run.workspace_id, channel);
     } catch (err) {
       if (!(err instanceof ChannelUnusableError)) throw err;
       exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: err.provider, status: 'FAILED', providerMessageId: null, error: err.message }));

@@ -5,7 +5,7 @@ import { BroadcastChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { Config } from '../core/config.js';
 import type { WriteBatcher } from '../core/db/batcher.js';
-import type { Db } from '../core/db/connection.js';
+import type { SqliteStore } from '../core/db/store.js';
 import { processWriteLock, setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import { extractedFile, isExecutable } from '../core/runtime.js';
 import type { LeasedRun } from './committer.js';
@@ -109,7 +109,7 @@ export class Engine {
   private readonly outcomes = new Map<RunOutcome, number>();
 
   constructor(
-    db: Db,
+    store: SqliteStore,
     private readonly config: Config,
     private readonly batcher: WriteBatcher,
     private readonly log: EngineLog,
@@ -146,7 +146,8 @@ export class Engine {
       // here and keeps a node with 1,000 runs in flight about 100 MB smaller.
       resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MB },
     });
-    const c = db.$client;
+    // Run inside the batcher's transactions, so prepared on the connection they run on.
+    const c = store.writer.$client;
     this.sql = {
       promoteWaiting: c.prepare<{ now: string; limit: number }>(
         `UPDATE workflow_runs SET status = 'QUEUED', updated_at = @now

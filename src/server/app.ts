@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type RouteOptions } from 'fastify';
 import type { Config } from '../core/config.js';
-import type { Db } from '../core/db/connection.js';
+import type { SqliteStore } from '../core/db/store.js';
 import { LoginThrottle } from '../core/services/auth.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, sendProblem } from './plugins/errors.js';
@@ -42,7 +42,7 @@ import { consoleRoutes, readConsoleFiles } from './console.js';
 
 export interface AppDeps {
   config: Config;
-  db: Db;
+  store: SqliteStore;
   /** A logger to use instead of building one from config (tests pass a silent one). */
   logger?: FastifyBaseLogger | false;
   /** Where the built logger writes: stdout (default), or stderr when stdout is for `svc serve --json`. */
@@ -178,21 +178,21 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   // Disk full: failed writes answer 503 storage_full, /readyz says not ready, the log says so once a minute.
   const storage = new StorageHealth(config.dataDir, app.log);
-  const readiness = new Readiness(deps.db, storage);
+  const readiness = new Readiness(deps.store, storage);
   registerReadiness(app, readiness);
   registerErrorHandling(app, storage);
   const metrics =
-    config.metricsToken !== null || config.metricsPort !== null ? new Metrics({ config, db: deps.db, storage, engine: () => app.engine }) : undefined;
+    config.metricsToken !== null || config.metricsPort !== null ? new Metrics({ config, store: deps.store, storage, engine: () => app.engine }) : undefined;
   app.decorate('metrics', metrics);
   if (metrics) registerMetrics(app, metrics);
   await app.register(cookie);
-  registerAuth(app, { db: deps.db, config });
+  registerAuth(app, { store: deps.store, config });
   // Before the routes, so that the OpenAPI document sees every one of them.
   await registerOpenApi(app, { version: VERSION, publicUrl: config.publicUrl, sandboxUrl: config.sandboxUrl });
   await app.register(docsRoutes);
 
   const throttle = new LoginThrottle(config.loginRateLimit);
-  await app.register(healthRoutes, { db: deps.db, readiness });
+  await app.register(healthRoutes, { store: deps.store, readiness });
   await app.register(metricsRoute, { metrics, token: config.metricsToken });
   await app.register(authRoutes, { throttle, publicUrl: config.publicUrl });
   await app.register(apiKeyRoutes);
@@ -213,19 +213,19 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(messageRoutes, { renderPool });
   await app.register(templateRoutes, { renderPool });
 
-  const batcher = new WriteBatcher(deps.db);
+  const batcher = new WriteBatcher(deps.store);
   batcher.storage = storage;
-  const receiver = new WebhookReceiver(deps.db, config, batcher);
-  const engine = deps.engine ? new Engine(deps.db, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
+  const receiver = new WebhookReceiver(deps.store, config, batcher);
+  const engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
   app.decorate('engine', engine);
   readiness.attach({ batcher, engine });
-  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.db) });
+  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.store.db) });
   // The web console, after every API route: its paths (/, /app/*, /invite) are none of the API's.
   await app.register(consoleRoutes, config.consoleDir ? { files: readConsoleFiles(config.consoleDir) } : {});
 
   // What the retention settings no longer keep is pruned at start and every 10 minutes, in
   // small batches through the group commit, so requests go on between batches.
-  const pruner = new Pruner(deps.db, config);
+  const pruner = new Pruner(deps.store, config);
   let pruning: Promise<void> | undefined;
   const prune = () => {
     pruning ??= pruneAll(pruner, (work) => batcher.run(work))
@@ -244,7 +244,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     clearInterval(pruneTimer);
     await pruning;
     await engine?.stop();
-    batcher.close();
+    await batcher.close();
     await metrics?.close();
   });
   return app;

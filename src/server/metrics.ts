@@ -4,8 +4,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Config } from '../core/config.js';
-import type { Db } from '../core/db/connection.js';
 import type { StorageHealth } from '../core/db/storage.js';
+import type { SqliteStore } from '../core/db/store.js';
 import { UnauthorizedError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
 import { deliveryTotals } from '../engine/counters.js';
@@ -25,7 +25,8 @@ const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 export interface MetricsSources {
   config: Config;
-  db: Db;
+  /** Read only: the counts and pragmas go through its reading connection. */
+  store: SqliteStore;
   storage: StorageHealth;
   /** The run engine, once built (undefined on an ingest-only node). */
   engine: () => Engine | undefined;
@@ -48,7 +49,7 @@ export class Metrics {
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
-    const { db, config, storage } = sources;
+    const { store, config, storage } = sources;
     collectDefaultMetrics({ register: this.registry });
 
     this.http = new Counter({
@@ -74,7 +75,9 @@ export class Metrics {
 
     new Gauge({ name: 'svc_build_info', help: 'The running version of svc', labelNames: ['version'], registers }).set({ version: VERSION }, 1);
 
-    const c = db.$client;
+    // The reading connection: the writer may be inside a transaction, between its awaits,
+    // whose rows a scrape must not count before they commit.
+    const c = store.db.$client;
     const countStatus = c.prepare<[string, number], { n: number }>('SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ? LIMIT ?)');
     const countDue = c.prepare<[string, number], { n: number }>(
       "SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ? LIMIT ?)",

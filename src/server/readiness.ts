@@ -1,7 +1,7 @@
 import type { WriteBatcher } from '../core/db/batcher.js';
-import type { Db } from '../core/db/connection.js';
 import { migrationStatus } from '../core/db/migrate.js';
 import type { StorageHealth } from '../core/db/storage.js';
+import type { SqliteStore } from '../core/db/store.js';
 import type { Engine } from '../engine/scheduler.js';
 import type { App } from './app.js';
 import { problem, sendProblem } from './plugins/errors.js';
@@ -33,7 +33,7 @@ export class Readiness {
   private touch: { run(): unknown } | undefined;
 
   constructor(
-    private readonly db: Db,
+    private readonly store: SqliteStore,
     private readonly storage: StorageHealth,
   ) {}
 
@@ -57,7 +57,7 @@ export class Readiness {
   private migrations(): ReadinessReport['checks']['migrations'] {
     if (this.migrated) return 'applied';
     try {
-      this.migrated = migrationStatus(this.db).pending.length === 0;
+      this.migrated = migrationStatus(this.store.db).pending.length === 0;
       return this.migrated ? 'applied' : 'pending';
     } catch {
       return 'unknown';
@@ -68,7 +68,8 @@ export class Readiness {
     if (!this.batcher) return false;
     try {
       // A real write (the row is rewritten as it is), so a full disk or a read-only file fails it.
-      this.touch ??= this.db.$client.prepare('UPDATE svc_migrations SET applied_at = applied_at WHERE id = (SELECT max(id) FROM svc_migrations)');
+      // Prepared on the writer connection, on which the group commit runs its jobs.
+      this.touch ??= this.store.writer.$client.prepare('UPDATE svc_migrations SET applied_at = applied_at WHERE id = (SELECT max(id) FROM svc_migrations)');
       const touch = this.touch;
       await this.batcher.run(() => touch.run());
       return true;

@@ -177,7 +177,7 @@ describe('svc backup and restore', { concurrency: true }, () => {
     const db = openDatabase(config.dbFile);
     try {
       const workspaceId = db.$client.prepare('SELECT workspace_id FROM workflows WHERE id = ?').pluck().get(workflowId) as number;
-      const sms = resolveChannel(db, config, workspaceId, 'SMS');
+      const sms = await resolveChannel(db, config, workspaceId, 'SMS');
       assert.equal(sms.credentials.authToken, AUTH_TOKEN, 'the stored credentials are usable by the engine');
     } finally {
       db.$client.close();

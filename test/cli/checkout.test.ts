@@ -20,11 +20,11 @@ test('svc checkout complete: completes a manual checkout once; the plan changes 
 
   // The server part in-process, on the same data folder.
   const config = loadConfig({ dataDir }, {});
-  const { db } = openMigrated(config);
-  const app = await buildApp({ config, db, logger: false });
+  const { store } = openMigrated(config);
+  const app = await buildApp({ config, store, logger: false });
   t.after(async () => {
     await app.close();
-    db.$client.close();
+    await store.close();
   });
   const login = await app.inject({ method: 'POST', url: '/auth/login', payload: { email: 'owner@acme.test', password: 'owner-password-1' } });
   assert.equal(login.statusCode, 200, login.body);

@@ -8,7 +8,7 @@ import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/core/config.js';
-import { openDatabase } from '../../src/core/db/connection.js';
+import { openSqliteStore } from '../../src/core/db/store.js';
 import { createTemplate } from '../../src/core/services/templates.js';
 import { createWorkflow } from '../../src/core/services/workflows.js';
 import { request } from '../helpers.js';
@@ -71,20 +71,20 @@ test('svc workflow activate refuses a send step naming a missing template or one
 
   // The fixtures are made by the same services the API calls.
   const config = loadConfig({ dataDir }, {});
-  const db = openDatabase(config.dbFile);
-  const ctx = { db, config, workspaceId, actor: { type: 'CLI' as const, id: null, label: 'test' }, ip: null };
-  const sms = createTemplate(ctx, { name: 'sms', channel: 'SMS', content: { text: 'hi' } });
-  const email = createTemplate(ctx, { name: 'email', channel: 'EMAIL', content: { subject: 's', text: 't' } });
-  const wrong = createWorkflow(ctx, {
+  const store = openSqliteStore(config.dbFile);
+  const ctx = { db: store.db, store, config, workspaceId, actor: { type: 'CLI' as const, id: null, label: 'test' }, ip: null };
+  const sms = await createTemplate(ctx, { name: 'sms', channel: 'SMS', content: { text: 'hi' } });
+  const email = await createTemplate(ctx, { name: 'email', channel: 'EMAIL', content: { subject: 's', text: 't' } });
+  const wrong = await createWorkflow(ctx, {
     name: 'wrong channel',
     steps: [
       { type: 'add_tags', tags: ['x'] },
       { type: 'send_email', templateId: sms.id },
     ],
   });
-  const missing = createWorkflow(ctx, { name: 'missing', steps: [{ type: 'send_sms', templateId: 9999 }] });
-  const good = createWorkflow(ctx, { name: 'good', steps: [{ type: 'send_email', templateId: email.id }] });
-  db.$client.close();
+  const missing = await createWorkflow(ctx, { name: 'missing', steps: [{ type: 'send_sms', templateId: 9999 }] });
+  const good = await createWorkflow(ctx, { name: 'good', steps: [{ type: 'send_email', templateId: email.id }] });
+  await store.close();
 
   const [w, m, g] = await Promise.all([
     runCli(dataDir, ['workflow', 'activate', String(wrong.id), '--json']),

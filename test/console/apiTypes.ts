@@ -27,15 +27,15 @@ export async function openApiDocument(): Promise<Record<string, unknown>> {
       { type: 'SYSTEM', id: null, label: 'types' },
     );
     const config = loadConfig({ dataDir }, {});
-    const { db } = openMigrated(config);
-    const app = await buildApp({ config, db, logger: false });
+    const { store } = openMigrated(config);
+    const app = await buildApp({ config, store, logger: false });
     try {
       await app.ready();
       const res = await app.inject({ method: 'GET', url: '/openapi.json' });
       return res.json() as Record<string, unknown>;
     } finally {
       await app.close();
-      db.$client.close();
+      await store.close();
     }
   } finally {
     rmSync(dataDir, { recursive: true, force: true });

@@ -38,12 +38,12 @@ export async function consoleServer(
     { type: 'SYSTEM', id: null, label: 'test' },
   );
   const config = loadConfig({ dataDir }, {});
-  const { db } = openMigrated(config);
-  t.after(() => db.$client.close());
+  const { store } = openMigrated(config);
+  t.after(() => store.close());
   const serve = await startServe(t, dataDir, ['--host', '127.0.0.1', '--port', '0'], { env });
   const address = serve.url.replace(/\/$/, '');
   const server: ConsoleServer = {
-    ...serverHandle({ url: address, db, config, dataDir, init }),
+    ...serverHandle({ url: address, store, config, dataDir, init }),
     async stop() {
       await serve.stop();
     },

@@ -73,7 +73,7 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await email.getByLabel('Password').fill(PASSWORD);
   await save.click();
   assert.match((await errorAt(page, email, 'From address').textContent()) ?? '', /email address/);
-  assert.equal(stored().provider, 'outbox');
+  assert.equal((await stored()).provider, 'outbox');
 
   // Fixed: saved; the credentials show as "stored", the inputs are gone.
   await email.getByLabel('From address').fill('mail@acme.test');
@@ -81,8 +81,8 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await email.getByText('The email settings are saved.').waitFor();
   await email.getByText('stored', { exact: true }).waitFor();
   assert.equal(await email.getByLabel('Password').count(), 0, 'no password input once stored');
-  assert.deepEqual(stored().credentials, { user: USER, pass: PASSWORD });
-  assert.deepEqual(stored().settings, { host: 'smtp.example.com', port: 587, secure: false, from: 'mail@acme.test', requireTLS: false });
+  assert.deepEqual((await stored()).credentials, { user: USER, pass: PASSWORD });
+  assert.deepEqual((await stored()).settings, { host: 'smtp.example.com', port: 587, secure: false, from: 'mail@acme.test', requireTLS: false });
   assert.deepEqual(Object.keys(puts.at(-1)!), ['EMAIL'], 'only the changed channel is sent');
 
   // After a reload: "stored", and the values are nowhere in the page.
@@ -100,8 +100,8 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await save.click();
   await email.getByText('The email settings are saved.').waitFor();
   assert.equal('credentials' in (puts.at(-1)!.EMAIL as object), false, 'credentials not sent when unchanged');
-  assert.deepEqual(stored().credentials, { user: USER, pass: PASSWORD });
-  assert.equal(stored().settings.from, 'news@acme.test');
+  assert.deepEqual((await stored()).credentials, { user: USER, pass: PASSWORD });
+  assert.equal((await stored()).settings.from, 'news@acme.test');
 
   // Replace.
   await email.getByRole('button', { name: 'Replace credentials' }).click();
@@ -109,7 +109,7 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await email.getByLabel('Password').fill(NEW_PASSWORD);
   await save.click();
   await email.getByText('The email settings are saved.').waitFor();
-  assert.deepEqual(stored().credentials, { user: USER, pass: NEW_PASSWORD });
+  assert.deepEqual((await stored()).credentials, { user: USER, pass: NEW_PASSWORD });
   assert.equal(await email.getByLabel('Password').count(), 0);
 
   // A new destination needs the credentials again: the API's 422 is shown with them.
@@ -117,7 +117,7 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await email.getByText('needs the credentials again').waitFor();
   await save.click();
   assert.match((await email.getByRole('group', { name: 'Credentials' }).locator('.field-error').textContent()) ?? '', /required again/);
-  assert.equal(stored().settings.port, 587, 'nothing changed');
+  assert.equal((await stored()).settings.port, 587, 'nothing changed');
   await email.getByLabel('Port').fill('587');
 
   // Clear, after a confirmation: the settings stay, the credentials go.
@@ -125,8 +125,8 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await page.getByRole('dialog').getByRole('button', { name: 'Clear credentials' }).click();
   await email.getByText('The credentials are cleared.').waitFor();
   await email.getByText('not set', { exact: true }).waitFor();
-  assert.deepEqual(stored().credentials, {});
-  assert.equal(stored().settings.host, 'smtp.example.com');
+  assert.deepEqual((await stored()).credentials, {});
+  assert.equal((await stored()).settings.host, 'smtp.example.com');
 
   // Twilio needs its token: the 422 names it.
   const sms = page.getByRole('form', { name: 'SMS channel' });
@@ -135,7 +135,7 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
   await sms.getByLabel('From number or sender ID').fill('+15551234567');
   await sms.getByRole('button', { name: 'Save SMS settings' }).click();
   await sms.getByRole('group', { name: 'Credentials' }).locator('.field-error').getByText('required for twilio').waitFor();
-  assert.equal(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').provider, 'outbox');
+  assert.equal((await resolveChannel(s.db, s.config, s.workspaceId, 'SMS')).provider, 'outbox');
 
   // No response the page received, nor the API, carries a credential.
   const api = await s.request('GET', '/settings/channels', { token });
@@ -288,7 +288,7 @@ test('billing with Stripe: the checkout sends the browser to the payment page; t
 test('audit log: entries newest first, filters by action, actor and dates narrow it, cursor pages load on demand', { skip }, async (t) => {
   const { s, token } = await consoleServer(t);
   for (let i = 0; i < 55; i++) assert.equal((await s.request('POST', '/contacts', { token, body: { email: `p${i}@x.test` } })).status, 201);
-  const key = s.mintKey('MEMBER');
+  const key = await s.mintKey('MEMBER');
   for (const e of ['k1@x.test', 'k2@x.test']) assert.equal((await s.request('POST', '/contacts', { token: key, body: { email: e } })).status, 201);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -394,7 +394,7 @@ test('roles: MEMBER and VIEWER see no channels, audit log or plan change; an ADM
   // A required credential can be replaced, not cleared.
   await whatsapp.getByRole('button', { name: 'Replace credentials' }).waitFor();
   assert.equal(await whatsapp.getByRole('button', { name: /Clear/ }).count(), 0);
-  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'WHATSAPP').credentials, { accessToken: 'EAAG-secret-token-xyz' });
+  assert.deepEqual((await resolveChannel(s.db, s.config, s.workspaceId, 'WHATSAPP')).credentials, { accessToken: 'EAAG-secret-token-xyz' });
   assert.ok(!(await page.content()).includes('EAAG-secret-token-xyz'));
 
   await tabs.getByRole('link', { name: 'Billing' }).click();

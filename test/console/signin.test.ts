@@ -39,8 +39,8 @@ test('log in, reload without losing the session, switch workspace, log out', { s
   assert.ok(await page.getByText(s.owner.email).isVisible());
 
   // A second workspace of the same user appears in the switcher.
-  const other = addWorkspace(s, 'Second shop');
-  addMembership(s, other, s.owner.id, 'VIEWER');
+  const other = await addWorkspace(s, 'Second shop');
+  await addMembership(s, other, s.owner.id, 'VIEWER');
   await page.reload();
   const switcher = page.getByLabel('Workspace');
   await switcher.selectOption({ label: 'Second shop (viewer)' });

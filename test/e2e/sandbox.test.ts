@@ -81,7 +81,7 @@ test('nothing leaves the machine from a sandbox: SMTP, Twilio and http_request s
   const owner = await s.login(s.owner.email, s.owner.password);
   const sandbox = await s.request('POST', '/sandbox', { token: owner });
   assert.equal(sandbox.status, 201, sandbox.text);
-  const test = s.mintKey('ADMIN', sandbox.body.id);
+  const test = await s.mintKey('ADMIN', sandbox.body.id);
   const where = { smtpPort: sink.port, twilio: twilio.url, target: target.url };
 
   const wf = await configure(s, test, where);

@@ -136,13 +136,15 @@ test('with 20,000 slow runs of workspace A queued, a webhook run of workspace B 
   const pathB = await workflow(s, b.token, [{ type: 'add_tags', tags: ['quick'] }]);
   // One real run of A, then 19,999 copies of it queued in one statement.
   const [first] = await postMany(s, pathA, 1, 'seed');
-  s.db.$client
-    .prepare(
-      `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)
-       INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", run_at)
-       SELECT r.workspace_id, r.workflow_id, r.contact_id, 'QUEUED', r.definition, '[]', r."trigger", r.run_at FROM workflow_runs r, n WHERE r.id = ?`,
-    )
-    .run(first);
+  await s.store.exclusive((w) =>
+    w.$client
+      .prepare(
+        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)
+         INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", run_at)
+         SELECT r.workspace_id, r.workflow_id, r.contact_id, 'QUEUED', r.definition, '[]', r."trigger", r.run_at FROM workflow_runs r, n WHERE r.id = ?`,
+      )
+      .run(first),
+  );
   await service.whenInProgress(100);
   assert.ok((statusCounts(s, s.workspaceId).QUEUED ?? 0) > 15_000, 'A has a backlog of queued runs');
   const started = Date.now();

@@ -87,7 +87,7 @@ const sms = (s: TestServer, extra: Record<string, unknown> = {}) => ({
 });
 
 function rows(s: TestServer) {
-  return s.db.select().from(deliveryAttempts).all();
+  return s.db.select().from(deliveryAttempts);
 }
 
 test('twilio: form-encoded POST with Basic auth; 503 twice is transient and the third try succeeds', async (t) => {
@@ -97,14 +97,14 @@ test('twilio: form-encoded POST with Basic auth; 503 twice is transient and the 
   );
   await useTwilio(s, token, api.url);
 
-  const first = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), runId: 7, stepIndex: 2, templateId: 3, attempt: 1 });
+  const first = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), runId: 7, stepIndex: 2, templateId: 3, attempt: 1 });
   assert.equal(first.status, 'FAILED');
   assert.equal(first.transient, true);
   assert.match(first.error ?? '', /twilio: HTTP 503/);
 
-  const done = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 8, stepIndex: 0 });
+  const done = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, { ...sms(s), runId: 8, stepIndex: 0 });
   assert.equal(done.status, 'SENT');
-  const attempts = findAttemptsForStep(s.db, 8, 0);
+  const attempts = await findAttemptsForStep(s.db, 8, 0);
   assert.deepEqual(
     attempts.map((a) => [a.attempt, a.status, a.providerMessageId ?? null]),
     [
@@ -123,7 +123,7 @@ test('twilio: form-encoded POST with Basic auth; 503 twice is transient and the 
   assert.deepEqual(Object.fromEntries(new URLSearchParams(req.body)), { To: '+15551234567', From: '+15005550006', Body: 'Your code is 42' });
 
   // The attempt rows carry no credential.
-  assert.ok(!JSON.stringify(rows(s)).includes(TWILIO_TOKEN));
+  assert.ok(!JSON.stringify(await rows(s)).includes(TWILIO_TOKEN));
 });
 
 test('retries through deliverWithRetries: separate rows numbered 1..n, a 503 then 503 then 201', async (t) => {
@@ -132,11 +132,11 @@ test('retries through deliverWithRetries: separate rows numbered 1..n, a 503 the
   await useTwilio(s, token, api.url);
   const recorded: [number, string][] = [];
   const outcome = await deliverWithRetries(
-    { db: s.db, config: s.config, onRecorded: (id, status) => recorded.push([id, status]) },
+    { db: s.db, store: s.store, config: s.config, onRecorded: (id, status) => recorded.push([id, status]) },
     { ...sms(s), runId: 1, stepIndex: 4 },
   );
   assert.equal(outcome.status, 'SENT');
-  const attempts = findAttemptsForStep(s.db, 1, 4);
+  const attempts = await findAttemptsForStep(s.db, 1, 4);
   assert.deepEqual(
     attempts.map((a) => [a.attempt, a.status]),
     [
@@ -171,29 +171,29 @@ test('twilio: a 400 is permanent and carries the provider message; 429 and timeo
     body: { code: 21211, message: "The 'To' number +1555 is not a valid phone number.", more_info: 'https://www.twilio.com/docs/errors/21211', status: 400 },
   }));
   await useTwilio(s, token, bad.url);
-  const outcome = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 2, stepIndex: 0 });
+  const outcome = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, { ...sms(s), runId: 2, stepIndex: 0 });
   assert.equal(outcome.status, 'FAILED');
   assert.equal(outcome.transient, false);
   assert.equal(outcome.error, "twilio: HTTP 400: The 'To' number +1555 is not a valid phone number. (code 21211)");
   assert.equal(bad.seen.length, 1, 'not retried');
-  const [row] = findAttemptsForStep(s.db, 2, 0);
+  const [row] = await findAttemptsForStep(s.db, 2, 0);
   assert.equal(row!.status, 'FAILED');
   assert.equal(row!.error, outcome.error);
 
   const limited = await apiServer(t, () => ({ status: 429, body: { code: 20429, message: 'Too Many Requests' } }));
   await useTwilio(s, token, limited.url);
-  const r429 = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  const r429 = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 });
   assert.deepEqual([r429.status, r429.transient], ['FAILED', true]);
   assert.match(r429.error ?? '', /429: Too Many Requests/);
 
   const auth = await apiServer(t, () => ({ status: 401, body: { code: 20003, message: 'Authenticate' } }));
   await useTwilio(s, token, auth.url);
-  assert.equal((await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 })).transient, false, '401 is permanent');
+  assert.equal((await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 })).transient, false, '401 is permanent');
 
   const slow = await apiServer(t, () => 'hang');
   await useTwilio(s, token, slow.url);
   const started = Date.now();
-  const timedOut = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  const timedOut = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 });
   assert.deepEqual([timedOut.status, timedOut.transient], ['FAILED', true]);
   assert.match(timedOut.error ?? '', /timed out/);
   assert.ok(Date.now() - started < 5_000, 'bounded by httpTimeoutMs');
@@ -204,13 +204,13 @@ test('twilio: an unreachable API is transient; a Messaging Service id is sent as
   const api = await apiServer(t, () => ({ status: 201, body: { sid: 'SM0003' } }));
   // Nothing listens on port 1.
   await useTwilio(s, token, 'http://127.0.0.1:1');
-  const refused = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  const refused = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 });
   assert.deepEqual([refused.status, refused.transient], ['FAILED', true]);
   assert.match(refused.error ?? '', /could not be reached/);
 
   const service = `MG${'a'.repeat(32)}`;
   await useTwilio(s, token, api.url, service);
-  const ok = await deliverOnce({ db: s.db, config: s.config }, { ...sms(s), attempt: 1 });
+  const ok = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 });
   assert.equal(ok.status, 'SENT');
   assert.deepEqual(Object.fromEntries(new URLSearchParams(api.seen[0]!.body)), { To: '+15551234567', MessagingServiceSid: service, Body: 'Your code is 42' });
 });
@@ -218,8 +218,8 @@ test('twilio: an unreachable API is transient; a Messaging Service id is sent as
 test('the SENDING row is committed before the provider is called', async (t) => {
   const { s, token } = await setup(t);
   let during: { status: string; attempt: number }[] = [];
-  const api = await apiServer(t, () => {
-    during = s.db.select({ status: deliveryAttempts.status, attempt: deliveryAttempts.attempt }).from(deliveryAttempts).all();
+  const api = await apiServer(t, async () => {
+    during = await s.db.select({ status: deliveryAttempts.status, attempt: deliveryAttempts.attempt }).from(deliveryAttempts);
     return { status: 201, body: { sid: 'SM0004' } };
   });
   await useTwilio(s, token, api.url);
@@ -227,8 +227,10 @@ test('the SENDING row is committed before the provider is called', async (t) => 
   const outcome = await deliverOnce(
     {
       db: s.db,
+      store: s.store,
       config: s.config,
-      beforeNetwork: () => order.push(`beforeNetwork:${rows(s).length}`),
+      // A synchronous hook: the committed rows are counted on the reading connection directly.
+      beforeNetwork: () => order.push(`beforeNetwork:${(s.db.$client.prepare('SELECT count(*) AS n FROM delivery_attempts').get() as { n: number }).n}`),
       onRecorded: (_id, status) => order.push(`recorded:${status}`),
     },
     { ...sms(s), attempt: 1 },
@@ -236,8 +238,9 @@ test('the SENDING row is committed before the provider is called', async (t) => 
   assert.equal(outcome.status, 'SENT');
   assert.deepEqual(during, [{ status: 'SENDING', attempt: 1 }]);
   assert.deepEqual(order, ['beforeNetwork:1', 'recorded:SENDING']);
-  assert.equal(rows(s)[0]!.status, 'SENT');
-  assert.equal(rows(s)[0]!.providerMessageId, 'SM0004');
+  const [sent] = await rows(s);
+  assert.equal(sent!.status, 'SENT');
+  assert.equal(sent!.providerMessageId, 'SM0004');
 });
 
 test('whatsapp: text and template messages with a Bearer token; messages[0].id is the provider id', async (t) => {
@@ -249,10 +252,10 @@ test('whatsapp: text and template messages with a Bearer token; messages[0].id i
   await useWhatsApp(s, token, api.url);
   const base = { workspaceId: s.workspaceId, channel: 'WHATSAPP' as const, to: '+15551234567', attempt: 1 };
 
-  const text = await deliverOnce({ db: s.db, config: s.config }, { ...base, rendered: { text: 'Hello Ada' } });
+  const text = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...base, rendered: { text: 'Hello Ada' } });
   assert.deepEqual(text, { attemptId: text.attemptId, status: 'SENT', transient: false });
   const tpl = await deliverOnce(
-    { db: s.db, config: s.config },
+    { db: s.db, store: s.store, config: s.config },
     { ...base, rendered: { templateName: 'order_update', language: 'en_US', parameters: ['Ada', 'A-17'] } },
   );
   assert.equal(tpl.status, 'SENT');
@@ -288,10 +291,10 @@ test('whatsapp: text and template messages with a Bearer token; messages[0].id i
     },
   });
   assert.deepEqual(
-    rows(s).map((r) => r.providerMessageId),
+    (await rows(s)).map((r) => r.providerMessageId),
     ['wamid.1', 'wamid.2'],
   );
-  assert.ok(!JSON.stringify(rows(s)).includes(WA_TOKEN));
+  assert.ok(!JSON.stringify(await rows(s)).includes(WA_TOKEN));
 });
 
 test('whatsapp: 503 twice then success; a 400 is permanent with the Graph error; rate-limit codes are transient', async (t) => {
@@ -303,10 +306,10 @@ test('whatsapp: 503 twice then success; a 400 is permanent with the Graph error;
   );
   await useWhatsApp(s, token, flaky.url);
   const input = { workspaceId: s.workspaceId, channel: 'WHATSAPP' as const, to: '+15551234567', rendered: { text: 'hi' }, runId: 5, stepIndex: 1 };
-  const outcome = await deliverWithRetries({ db: s.db, config: s.config }, input);
+  const outcome = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, input);
   assert.equal(outcome.status, 'SENT');
   assert.deepEqual(
-    findAttemptsForStep(s.db, 5, 1).map((a) => [a.attempt, a.status, a.providerMessageId ?? a.error]),
+    (await findAttemptsForStep(s.db, 5, 1)).map((a) => [a.attempt, a.status, a.providerMessageId ?? a.error]),
     [
       [1, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
       [2, 'FAILED', 'whatsapp: HTTP 503: Service temporarily unavailable (code 2)'],
@@ -319,13 +322,13 @@ test('whatsapp: 503 twice then success; a 400 is permanent with the Graph error;
     body: { error: { message: '(#100) Invalid parameter', type: 'OAuthException', code: 100, fbtrace_id: 'X' } },
   }));
   await useWhatsApp(s, token, bad.url);
-  const refused = await deliverWithRetries({ db: s.db, config: s.config }, { ...input, runId: 6 });
+  const refused = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, { ...input, runId: 6 });
   assert.deepEqual([refused.status, refused.transient, refused.error], ['FAILED', false, 'whatsapp: HTTP 400: (#100) Invalid parameter (code 100)']);
   assert.equal(bad.seen.length, 1);
 
   const throttled = await apiServer(t, () => ({ status: 400, body: { error: { message: 'Rate limit hit', code: 131056 } } }));
   await useWhatsApp(s, token, throttled.url);
-  assert.equal((await deliverOnce({ db: s.db, config: s.config }, { ...input, attempt: 1 })).transient, true);
+  assert.equal((await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...input, attempt: 1 })).transient, true);
 });
 
 test('without an allowing policy a provider aimed at 127.0.0.1 fails permanently and nothing is sent', async (t) => {
@@ -335,12 +338,12 @@ test('without an allowing policy a provider aimed at 127.0.0.1 fails permanently
   const token = await s.login(s.owner.email, s.owner.password);
   const api = await apiServer(t, () => ({ status: 201, body: { sid: 'SM-never' } }));
   await useTwilio(s, token, api.url);
-  const outcome = await deliverWithRetries({ db: s.db, config: s.config }, { ...sms(s), runId: 9, stepIndex: 0 });
+  const outcome = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, { ...sms(s), runId: 9, stepIndex: 0 });
   assert.deepEqual([outcome.status, outcome.transient], ['FAILED', false]);
   assert.match(outcome.error ?? '', /^twilio: destination refused by the outbound policy: 127\.0\.0\.1 is a private, loopback or reserved address$/);
   assert.equal(api.seen.length, 0);
   assert.deepEqual(
-    findAttemptsForStep(s.db, 9, 0).map((a) => [a.attempt, a.status]),
+    (await findAttemptsForStep(s.db, 9, 0)).map((a) => [a.attempt, a.status]),
     [[1, 'FAILED']],
     'a refusal is not retried',
   );
@@ -350,12 +353,12 @@ test('outbox: SENT at once with the rendered content, no network', async (t) => 
   const { s } = await setup(t);
   const recorded: string[] = [];
   const outcome = await deliverOnce(
-    { db: s.db, config: s.config, beforeNetwork: () => recorded.push('network'), onRecorded: (_id, status) => recorded.push(status) },
+    { db: s.db, store: s.store, config: s.config, beforeNetwork: () => recorded.push('network'), onRecorded: (_id, status) => recorded.push(status) },
     { ...sms(s), attempt: 1, runId: 3, stepIndex: 0 },
   );
   assert.deepEqual(outcome, { attemptId: outcome.attemptId, status: 'SENT', transient: false });
   assert.deepEqual(recorded, ['SENT']);
-  const [row] = findAttemptsForStep(s.db, 3, 0);
+  const [row] = await findAttemptsForStep(s.db, 3, 0);
   assert.equal(row!.provider, 'outbox');
   assert.deepEqual(row!.rendered, { text: 'Your code is 42' });
   assert.match(row!.providerMessageId ?? '', /^outbox-/);
@@ -366,10 +369,10 @@ test('unreadable stored credentials fail the message permanently, with a row tha
   const { s, token } = await setup(t);
   await useTwilio(s, token, 'http://127.0.0.1:1');
   const rotated = { ...s.config, secrets: { ...s.config.secrets, encryptionKey: 'another-key-entirely-0123456789abcdef' } };
-  const outcome = await deliverOnce({ db: s.db, config: rotated }, { ...sms(s), attempt: 1 });
+  const outcome = await deliverOnce({ db: s.db, store: s.store, config: rotated }, { ...sms(s), attempt: 1 });
   assert.deepEqual([outcome.status, outcome.transient], ['FAILED', false]);
   assert.match(outcome.error ?? '', /cannot be decrypted/);
-  assert.equal(rows(s)[0]!.provider, 'twilio');
+  assert.equal((await rows(s))[0]!.provider, 'twilio');
 });
 
 test('retryDelayMs doubles from the base with ±20% jitter and stays under an hour', () => {

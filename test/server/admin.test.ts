@@ -12,7 +12,7 @@ import { assertProblem, build, type TestServer } from '../helpers.js';
 const ENDPOINTS = ['/admin/workspaces', '/admin/workspaces/1', '/admin/users', '/admin/stats'];
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
 function assertNoSecrets(text: string): void {
@@ -20,26 +20,31 @@ function assertNoSecrets(text: string): void {
 }
 
 /** Runs and delivery attempts written straight to the database, with known statuses. */
-function seedEngineRows(s: TestServer, workspaceId: number): void {
-  const wf = s.db.insert(workflows).values({ workspaceId, name: 'seeded' }).returning().get();
-  const past = new Date(Date.now() - 60_000).toISOString();
-  const future = new Date(Date.now() + 3_600_000).toISOString();
-  const run = (status: (typeof workflowRuns.$inferInsert)['status'], runAt = past) =>
-    s.db.insert(workflowRuns).values({ workspaceId, workflowId: wf.id, status, definition: [], trigger: {}, runAt }).run();
-  run('QUEUED');
-  run('QUEUED');
-  run('RUNNING');
-  run('WAITING'); // due
-  run('WAITING', future); // not yet due
-  run('WAITING', future);
-  run('COMPLETED');
-  run('FAILED');
-  const delivery = (status: (typeof deliveryAttempts.$inferInsert)['status']) =>
-    s.db.insert(deliveryAttempts).values({ workspaceId, channel: 'EMAIL', provider: 'outbox', to: 'x@example.test', status, rendered: {} }).run();
-  delivery('SENT');
-  delivery('SENT');
-  delivery('FAILED');
-  delivery('QUEUED');
+async function seedEngineRows(s: TestServer, workspaceId: number): Promise<void> {
+  await s.store.transaction(async (tx) => {
+    const [wf] = await tx.insert(workflows).values({ workspaceId, name: 'seeded' }).returning();
+    assert.ok(wf);
+    const past = new Date(Date.now() - 60_000).toISOString();
+    const future = new Date(Date.now() + 3_600_000).toISOString();
+    const run = async (status: (typeof workflowRuns.$inferInsert)['status'], runAt = past) => {
+      await tx.insert(workflowRuns).values({ workspaceId, workflowId: wf.id, status, definition: [], trigger: {}, runAt });
+    };
+    await run('QUEUED');
+    await run('QUEUED');
+    await run('RUNNING');
+    await run('WAITING'); // due
+    await run('WAITING', future); // not yet due
+    await run('WAITING', future);
+    await run('COMPLETED');
+    await run('FAILED');
+    const delivery = async (status: (typeof deliveryAttempts.$inferInsert)['status']) => {
+      await tx.insert(deliveryAttempts).values({ workspaceId, channel: 'EMAIL', provider: 'outbox', to: 'x@example.test', status, rendered: {} });
+    };
+    await delivery('SENT');
+    await delivery('SENT');
+    await delivery('FAILED');
+    await delivery('QUEUED');
+  });
 }
 
 test('the init owner (a super-admin) sees every workspace, user and the stats, with correct counts', async (t) => {
@@ -52,7 +57,7 @@ test('the init owner (a super-admin) sees every workspace, user and the stats, w
     assert.equal((await s.request('POST', '/contacts', { token, body: { email } })).status, 201);
   }
   assert.equal((await s.request('POST', '/contacts', { token: other.token, body: { email: 'z@example.test' } })).status, 201);
-  seedEngineRows(s, other.workspaceId);
+  await seedEngineRows(s, other.workspaceId);
 
   // Workspaces
   const list = await s.request('GET', '/admin/workspaces', { token });
@@ -155,10 +160,10 @@ test('everyone but a super-admin user gets 403: a plain OWNER, other workspaces,
     owner2.token,
     other.token,
     (await s.userWithRole('ADMIN')).token,
-    s.mintKey('ADMIN'),
-    s.mintKey('MEMBER'),
-    s.mintKey('VIEWER'),
-    s.mintKey('ADMIN', other.workspaceId),
+    await s.mintKey('ADMIN'),
+    await s.mintKey('MEMBER'),
+    await s.mintKey('VIEWER'),
+    await s.mintKey('ADMIN', other.workspaceId),
   ];
   for (const path of ENDPOINTS) {
     assertProblem(await s.request('GET', path), 401);
@@ -168,9 +173,9 @@ test('everyone but a super-admin user gets 403: a plain OWNER, other workspaces,
   assertProblem(await s.request('GET', '/admin/workspaces/999999', { token: owner2.token }), 403, 'forbidden');
 
   // Granting the flag opens the endpoints for that user; revoking closes them again.
-  setSuperAdmin(systemCtx(s), owner2.email, true);
+  await setSuperAdmin(systemCtx(s), owner2.email, true);
   const token = await s.login(owner2.email, owner2.password);
   assert.equal((await s.request('GET', '/admin/stats', { token })).status, 200);
-  setSuperAdmin(systemCtx(s), owner2.email, false);
+  await setSuperAdmin(systemCtx(s), owner2.email, false);
   assertProblem(await s.request('GET', '/admin/stats', { token }), 403, 'forbidden');
 });

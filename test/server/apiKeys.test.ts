@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Plan, Role } from '../../src/core/db/schema.js';
+import { asc, count, eq, inArray } from 'drizzle-orm';
+import { apiKeys, auditLogs, type Plan, type Role } from '../../src/core/db/schema.js';
 import { setWorkspacePlan, createWorkspace } from '../../src/core/services/workspaces.js';
 import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
@@ -17,7 +18,7 @@ const MINTABLE: Exclude<Role, 'OWNER'>[] = ['VIEWER', 'MEMBER', 'ADMIN'];
 // helpers
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
 function ownerToken(s: TestServer): Promise<string> {
@@ -43,8 +44,13 @@ function listKeys(s: TestServer, token: string, query = ''): Promise<HttpResult>
   return s.request('GET', `/api-keys${query}`, { token });
 }
 
-function setPlan(s: TestServer, plan: Plan, workspaceId = s.workspaceId): void {
-  setWorkspacePlan(systemCtx(s), workspaceId, plan);
+async function setPlan(s: TestServer, plan: Plan, workspaceId = s.workspaceId): Promise<void> {
+  await setWorkspacePlan(systemCtx(s), workspaceId, plan);
+}
+
+async function keyCount(s: TestServer): Promise<number> {
+  const [row] = await s.db.select({ n: count() }).from(apiKeys);
+  return row?.n ?? 0;
 }
 
 function assertUnauthorized(res: HttpResult, code?: string): void {
@@ -63,18 +69,6 @@ function allStoredText(s: TestServer): string[] {
     }
   }
   return cells;
-}
-
-/**
- * Moves the api_keys id sequence to a value no other test in this process uses.
- * touchApiKey() remembers, per process and by bare key id, when it last wrote lastUsedAt,
- * so key ids repeated across the per-test databases of this process would mask the write.
- */
-function uniqueKeyIds(s: TestServer): void {
-  const start = 1_000_000 + Math.floor(Math.random() * 1_000_000_000);
-  const client = s.db.$client;
-  const updated = client.prepare("UPDATE sqlite_sequence SET seq = ? WHERE name = 'api_keys'").run(start);
-  if (updated.changes === 0) client.prepare("INSERT INTO sqlite_sequence (name, seq) VALUES ('api_keys', ?)").run(start);
 }
 
 /** A syntactically valid key with a correct checksum that this server never minted. */
@@ -135,7 +129,7 @@ test('the raw key is never returned again and is stored only as a hash', async (
   assert.ok(!list.text.includes(secretPart), 'GET /api-keys returns the secret part of the key');
 
   // The api_keys row holds no column equal to the key ...
-  const rows = s.db.$client.prepare('SELECT * FROM api_keys').all() as Record<string, unknown>[];
+  const rows = await s.db.select().from(apiKeys);
   assert.equal(rows.length, 1);
   for (const [column, value] of Object.entries(rows[0]!)) {
     assert.notEqual(value, minted.key, `api_keys.${column} holds the raw key`);
@@ -165,12 +159,12 @@ test('OWNER keys cannot be minted: 422 role_not_mintable', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
   for (const plan of ['PRO', 'STARTER'] as const) {
-    setPlan(s, plan);
+    await setPlan(s, plan);
     const res = await mint(s, token, { name: 'root', role: 'OWNER' });
     assertProblem(res, 422, 'role_not_mintable');
     assert.equal(res.body.key, undefined);
   }
-  assert.equal((s.db.$client.prepare('SELECT count(*) AS n FROM api_keys').get() as { n: number }).n, 0, 'nothing was stored');
+  assert.equal(await keyCount(s), 0, 'nothing was stored');
 });
 
 test('on STARTER only VIEWER keys can be minted; MEMBER and ADMIN need an upgrade (403 plan_upgrade_required)', async (t) => {
@@ -214,14 +208,14 @@ test('after a downgrade to STARTER, MEMBER and ADMIN keys stop authenticating un
   };
 
   await expectAll('on GROWTH', { VIEWER: 200, MEMBER: 200, ADMIN: 200 });
-  setPlan(s, 'STARTER');
+  await setPlan(s, 'STARTER');
   await expectAll('after the downgrade', { VIEWER: 200, MEMBER: 401, ADMIN: 401 });
   // Still listed (not deleted), just not usable.
   assert.equal((await listKeys(s, token)).body.data.length, 3);
-  setPlan(s, 'GROWTH');
+  await setPlan(s, 'GROWTH');
   await expectAll('after the upgrade back to GROWTH', { VIEWER: 200, MEMBER: 200, ADMIN: 200 });
-  setPlan(s, 'STARTER');
-  setPlan(s, 'PRO');
+  await setPlan(s, 'STARTER');
+  await setPlan(s, 'PRO');
   await expectAll('after an upgrade to PRO', { VIEWER: 200, MEMBER: 200, ADMIN: 200 });
 });
 
@@ -230,13 +224,13 @@ test('after a downgrade to STARTER, MEMBER and ADMIN keys stop authenticating un
 
 test('VIEWER and MEMBER callers get 403 forbidden on GET, POST and DELETE /api-keys', async (t) => {
   const s = await build(t);
-  const target = s.mintKey('VIEWER');
-  const targetId = (s.db.$client.prepare('SELECT id FROM api_keys').get() as { id: number }).id;
+  const target = await s.mintKey('VIEWER');
+  const targetId = (await s.db.select({ id: apiKeys.id }).from(apiKeys))[0]!.id;
   const viewerUser = await s.userWithRole('VIEWER');
   const memberUser = await s.userWithRole('MEMBER');
   const callers = [
-    { name: 'VIEWER key', token: s.mintKey('VIEWER') },
-    { name: 'MEMBER key', token: s.mintKey('MEMBER') },
+    { name: 'VIEWER key', token: await s.mintKey('VIEWER') },
+    { name: 'MEMBER key', token: await s.mintKey('MEMBER') },
     { name: 'VIEWER user', token: viewerUser.token },
     { name: 'MEMBER user', token: memberUser.token },
   ];
@@ -245,7 +239,7 @@ test('VIEWER and MEMBER callers get 403 forbidden on GET, POST and DELETE /api-k
     { method: 'POST', path: '/api-keys', body: { name: 'sneaky', role: 'VIEWER' } },
     { method: 'DELETE', path: `/api-keys/${targetId}` },
   ];
-  const keysBefore = (s.db.$client.prepare('SELECT count(*) AS n FROM api_keys').get() as { n: number }).n;
+  const keysBefore = await keyCount(s);
   for (const caller of callers) {
     for (const op of operations) {
       const res = await s.request(op.method, op.path, { token: caller.token, ...(op.body ? { body: op.body } : {}) });
@@ -253,7 +247,7 @@ test('VIEWER and MEMBER callers get 403 forbidden on GET, POST and DELETE /api-k
       assertProblem(res, 403, 'forbidden');
     }
   }
-  assert.equal((s.db.$client.prepare('SELECT count(*) AS n FROM api_keys').get() as { n: number }).n, keysBefore, 'no key was minted');
+  assert.equal(await keyCount(s), keysBefore, 'no key was minted');
   assert.equal((await useKey(s, target)).status, 200, 'the target key was not revoked');
 });
 
@@ -262,7 +256,7 @@ test('ADMIN callers manage keys and can mint up to ADMIN, but never OWNER', asyn
   const adminUser = await s.userWithRole('ADMIN');
   const callers = [
     { name: 'ADMIN user', token: adminUser.token },
-    { name: 'ADMIN key', token: s.mintKey('ADMIN') },
+    { name: 'ADMIN key', token: await s.mintKey('ADMIN') },
   ];
   for (const caller of callers) {
     const listed = await listKeys(s, caller.token);
@@ -285,7 +279,7 @@ test('ADMIN callers manage keys and can mint up to ADMIN, but never OWNER', asyn
 
 test('malformed and unknown API keys are 401', async (t) => {
   const s = await build(t);
-  const real = s.mintKey('VIEWER');
+  const real = await s.mintKey('VIEWER');
   assert.match(real, KEY_RE);
   const last = real.length - 1;
   const cases: { name: string; key: string }[] = [
@@ -339,10 +333,10 @@ test('DELETE /api-keys/:id answers 204 and the key is refused at once with 401 a
 test("DELETE of another workspace's key id is 404 and that key keeps working", async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
-  const other = createWorkspace(systemCtx(s), { name: 'Other', plan: 'PRO' });
+  const other = await createWorkspace(systemCtx(s), { name: 'Other', plan: 'PRO' });
   const mine = await mintOk(s, token, 'VIEWER', 'mine');
-  const theirs = s.mintKey('ADMIN', other.id);
-  const theirsId = (s.db.$client.prepare('SELECT id FROM api_keys WHERE workspace_id = ?').get(other.id) as { id: number }).id;
+  const theirs = await s.mintKey('ADMIN', other.id);
+  const theirsId = (await s.db.select({ id: apiKeys.id }).from(apiKeys).where(eq(apiKeys.workspaceId, other.id)))[0]!.id;
 
   const res = await s.request('DELETE', `/api-keys/${theirsId}`, { token });
   assertProblem(res, 404);
@@ -352,7 +346,7 @@ test("DELETE of another workspace's key id is 404 and that key keeps working", a
   assert.equal(res.body.code, unknown.body.code);
 
   assert.equal((await useKey(s, theirs)).status, 200, "the other workspace's key still works");
-  assert.equal((s.db.$client.prepare('SELECT revoked_at FROM api_keys WHERE id = ?').get(theirsId) as { revoked_at: string | null }).revoked_at, null);
+  assert.equal((await s.db.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, theirsId)))[0]?.revokedAt, null);
 
   // Lists are per workspace too.
   const myList = await listKeys(s, token);
@@ -372,7 +366,7 @@ test("DELETE of another workspace's key id is 404 and that key keeps working", a
 
 test('DELETE /api-keys/:id with an id that is not a positive integer is 404', async (t) => {
   const s = await build(t);
-  const admin = s.mintKey('ADMIN');
+  const admin = await s.mintKey('ADMIN');
   for (const id of ['abc', '0', '-1', '1.5', '99999999999999999999', '%20', 'null', 'true', '1;2', '987654']) {
     const res = await s.request('DELETE', `/api-keys/${id}`, { token: admin });
     assert.equal(res.status, 404, `id ${JSON.stringify(id)}: ${res.status} ${res.text}`);
@@ -383,9 +377,9 @@ test('DELETE /api-keys/:id with an id that is not a positive integer is 404', as
 
 test('DELETE /api-keys/:id does not accept other spellings of an id (hex, exponent, sign, padding)', async (t) => {
   const s = await build(t);
-  const admin = s.mintKey('ADMIN');
-  const victim = s.mintKey('VIEWER');
-  const id = (s.db.$client.prepare("SELECT id FROM api_keys WHERE role = 'VIEWER'").get() as { id: number }).id;
+  const admin = await s.mintKey('ADMIN');
+  const victim = await s.mintKey('VIEWER');
+  const id = (await s.db.select({ id: apiKeys.id }).from(apiKeys).where(eq(apiKeys.role, 'VIEWER')))[0]!.id;
   const spellings = [`0x${id.toString(16)}`, `0b${id.toString(2)}`, `${id}e0`, `${id}.0`, `+${id}`, `%20${id}`, `${id}%20`];
   const accepted: string[] = [];
   for (const spelling of spellings) {
@@ -399,7 +393,6 @@ test('DELETE /api-keys/:id does not accept other spellings of an id (hex, expone
 test('lastUsedAt is set once the key has been used', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
-  uniqueKeyIds(s);
   const minted = await mintOk(s, token, 'VIEWER', 'used');
   const unused = await mintOk(s, token, 'VIEWER', 'unused');
   const lastUsed = async (id: number) =>
@@ -420,7 +413,7 @@ test('lastUsedAt is set once the key has been used', async (t) => {
 
 test('invalid mint bodies are refused (422, or 400/415 for bodies that are not JSON)', async (t) => {
   const s = await build(t);
-  const admin = s.mintKey('ADMIN');
+  const admin = await s.mintKey('ADMIN');
   const cases: { name: string; status: number; code: string; body?: unknown; raw?: string; contentType?: string; path?: string }[] = [
     { name: 'missing name', body: { role: 'VIEWER' }, status: 422, code: 'validation_failed', path: '/name' },
     { name: 'missing role', body: { name: 'k' }, status: 422, code: 'validation_failed', path: '/role' },
@@ -462,7 +455,7 @@ test('invalid mint bodies are refused (422, or 400/415 for bodies that are not J
   const longest = await mint(s, admin, { name: 'n'.repeat(100), role: 'VIEWER' });
   assert.equal(longest.status, 201, longest.text);
   // Only the ADMIN key that did the calling exists besides it: nothing invalid was stored.
-  assert.equal((s.db.$client.prepare('SELECT count(*) AS n FROM api_keys').get() as { n: number }).n, 2);
+  assert.equal(await keyCount(s), 2);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -475,30 +468,26 @@ test('minting and revoking are audited, and the audit trail never holds the raw 
   const del = await s.request('DELETE', `/api-keys/${minted.id}`, { token });
   assert.equal(del.status, 204);
 
-  type AuditRow = {
-    workspace_id: number;
-    action: string;
-    actor_type: string;
-    actor_id: number | null;
-    target_type: string;
-    target_id: string;
-    metadata: string;
-  };
-  const rows = s.db.$client.prepare("SELECT * FROM audit_logs WHERE action IN ('api_key.created', 'api_key.revoked') ORDER BY id").all() as AuditRow[];
+  const rows = await s.db
+    .select()
+    .from(auditLogs)
+    .where(inArray(auditLogs.action, ['api_key.created', 'api_key.revoked']))
+    .orderBy(asc(auditLogs.id));
   assert.deepEqual(
     rows.map((r) => r.action),
     ['api_key.created', 'api_key.revoked'],
   );
   for (const r of rows) {
-    assert.equal(r.workspace_id, s.workspaceId, r.action);
-    assert.equal(r.actor_type, 'USER', r.action);
-    assert.equal(r.actor_id, s.owner.id, r.action);
-    assert.equal(r.target_type, 'api_key', r.action);
-    assert.equal(r.target_id, String(minted.id), r.action);
-    assert.ok(!r.metadata.includes(minted.key), `${r.action} metadata holds the raw key: ${r.metadata}`);
-    assert.ok(!r.metadata.includes(minted.key.slice(minted.prefix.length)), `${r.action} metadata holds the secret part: ${r.metadata}`);
+    const metadata = JSON.stringify(r.metadata);
+    assert.equal(r.workspaceId, s.workspaceId, r.action);
+    assert.equal(r.actorType, 'USER', r.action);
+    assert.equal(r.actorId, s.owner.id, r.action);
+    assert.equal(r.targetType, 'api_key', r.action);
+    assert.equal(r.targetId, String(minted.id), r.action);
+    assert.ok(!metadata.includes(minted.key), `${r.action} metadata holds the raw key: ${metadata}`);
+    assert.ok(!metadata.includes(minted.key.slice(minted.prefix.length)), `${r.action} metadata holds the secret part: ${metadata}`);
   }
   // Nothing else in the trail holds the key either.
-  const everything = s.db.$client.prepare('SELECT * FROM audit_logs').all();
+  const everything = await s.db.select().from(auditLogs);
   assert.ok(!JSON.stringify(everything).includes(minted.key));
 });

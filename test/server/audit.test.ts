@@ -9,7 +9,7 @@ import { setWorkspacePlan } from '../../src/core/services/workspaces.js';
 import { assertProblem, build, type TestServer } from '../helpers.js';
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
 async function feed(s: TestServer, token: string, query = ''): Promise<any[]> {
@@ -28,7 +28,7 @@ test('the feed shows earlier actions, newest first, with the right actors', asyn
   assert.equal(minted.status, 201, minted.text);
   const revoked = await s.request('DELETE', `/api-keys/${minted.body.id}`, { token });
   assert.equal(revoked.status, 204);
-  const memberKey = s.mintKey('MEMBER');
+  const memberKey = await s.mintKey('MEMBER');
   const byKey = await s.request('POST', '/contacts', { token: memberKey, body: { email: 'bob@example.test' } });
   assert.equal(byKey.status, 201, byKey.text);
 
@@ -83,7 +83,7 @@ test('filters: action (exact and prefix), actorType, since/until', async (t) => 
   const c = await s.request('POST', '/contacts', { token, body: { email: 'a@example.test' } });
   assert.equal(c.status, 201);
   assert.equal((await s.request('PATCH', `/contacts/${c.body.id}`, { token, body: { firstName: 'Ann' } })).status, 200);
-  const key = s.mintKey('MEMBER');
+  const key = await s.mintKey('MEMBER');
   assert.equal((await s.request('POST', '/contacts', { token: key, body: { email: 'b@example.test' } })).status, 201);
 
   const exact = await feed(s, token, '?action=contact.created');
@@ -198,11 +198,11 @@ test('access: ADMIN and OWNER (users or keys) read; VIEWER and MEMBER get 403; n
   for (const role of ['VIEWER', 'MEMBER'] as const) {
     const u = await s.userWithRole(role);
     assertProblem(await s.request('GET', '/audit-logs', { token: u.token }), 403, 'forbidden');
-    assertProblem(await s.request('GET', '/audit-logs', { token: s.mintKey(role) }), 403, 'forbidden');
+    assertProblem(await s.request('GET', '/audit-logs', { token: await s.mintKey(role) }), 403, 'forbidden');
   }
   const admin = await s.userWithRole('ADMIN');
   assert.equal((await s.request('GET', '/audit-logs', { token: admin.token })).status, 200);
-  assert.equal((await s.request('GET', '/audit-logs', { token: s.mintKey('ADMIN') })).status, 200);
+  assert.equal((await s.request('GET', '/audit-logs', { token: await s.mintKey('ADMIN') })).status, 200);
 });
 
 test('STARTER answers 403 plan_upgrade_required; after an upgrade to GROWTH the feed opens at once', async (t) => {
@@ -215,13 +215,13 @@ test('STARTER answers 403 plan_upgrade_required; after an upgrade to GROWTH the 
   const viewer = await s.userWithRole('VIEWER');
   assertProblem(await s.request('GET', '/audit-logs', { token: viewer.token }), 403, 'forbidden');
 
-  setWorkspacePlan(systemCtx(s), s.workspaceId, 'GROWTH');
+  await setWorkspacePlan(systemCtx(s), s.workspaceId, 'GROWTH');
   const res = await s.request('GET', '/audit-logs?action=workspace.plan_changed', { token });
   assert.equal(res.status, 200, res.text);
   assert.equal(res.body.data.length, 1);
   assert.deepEqual(res.body.data[0].metadata, { from: 'STARTER', to: 'GROWTH' });
   assert.equal(res.body.data[0].actor.type, 'SYSTEM');
 
-  setWorkspacePlan(systemCtx(s), s.workspaceId, 'STARTER');
+  await setWorkspacePlan(systemCtx(s), s.workspaceId, 'STARTER');
   assertProblem(await s.request('GET', '/audit-logs', { token }), 403, 'plan_upgrade_required');
 });

@@ -5,10 +5,10 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { and, eq } from 'drizzle-orm';
+import { and, eq, isNotNull } from 'drizzle-orm';
 import { SignJWT } from 'jose';
 import { randomBytes } from 'node:crypto';
-import { memberships, sessions } from '../../src/core/db/schema.js';
+import { memberships, sessions, users } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
 import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
@@ -20,7 +20,7 @@ const JWT_RE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 // helpers
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
 /** The Set-Cookie header for the refresh cookie, or undefined. */
@@ -87,20 +87,19 @@ interface JwtOptions {
 }
 
 /** A live session (refresh family) of the owner, as a login would store it; returns its id. */
-function ownerSession(s: TestServer): string {
+async function ownerSession(s: TestServer): Promise<string> {
   const familyId = randomBytes(16).toString('base64url');
   const expiresAt = new Date(Date.now() + 86_400_000).toISOString();
-  s.db
-    .insert(sessions)
-    .values({ familyId, userId: s.owner.id, workspaceId: s.workspaceId, tokenHash: randomBytes(32).toString('hex'), expiresAt })
-    .run();
+  await s.store.transaction(async (tx) => {
+    await tx.insert(sessions).values({ familyId, userId: s.owner.id, workspaceId: s.workspaceId, tokenHash: randomBytes(32).toString('hex'), expiresAt });
+  });
   return familyId;
 }
 
 /** Signs an access token the way the server would (naming a live session), with any field overridden. */
 async function signJwt(s: TestServer, opts: JwtOptions = {}): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
-  const jwt = new SignJWT({ wid: s.workspaceId, role: 'OWNER', sid: ownerSession(s), ...(opts.claims ?? {}) })
+  const jwt = new SignJWT({ wid: s.workspaceId, role: 'OWNER', sid: await ownerSession(s), ...(opts.claims ?? {}) })
     .setProtectedHeader({ alg: opts.alg ?? 'HS256', typ: 'JWT' })
     .setSubject(String(s.owner.id))
     .setIssuer(opts.issuer ?? 'svc')
@@ -332,7 +331,10 @@ test('reusing a rotated refresh token after the grace revokes the whole session 
   assert.equal(rotated.status, 200, rotated.text);
   const newest = refreshCookieValue(rotated);
   // Past the 10 s grace that lets another tab of the same browser refresh at the same moment.
-  s.db.$client.prepare("UPDATE sessions SET rotated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-11 seconds') WHERE rotated_at IS NOT NULL").run();
+  const elevenSecondsAgo = new Date(Date.now() - 11_000).toISOString();
+  await s.store.transaction(async (tx) => {
+    await tx.update(sessions).set({ rotatedAt: elevenSecondsAgo }).where(isNotNull(sessions.rotatedAt));
+  });
 
   // Someone replays the old token: refused ...
   const replay = await refreshWith(s, first);
@@ -441,10 +443,9 @@ test('a user removed from the workspace is refused at once, and cannot refresh',
   const token = login.body.token as string;
   assert.equal((await whoCanRead(s, token)).status, 200);
 
-  s.db
-    .delete(memberships)
-    .where(and(eq(memberships.userId, s.owner.id), eq(memberships.workspaceId, s.workspaceId)))
-    .run();
+  await s.store.transaction(async (tx) => {
+    await tx.delete(memberships).where(and(eq(memberships.userId, s.owner.id), eq(memberships.workspaceId, s.workspaceId)));
+  });
 
   const res = await whoCanRead(s, token);
   assertUnauthorized(res);
@@ -456,8 +457,8 @@ test('a user removed from the workspace is refused at once, and cannot refresh',
 test('a user in several workspaces chooses one at login and cannot choose one they are not in', async (t) => {
   const s = await build(t);
   const ctx = systemCtx(s);
-  const second = createWorkspace(ctx, { name: 'Beta', plan: 'STARTER' });
-  const stranger = createWorkspace(ctx, { name: 'Gamma', plan: 'PRO' });
+  const second = await createWorkspace(ctx, { name: 'Beta', plan: 'STARTER' });
+  const stranger = await createWorkspace(ctx, { name: 'Gamma', plan: 'PRO' });
   // No password: adds a membership for the existing owner without re-hashing.
   await createUser(ctx, { email: s.owner.email, workspaceId: second.id, role: 'VIEWER' });
 
@@ -585,10 +586,8 @@ test('no response body ever contains a password, a password hash, a refresh toke
   const statuses = new Set(responses.map((r) => r.status));
   for (const st of [200, 204, 400, 401, 415, 422, 429]) assert.ok(statuses.has(st), `the scenario should produce a ${st}`);
 
-  const sessionHashes = (s.db.$client.prepare('SELECT token_hash FROM sessions').all() as { token_hash: string }[]).map((r) => r.token_hash);
-  const passwordHashes = (s.db.$client.prepare('SELECT password_hash FROM users WHERE password_hash IS NOT NULL').all() as { password_hash: string }[]).map(
-    (r) => r.password_hash,
-  );
+  const sessionHashes = (await s.db.select({ tokenHash: sessions.tokenHash }).from(sessions)).map((r) => r.tokenHash);
+  const passwordHashes = (await s.db.select({ passwordHash: users.passwordHash }).from(users).where(isNotNull(users.passwordHash))).map((r) => r.passwordHash!);
   assert.ok(sessionHashes.length >= 2 && passwordHashes.length >= 1);
   const secrets = [
     ['the owner password', s.owner.password],

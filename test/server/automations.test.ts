@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { asc } from 'drizzle-orm';
+import { auditLogs, automations } from '../../src/core/db/schema.js';
 import { assertProblem, build, waitForRun } from '../helpers.js';
 
 const trigger = { id: 't', type: 'trigger', data: { source: 'MANUAL' } };
@@ -43,7 +45,7 @@ test('automations: create, read, list, update, delete', async (t) => {
   assert.equal(patched.body.status, 'ACTIVE');
   assert.equal((await s.request('DELETE', `/automations/${created.body.id}`, { token })).status, 204);
   assertProblem(await s.request('GET', `/automations/${created.body.id}`, { token }), 404, 'automation_not_found');
-  const audit = s.db.$client.prepare("SELECT action FROM audit_logs WHERE action LIKE 'automation.%' ORDER BY id").all() as { action: string }[];
+  const audit = (await s.db.select({ action: auditLogs.action }).from(auditLogs).orderBy(asc(auditLogs.id))).filter((a) => a.action.startsWith('automation.'));
   assert.deepEqual(
     audit.map((a) => a.action),
     ['automation.created', 'automation.updated', 'automation.activated', 'automation.deleted'],
@@ -104,7 +106,7 @@ test('graph validation failures, one by one, name the offending node or edge', a
   ]) {
     assertProblem(await s.request('POST', '/automations', { token, body }), 422);
   }
-  assert.equal((s.db.$client.prepare('SELECT COUNT(*) AS n FROM automations').get() as { n: number }).n, 0);
+  assert.equal((await s.db.select().from(automations)).length, 0);
 });
 
 test('a manual run follows the condition branch it evaluates', async (t) => {

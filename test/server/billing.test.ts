@@ -18,20 +18,25 @@ const WEBHOOK_SECRET = 'whsec_test_secret_0123456789';
 const SECRET_KEY = 'sk_test_abc123';
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
-function planOf(s: TestServer): string {
-  return getWorkspace({ db: s.db }, s.workspaceId).plan;
+async function planOf(s: TestServer): Promise<string> {
+  return (await getWorkspace({ db: s.db }, s.workspaceId)).plan;
 }
 
-function actions(s: TestServer): string[] {
-  return s.db
-    .select()
-    .from(auditLogs)
-    .where(eq(auditLogs.workspaceId, s.workspaceId))
-    .all()
-    .map((r) => r.action);
+async function actions(s: TestServer): Promise<string[]> {
+  return (await s.db.select().from(auditLogs).where(eq(auditLogs.workspaceId, s.workspaceId))).map((r) => r.action);
+}
+
+async function checkoutRow(s: TestServer, checkoutId: number) {
+  return (await s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)))[0]!;
+}
+
+async function setCheckout(s: TestServer, checkoutId: number, set: Partial<typeof checkouts.$inferInsert>): Promise<void> {
+  await s.store.transaction(async (tx) => {
+    await tx.update(checkouts).set(set).where(eq(checkouts.id, checkoutId));
+  });
 }
 
 interface StripeCall {
@@ -116,12 +121,12 @@ test('GET /billing/plan: plan, features and usage for every role', async (t) => 
   for (const k of ['contacts', 'workflows', 'templates', 'apiKeys', 'members', 'runsThisMonth']) assert.equal(typeof res.body.usage[k], 'number', k);
   assert.equal(res.body.usage.members, 2);
 
-  s.mintKey('VIEWER');
+  await s.mintKey('VIEWER');
   const again = await s.request('GET', '/billing/plan', { token: viewer.token });
   assert.equal(again.body.usage.apiKeys, 1);
 
   const pro = await build(t, { plan: 'PRO' });
-  const proRes = await pro.request('GET', '/billing/plan', { token: pro.mintKey('VIEWER') });
+  const proRes = await pro.request('GET', '/billing/plan', { token: await pro.mintKey('VIEWER') });
   assert.equal(proRes.status, 200, proRes.text);
   assert.equal(proRes.body.features.auditLog, true);
   assert.deepEqual(proRes.body.features.apiKeyRoles, ['VIEWER', 'MEMBER', 'ADMIN']);
@@ -136,13 +141,13 @@ test('POST /billing/checkout: OWNER only; plan must be GROWTH or PRO and differ 
   const viewer = await s.userWithRole('VIEWER');
   assertProblem(await s.request('POST', '/billing/checkout', { token: admin.token, body: { plan: 'PRO' } }), 403, 'forbidden');
   assertProblem(await s.request('POST', '/billing/checkout', { token: viewer.token, body: { plan: 'PRO' } }), 403, 'forbidden');
-  assertProblem(await s.request('POST', '/billing/checkout', { token: s.mintKey('ADMIN'), body: { plan: 'PRO' } }), 403, 'forbidden');
+  assertProblem(await s.request('POST', '/billing/checkout', { token: await s.mintKey('ADMIN'), body: { plan: 'PRO' } }), 403, 'forbidden');
   assertProblem(await s.request('POST', '/billing/checkout', { token: owner, body: { plan: 'ENTERPRISE' } }), 422, 'validation_failed');
   assertProblem(await s.request('POST', '/billing/checkout', { token: owner, body: { plan: 'STARTER' } }), 422, 'validation_failed');
   assertProblem(await s.request('POST', '/billing/checkout', { token: owner, body: { plan: 'PRO', extra: 1 } }), 422, 'validation_failed');
   assertProblem(await s.request('POST', '/billing/checkout', { token: owner, body: { plan: 'GROWTH' } }), 422, 'plan_unchanged');
-  assert.equal(s.db.select().from(checkouts).all().length, 0);
-  assert.equal(planOf(s), 'GROWTH');
+  assert.equal((await s.db.select().from(checkouts)).length, 0);
+  assert.equal(await planOf(s), 'GROWTH');
 });
 
 test('manual provider: checkout is PENDING until the operator completes it; then ADMIN keys can be minted', async (t) => {
@@ -156,17 +161,17 @@ test('manual provider: checkout is PENDING until the operator completes it; then
   assert.equal(res.body.plan, 'GROWTH');
   assert.equal(res.body.status, 'PENDING');
   assert.equal(res.body.url, null);
-  assert.equal(planOf(s), 'STARTER');
+  assert.equal(await planOf(s), 'STARTER');
 
-  assert.deepEqual(completeManualCheckout(systemCtx(s), res.body.checkoutId), { workspaceId: s.workspaceId, plan: 'GROWTH' });
-  assert.equal(planOf(s), 'GROWTH');
-  assert.throws(() => completeManualCheckout(systemCtx(s), res.body.checkoutId), { code: 'checkout_not_pending' });
+  assert.deepEqual(await completeManualCheckout(systemCtx(s), res.body.checkoutId), { workspaceId: s.workspaceId, plan: 'GROWTH' });
+  assert.equal(await planOf(s), 'GROWTH');
+  await assert.rejects(completeManualCheckout(systemCtx(s), res.body.checkoutId), { code: 'checkout_not_pending' });
 
   const minted = await s.request('POST', '/api-keys', { token: owner, body: { name: 'a', role: 'ADMIN' } });
   assert.equal(minted.status, 201, minted.text);
   const plan = await s.request('GET', '/billing/plan', { token: owner });
   assert.equal(plan.body.plan, 'GROWTH');
-  const logged = actions(s);
+  const logged = await actions(s);
   for (const a of ['billing.checkout_created', 'billing.checkout_completed', 'workspace.plan_changed']) assert.ok(logged.includes(a), `${a} in ${logged}`);
 });
 
@@ -195,7 +200,7 @@ test('stripe provider: creates a Checkout Session; a signed completion changes t
     "back to the console's Billing page",
   );
   assert.match(call.form.get('cancel_url') ?? '', /^https:\/\/svc\.example\.test\/app\/settings\/billing\?checkout=\d+&cancelled=1$/);
-  const row = s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!;
+  const row = await checkoutRow(s, checkoutId);
   assert.equal(row.providerRef, 'cs_test_1');
   assert.equal(row.provider, 'stripe');
 
@@ -204,27 +209,27 @@ test('stripe provider: creates a Checkout Session; a signed completion changes t
   const ignored = await sendWebhook(s, other, signStripePayload(other, WEBHOOK_SECRET));
   assert.equal(ignored.status, 200, ignored.text);
   assert.equal(ignored.body.received, true);
-  assert.equal(planOf(s), 'STARTER');
+  assert.equal(await planOf(s), 'STARTER');
 
   const raw = completedEvent('cs_test_1', checkoutId);
   const ok = await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET));
   assert.equal(ok.status, 200, ok.text);
   assert.deepEqual(ok.body, { received: true });
-  assert.equal(planOf(s), 'PRO');
-  const completedAt = s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.completedAt;
+  assert.equal(await planOf(s), 'PRO');
+  const completedAt = (await checkoutRow(s, checkoutId)).completedAt;
   assert.ok(completedAt);
 
   // Replaying it changes nothing.
-  const auditCount = actions(s).length;
+  const auditCount = (await actions(s)).length;
   const replay = await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET));
   assert.equal(replay.status, 200, replay.text);
-  assert.equal(planOf(s), 'PRO');
-  assert.equal(actions(s).length, auditCount);
-  assert.equal(s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.completedAt, completedAt);
-  assert.equal(actions(s).filter((a) => a === 'billing.checkout_completed').length, 1);
+  assert.equal(await planOf(s), 'PRO');
+  assert.equal((await actions(s)).length, auditCount);
+  assert.equal((await checkoutRow(s, checkoutId)).completedAt, completedAt);
+  assert.equal((await actions(s)).filter((a) => a === 'billing.checkout_completed').length, 1);
 
   // The manual CLI path does not complete Stripe checkouts.
-  assert.throws(() => completeManualCheckout(systemCtx(s), checkoutId), { code: 'checkout_not_manual' });
+  await assert.rejects(completeManualCheckout(systemCtx(s), checkoutId), { code: 'checkout_not_manual' });
 });
 
 test('stripe webhook: metadata.checkoutId finds a checkout only while its session id is not stored yet', async (t) => {
@@ -235,12 +240,12 @@ test('stripe webhook: metadata.checkoutId finds a checkout only while its sessio
   // The checkout's session is cs_test_1: an event for another session does not complete it.
   const other = completedEvent('cs_other', checkoutId);
   assert.equal((await sendWebhook(s, other, signStripePayload(other, WEBHOOK_SECRET))).status, 200);
-  assert.equal(planOf(s), 'STARTER');
+  assert.equal(await planOf(s), 'STARTER');
   // The webhook overtook the answer that carried the session id: metadata (set by svc's own key) finds it.
-  s.db.update(checkouts).set({ providerRef: null }).where(eq(checkouts.id, checkoutId)).run();
+  await setCheckout(s, checkoutId, { providerRef: null });
   const early = completedEvent('cs_test_1', checkoutId, 'evt_2');
   assert.equal((await sendWebhook(s, early, signStripePayload(early, WEBHOOK_SECRET))).status, 200);
-  assert.equal(planOf(s), 'GROWTH');
+  assert.equal(await planOf(s), 'GROWTH');
 });
 
 test('stripe webhook: only a paid session completes (payment_status paid or no_payment_required); unpaid ones wait for async_payment_succeeded', async (t) => {
@@ -256,20 +261,20 @@ test('stripe webhook: only a paid session completes (payment_status paid or no_p
   for (const paymentStatus of ['unpaid', 'UNPAID', 'Paid', '', null]) {
     const r = await send(completedEvent('cs_test_1', checkoutId, `evt_${paymentStatus}`, { paymentStatus }));
     assert.deepEqual(r.body, { received: true, ignored: true }, `payment_status ${paymentStatus}`);
-    assert.equal(planOf(s), 'STARTER', `payment_status ${JSON.stringify(paymentStatus)} must not change the plan`);
+    assert.equal(await planOf(s), 'STARTER', `payment_status ${JSON.stringify(paymentStatus)} must not change the plan`);
   }
-  assert.equal(s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.status, 'PENDING');
+  assert.equal((await checkoutRow(s, checkoutId)).status, 'PENDING');
   // The delayed payment succeeds later.
   await send(completedEvent('cs_test_1', checkoutId, 'evt_async', { type: 'checkout.session.async_payment_succeeded' }));
-  assert.equal(planOf(s), 'PRO');
-  assert.equal(actions(s).filter((a) => a === 'billing.checkout_completed').length, 1);
+  assert.equal(await planOf(s), 'PRO');
+  assert.equal((await actions(s)).filter((a) => a === 'billing.checkout_completed').length, 1);
 
   // no_payment_required (a 100% coupon) completes too.
-  s.db.update(checkouts).set({ status: 'PENDING', completedAt: null }).where(eq(checkouts.id, checkoutId)).run();
+  await setCheckout(s, checkoutId, { status: 'PENDING', completedAt: null });
   const down = await s.request('POST', '/billing/checkout', { token, body: { plan: 'GROWTH' } });
   assert.equal(down.status, 201, down.text);
   await send(completedEvent('cs_test_2', down.body.checkoutId, 'evt_free', { paymentStatus: 'no_payment_required' }));
-  assert.equal(planOf(s), 'GROWTH');
+  assert.equal(await planOf(s), 'GROWTH');
 });
 
 test('stripe webhook: client_reference_id never finds a checkout (a Payment Link lets any buyer set it)', async (t) => {
@@ -277,16 +282,16 @@ test('stripe webhook: client_reference_id never finds a checkout (a Payment Link
   const res = await s.request('POST', '/billing/checkout', { token, body: { plan: 'PRO' } });
   assert.equal(res.status, 201, res.text);
   const checkoutId: number = res.body.checkoutId;
-  s.db.update(checkouts).set({ providerRef: null }).where(eq(checkouts.id, checkoutId)).run();
+  await setCheckout(s, checkoutId, { providerRef: null });
   // A paid session of some other product, whose buyer put our checkout id in client_reference_id.
   for (const [i, metadata] of [{}, { checkoutId: '' }, { checkoutId: 'x' }, null].entries()) {
     const raw = completedEvent(`cs_payment_link_${i}`, checkoutId, `evt_pl_${i}`, { metadata, clientReferenceId: String(checkoutId) });
     const r = await sendWebhook(s, raw, signStripePayload(raw, WEBHOOK_SECRET));
     assert.equal(r.status, 200, r.text);
-    assert.equal(planOf(s), 'STARTER', `metadata ${JSON.stringify(metadata)}`);
+    assert.equal(await planOf(s), 'STARTER', `metadata ${JSON.stringify(metadata)}`);
   }
-  assert.equal(s.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get()!.status, 'PENDING');
-  assert.ok(!actions(s).includes('billing.checkout_completed'));
+  assert.equal((await checkoutRow(s, checkoutId)).status, 'PENDING');
+  assert.ok(!(await actions(s)).includes('billing.checkout_completed'));
   // A malformed object (no session id) is acknowledged and ignored, never a 500.
   const bare = JSON.stringify({
     id: 'evt_bare',
@@ -295,7 +300,7 @@ test('stripe webhook: client_reference_id never finds a checkout (a Payment Link
   });
   const r = await sendWebhook(s, bare, signStripePayload(bare, WEBHOOK_SECRET));
   assert.equal(r.status, 200, r.text);
-  assert.equal(planOf(s), 'STARTER');
+  assert.equal(await planOf(s), 'STARTER');
   const weird = JSON.stringify({ id: 'evt_weird', type: 'checkout.session.completed', data: { object: { id: 42, payment_status: 'paid' } } });
   assert.equal((await sendWebhook(s, weird, signStripePayload(weird, WEBHOOK_SECRET))).status, 200);
 });
@@ -317,14 +322,14 @@ test('stripe webhook: wrong secret, stale timestamp, missing or malformed header
     signStripePayload(`${raw} `, WEBHOOK_SECRET),
   ];
   for (const header of bad) assertProblem(await sendWebhook(s, raw, header), 400, 'signature_invalid');
-  assert.equal(planOf(s), 'STARTER');
+  assert.equal(await planOf(s), 'STARTER');
 
   // Several v1 values: any one matching is enough (secret rotation).
   const good = signStripePayload(raw, WEBHOOK_SECRET, now);
   const rotated = `t=${now},v1=${'0'.repeat(64)},${good.split(',')[1]}`;
   const ok = await sendWebhook(s, raw, rotated);
   assert.equal(ok.status, 200, ok.text);
-  assert.equal(planOf(s), 'PRO');
+  assert.equal(await planOf(s), 'PRO');
 });
 
 test('stripe provider: Stripe answering 500 → 502 payment_provider_error, nothing left behind', async (t) => {
@@ -334,9 +339,9 @@ test('stripe provider: Stripe answering 500 → 502 payment_provider_error, noth
   assertProblem(res, 502, 'payment_provider_error');
   assert.doesNotMatch(res.text, /internal secret detail|sk_test/);
   assert.equal(stripe.calls.length, 1);
-  assert.equal(s.db.select().from(checkouts).all().length, 0);
-  assert.equal(planOf(s), 'STARTER');
-  assert.ok(!actions(s).includes('billing.checkout_created'));
+  assert.equal((await s.db.select().from(checkouts)).length, 0);
+  assert.equal(await planOf(s), 'STARTER');
+  assert.ok(!(await actions(s)).includes('billing.checkout_created'));
 });
 
 test('stripe webhook is not served when the provider is manual', async (t) => {

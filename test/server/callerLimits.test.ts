@@ -5,6 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { count } from 'drizzle-orm';
+import { workflowRuns } from '../../src/core/db/schema.js';
 import { assertProblem, build, type HttpResult } from '../helpers.js';
 
 function assertLimited(res: HttpResult): void {
@@ -65,8 +67,8 @@ test('automation runs and replays: at most SVC_RUN_START_RATE_LIMIT a minute per
   assert.equal((await replay()).status, 202);
   assertLimited(await replay());
   assertLimited(await start(token));
-  const runs = s.db.$client.prepare('SELECT COUNT(*) AS n FROM workflow_runs').get() as { n: number };
-  assert.equal(runs.n, 3, 'one manual run, one webhook run, one replay: the refused calls started nothing');
+  const [runs] = await s.db.select({ n: count() }).from(workflowRuns);
+  assert.equal(runs?.n, 3, 'one manual run, one webhook run, one replay: the refused calls started nothing');
 
   const member = await s.userWithRole('MEMBER');
   assert.equal((await start(member.token)).status, 202);

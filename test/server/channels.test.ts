@@ -6,6 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { eq } from 'drizzle-orm';
+import { auditLogs, channelSettings } from '../../src/core/db/schema.js';
 import { resolveChannel } from '../../src/core/services/channels.js';
 import { type HttpResult, assertProblem, buildAsOwner } from '../helpers.js';
 
@@ -84,25 +86,25 @@ test('credentials are encrypted at rest and absent from the audit trail', async 
   const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP, SMS: TWILIO, WHATSAPP: WHATSAPP } });
   assert.equal(put.status, 200, put.text);
 
-  const rows = s.db.$client.prepare('SELECT * FROM channel_settings WHERE workspace_id = ?').all(s.workspaceId) as { credentials: string | null }[];
+  const rows = await s.db.select().from(channelSettings).where(eq(channelSettings.workspaceId, s.workspaceId));
   assert.equal(rows.length, 3);
   assertNoSecrets(JSON.stringify(rows), 'the channel_settings table');
   for (const row of rows) assert.match(row.credentials ?? '', /^v1\./, 'stored as AES-GCM ciphertext');
 
-  const audit = s.db.$client.prepare("SELECT * FROM audit_logs WHERE action = 'settings.channels_updated'").all() as { metadata: string; actor_type: string }[];
+  const audit = await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'settings.channels_updated'));
   assert.equal(audit.length, 1);
-  assert.deepEqual(JSON.parse(audit[0]!.metadata), { channels: { EMAIL: 'smtp', SMS: 'twilio', WHATSAPP: 'whatsapp' } });
-  assert.equal(audit[0]!.actor_type, 'USER');
-  assertNoSecrets(JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all()), 'the audit log');
+  assert.deepEqual(audit[0]!.metadata, { channels: { EMAIL: 'smtp', SMS: 'twilio', WHATSAPP: 'whatsapp' } });
+  assert.equal(audit[0]!.actorType, 'USER');
+  assertNoSecrets(JSON.stringify(await s.db.select().from(auditLogs)), 'the audit log');
 
   // The engine reads them back decrypted.
-  const sms = resolveChannel(s.db, s.config, s.workspaceId, 'SMS');
+  const sms = await resolveChannel(s.db, s.config, s.workspaceId, 'SMS');
   assert.deepEqual(sms, {
     provider: 'twilio',
     settings: { baseUrl: 'https://api.twilio.com', accountSid: 'AC123', from: '+15005550006' },
     credentials: { authToken: TWILIO_TOKEN },
   });
-  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').credentials, { user: 'mailer', pass: SMTP_PASS });
+  assert.deepEqual((await resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL')).credentials, { user: 'mailer', pass: SMTP_PASS });
 });
 
 test('omitted credentials are kept while the provider stays; a new provider needs its own', async (t) => {
@@ -116,7 +118,7 @@ test('omitted credentials are kept while the provider stays; a new provider need
   });
   assert.equal(kept.status, 200, kept.text);
   assert.equal(kept.body.SMS.hasCredentials, true);
-  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
+  assert.deepEqual((await resolveChannel(s.db, s.config, s.workspaceId, 'SMS')).credentials, { authToken: TWILIO_TOKEN });
   // A new destination with the credentials given again.
   const moved = await s.request('PUT', '/settings/channels', {
     token,
@@ -136,12 +138,12 @@ test('omitted credentials are kept while the provider stays; a new provider need
     body: { SMS: { provider: 'twilio', settings: { accountSid: 'AC999', from: '+15005550001', baseUrl: 'https://SMS.example.net:8443' } } },
   });
   assert.equal(respelt.status, 200, respelt.text);
-  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: TWILIO_TOKEN });
+  assert.deepEqual((await resolveChannel(s.db, s.config, s.workspaceId, 'SMS')).credentials, { authToken: TWILIO_TOKEN });
   await s.request('PUT', '/settings/channels', { token, body: { SMS: TWILIO } });
 
   const rotated = await s.request('PUT', '/settings/channels', { token, body: { SMS: { ...TWILIO, credentials: { authToken: 'rotated-token' } } } });
   assert.equal(rotated.status, 200, rotated.text);
-  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').credentials, { authToken: 'rotated-token' });
+  assert.deepEqual((await resolveChannel(s.db, s.config, s.workspaceId, 'SMS')).credentials, { authToken: 'rotated-token' });
 
   // SMTP without an account is fine; switching EMAIL to SMTP keeps nothing from before.
   const noAuth = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'smtp', settings: SMTP.settings } } });
@@ -217,7 +219,7 @@ test('PUT refuses invalid settings with 422 naming the field', async (t) => {
     ['EMAIL', 'SMS', 'WHATSAPP'].every((c) => res.body[c].provider === 'outbox'),
     'nothing was stored',
   );
-  assert.equal((s.db.$client.prepare("SELECT COUNT(*) AS n FROM audit_logs WHERE action = 'settings.channels_updated'").get() as { n: number }).n, 0);
+  assert.equal((await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'settings.channels_updated'))).length, 0);
 
   const ipv6 = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '::1' } } } });
   assert.equal(ipv6.status, 200, ipv6.text);
@@ -243,7 +245,7 @@ test('channel settings need ADMIN or above', async (t) => {
   for (const [who, tok] of [
     ['VIEWER', viewer.token],
     ['MEMBER', member.token],
-    ['MEMBER key', s.mintKey('MEMBER')],
+    ['MEMBER key', await s.mintKey('MEMBER')],
   ] as const) {
     assertProblem(await s.request('GET', '/settings/channels', { token: tok }), 403, 'forbidden');
     const res = await s.request('PUT', '/settings/channels', { token: tok, body });
@@ -254,7 +256,7 @@ test('channel settings need ADMIN or above', async (t) => {
   assertProblem(await s.request('PUT', '/settings/channels', { body }), 401);
 
   assert.equal((await s.request('PUT', '/settings/channels', { token: admin.token, body })).status, 200);
-  assert.equal((await s.request('GET', '/settings/channels', { token: s.mintKey('ADMIN') })).body.EMAIL.provider, 'smtp');
+  assert.equal((await s.request('GET', '/settings/channels', { token: await s.mintKey('ADMIN') })).body.EMAIL.provider, 'smtp');
   assert.equal((await s.request('GET', '/settings/channels', { token })).status, 200, 'OWNER');
 });
 
@@ -265,7 +267,7 @@ test("one workspace's channels are not another's", async (t) => {
   const theirs = await s.request('GET', '/settings/channels', { token: other.token });
   assert.equal(theirs.body.EMAIL.provider, 'outbox');
   assertNoSecrets(theirs.text, 'the other workspace');
-  assert.equal(resolveChannel(s.db, s.config, other.workspaceId, 'EMAIL').provider, 'outbox');
+  assert.equal((await resolveChannel(s.db, s.config, other.workspaceId, 'EMAIL')).provider, 'outbox');
 });
 
 test('a changed destination needs the credentials again: SMTP host, port or TLS mode, Twilio and WhatsApp base URL (422 at /…/credentials)', async (t) => {
@@ -273,8 +275,17 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
   const put = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: SMTP, SMS: TWILIO, WHATSAPP: WHATSAPP } });
   assert.equal(put.status, 200, put.text);
   const stored = () =>
-    s.db.$client.prepare('SELECT channel, provider, settings, credentials FROM channel_settings WHERE workspace_id = ? ORDER BY channel').all(s.workspaceId);
-  const before = JSON.stringify(stored());
+    s.db
+      .select({
+        channel: channelSettings.channel,
+        provider: channelSettings.provider,
+        settings: channelSettings.settings,
+        credentials: channelSettings.credentials,
+      })
+      .from(channelSettings)
+      .where(eq(channelSettings.workspaceId, s.workspaceId))
+      .orderBy(channelSettings.channel);
+  const before = JSON.stringify(await stored());
 
   const redirects: { name: string; body: Record<string, unknown>; path: string }[] = [
     { name: 'SMTP host', body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'mail.attacker.test' } } }, path: '/EMAIL/credentials' },
@@ -301,11 +312,11 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
     const res = await s.request('PUT', '/settings/channels', { token, body: r.body });
     assertValidation(res, r.path);
     assertNoSecrets(res.text, r.name);
-    assert.equal(JSON.stringify(stored()), before, `${r.name}: a refused PUT changes nothing`);
+    assert.equal(JSON.stringify(await stored()), before, `${r.name}: a refused PUT changes nothing`);
   }
   // The engine still sends with the original destination and credentials.
-  assert.equal(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').settings.host, 'mail.example.com');
-  assert.equal(resolveChannel(s.db, s.config, s.workspaceId, 'SMS').settings.baseUrl, 'https://api.twilio.com');
+  assert.equal((await resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL')).settings.host, 'mail.example.com');
+  assert.equal((await resolveChannel(s.db, s.config, s.workspaceId, 'SMS')).settings.baseUrl, 'https://api.twilio.com');
 
   // A change that is not a destination keeps them (the sender address, the host's case).
   const sender = await s.request('PUT', '/settings/channels', {
@@ -313,7 +324,7 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
     body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'MAIL.example.com', from: 'hello@example.com' } } },
   });
   assert.equal(sender.status, 200, sender.text);
-  assert.deepEqual(resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL').credentials, { user: 'mailer', pass: SMTP_PASS });
+  assert.deepEqual((await resolveChannel(s.db, s.config, s.workspaceId, 'EMAIL')).credentials, { user: 'mailer', pass: SMTP_PASS });
   // A new destination with credentials given is accepted; with an empty set for SMTP, too (no account).
   const movedWith = await s.request('PUT', '/settings/channels', {
     token,
@@ -332,6 +343,6 @@ test('a changed destination needs the credentials again: SMTP host, port or TLS 
     body: { EMAIL: { provider: 'smtp', settings: { ...SMTP.settings, host: 'smtp3.example.org' } } },
   });
   assert.equal(free.status, 200, free.text);
-  const audit = s.db.$client.prepare("SELECT count(*) AS n FROM audit_logs WHERE action = 'settings.channels_updated'").get() as { n: number };
-  assert.equal(audit.n, 5, 'each accepted PUT is audited, no refused one');
+  const audit = await s.db.select({ id: auditLogs.id }).from(auditLogs).where(eq(auditLogs.action, 'settings.channels_updated'));
+  assert.equal(audit.length, 5, 'each accepted PUT is audited, no refused one');
 });

@@ -5,6 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { count, eq, isNotNull } from 'drizzle-orm';
+import type { SQLiteTable } from 'drizzle-orm/sqlite-core';
+import { auditLogs, contacts, memberships, sessions, webhookEvents, workflowRuns, type Role } from '../../src/core/db/schema.js';
 import { assertProblem, build, type HttpResult, type TestServer } from '../helpers.js';
 
 const REFRESH_COOKIE = 'svc_refresh';
@@ -31,14 +34,22 @@ async function loginFull(s: TestServer, email: string, password: string): Promis
 
 const refreshWith = (s: TestServer, cookie: string) => s.request('POST', '/auth/refresh', { headers: { cookie: `${REFRESH_COOKIE}=${cookie}` } });
 
-function count(s: TestServer, table: string): number {
-  return (s.db.$client.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
+async function rowCount(s: TestServer, table: SQLiteTable): Promise<number> {
+  const [row] = await s.db.select({ n: count() }).from(table);
+  return row?.n ?? 0;
+}
+
+/** Adds the owner to another workspace directly (no invitation), as the operator's CLI would. */
+async function addOwnerTo(s: TestServer, workspaceId: number, role: Role): Promise<void> {
+  await s.store.transaction(async (tx) => {
+    await tx.insert(memberships).values({ workspaceId, userId: s.owner.id, role });
+  });
 }
 
 test('GET /auth/me names the user, the workspace, the role and every membership; a key is named as a key', async (t) => {
   const s = await build(t);
   const other = await s.otherWorkspace();
-  s.db.$client.prepare("INSERT INTO memberships (workspace_id, user_id, role) VALUES (?, ?, 'VIEWER')").run(other.workspaceId, s.owner.id);
+  await addOwnerTo(s, other.workspaceId, 'VIEWER');
   const token = await s.login(s.owner.email, s.owner.password);
   const me = await s.request('GET', '/auth/me', { token });
   assert.equal(me.status, 200, me.text);
@@ -61,7 +72,7 @@ test('GET /auth/me names the user, the workspace, the role and every membership;
   assert.equal(vme.body.superAdmin, false);
   assert.equal(vme.body.memberships.length, 1);
 
-  const key = s.mintKey('MEMBER');
+  const key = await s.mintKey('MEMBER');
   const kme = await s.request('GET', '/auth/me', { token: key });
   assert.equal(kme.status, 200, kme.text);
   assert.equal(kme.body.user, null);
@@ -74,7 +85,7 @@ test('GET /auth/me names the user, the workspace, the role and every membership;
 test('POST /auth/switch moves a user to another of their workspaces; the old session ends and the new one ends no later', async (t) => {
   const s = await build(t);
   const other = await s.otherWorkspace('GROWTH');
-  s.db.$client.prepare("INSERT INTO memberships (workspace_id, user_id, role) VALUES (?, ?, 'MEMBER')").run(other.workspaceId, s.owner.id);
+  await addOwnerTo(s, other.workspaceId, 'MEMBER');
   const stranger = await s.otherWorkspace();
   const first = await loginFull(s, s.owner.email, s.owner.password);
   const oldToken = first.body.token as string;
@@ -89,7 +100,8 @@ test('POST /auth/switch moves a user to another of their workspaces; the old ses
   // The new workspace's data, not the old one's.
   const contact = await s.request('POST', '/contacts', { token: switched.body.token, body: { email: 'switched@acme.test' } });
   assert.equal(contact.status, 201);
-  assert.equal((s.db.$client.prepare('SELECT workspace_id AS w FROM contacts WHERE id = ?').get(contact.body.id) as { w: number }).w, other.workspaceId);
+  const [stored] = await s.db.select({ workspaceId: contacts.workspaceId }).from(contacts).where(eq(contacts.id, contact.body.id));
+  assert.equal(stored?.workspaceId, other.workspaceId);
 
   // The replaced session is over: its access token and its refresh cookie no longer work.
   assertProblem(await s.request('GET', '/auth/me', { token: oldToken }), 401, 'session_ended');
@@ -103,9 +115,9 @@ test('POST /auth/switch moves a user to another of their workspaces; the old ses
   assertProblem(await s.request('POST', '/auth/switch', { token: refreshed.body.token, body: { workspaceId: 999_999 } }), 403, 'not_a_member');
   assertProblem(await s.request('POST', '/auth/switch', { token: refreshed.body.token, body: { workspaceId: '1' } }), 422);
   assertProblem(await s.request('POST', '/auth/switch', { token: refreshed.body.token, body: {} }), 422);
-  assertProblem(await s.request('POST', '/auth/switch', { token: s.mintKey('ADMIN'), body: { workspaceId: other.workspaceId } }), 403, 'forbidden');
+  assertProblem(await s.request('POST', '/auth/switch', { token: await s.mintKey('ADMIN'), body: { workspaceId: other.workspaceId } }), 403, 'forbidden');
   assertProblem(await s.request('POST', '/auth/switch', { body: { workspaceId: other.workspaceId } }), 401);
-  const audit = s.db.$client.prepare("SELECT workspace_id AS w FROM audit_logs WHERE action = 'auth.switched'").all() as { w: number }[];
+  const audit = await s.db.select({ w: auditLogs.workspaceId }).from(auditLogs).where(eq(auditLogs.action, 'auth.switched'));
   assert.deepEqual(audit, [{ w: other.workspaceId }]);
 });
 
@@ -125,12 +137,15 @@ test('a refresh token presented again within 10 s of its rotation gets a working
   assert.equal(b2.status, 200, b2.text);
 
   // The same token long after its rotation is theft: the whole family ends.
-  s.db.$client.prepare("UPDATE sessions SET rotated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-11 seconds') WHERE rotated_at IS NOT NULL").run();
+  const elevenSecondsAgo = new Date(Date.now() - 11_000).toISOString();
+  await s.store.transaction(async (tx) => {
+    await tx.update(sessions).set({ rotatedAt: elevenSecondsAgo }).where(isNotNull(sessions.rotatedAt));
+  });
   assertProblem(await refreshWith(s, original), 401, 'invalid_refresh_token');
   assertProblem(await refreshWith(s, refreshCookie(a2)!), 401, 'invalid_refresh_token');
   assertProblem(await s.request('GET', '/auth/me', { token: a2.body.token }), 401, 'session_ended');
-  const reuse = s.db.$client.prepare("SELECT COUNT(*) AS n FROM audit_logs WHERE action = 'auth.refresh_reuse_detected'").get() as { n: number };
-  assert.equal(reuse.n, 1);
+  const reuse = await s.db.select({ id: auditLogs.id }).from(auditLogs).where(eq(auditLogs.action, 'auth.refresh_reuse_detected'));
+  assert.equal(reuse.length, 1);
 });
 
 test('pending invitations are listed without tokens and can be withdrawn; inspect tells the accept page what to ask', async (t) => {
@@ -191,7 +206,7 @@ test('pending invitations are listed without tokens and can be withdrawn; inspec
     (await s.request('GET', '/memberships/invitations', { token })).body.data.map((i: { id: number }) => i.id),
     [b.id],
   );
-  const actions = s.db.$client.prepare("SELECT action FROM audit_logs WHERE action = 'invitation.revoked'").all();
+  const actions = await s.db.select({ action: auditLogs.action }).from(auditLogs).where(eq(auditLogs.action, 'invitation.revoked'));
   assert.equal(actions.length, 1);
 });
 
@@ -245,7 +260,7 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
   const known = (await s.request('POST', '/contacts', { token, body: { email: 'known@acme.test', firstName: 'Kim' } })).body;
   const stranger = await s.otherWorkspace();
   const viewer = await s.userWithRole('VIEWER');
-  const before = ['contacts', 'workflow_runs', 'webhook_events', 'audit_logs'].map((tb) => count(s, tb));
+  const before = await Promise.all([contacts, workflowRuns, webhookEvents, auditLogs].map((tb) => rowCount(s, tb)));
 
   const dry = (id: number, body: unknown, as = token) => s.request('POST', `/workflows/${id}/webhook/test`, { token: as, body: { body } });
 
@@ -299,7 +314,7 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
   assertProblem(await dry(strict.id, { data: {} }, stranger.token), 404, 'workflow_not_found');
   assertProblem(await dry(strict.id, {}, viewer.token), 403, 'forbidden');
 
-  const after = ['contacts', 'workflow_runs', 'webhook_events', 'audit_logs'].map((tb) => count(s, tb));
+  const after = await Promise.all([contacts, workflowRuns, webhookEvents, auditLogs].map((tb) => rowCount(s, tb)));
   assert.deepEqual(after, before, 'nothing was written');
 });
 

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
+import { contactImports, contacts } from '../../src/core/db/schema.js';
 import { assertProblem, build, buildAsOwner, type TestServer } from '../helpers.js';
 
 const NDJSON = { 'content-type': 'application/x-ndjson' };
@@ -307,25 +308,24 @@ test('a client that disconnects mid-upload: the job reports the rows committed, 
   assert.equal(job.failure.code, 'client_disconnected');
   assert.equal(job.created, 4000);
   assert.equal(job.lines, 4000);
-  const stored = s.db.$client.prepare("SELECT count(*) AS n, sum(email LIKE 'half%') AS half FROM contacts").get() as { n: number; half: number };
-  assert.deepEqual(stored, { n: 4000, half: 0 });
+  const stored = await s.db.select({ email: contacts.email }).from(contacts);
+  assert.equal(stored.length, 4000);
+  assert.equal(stored.filter((c) => c.email?.startsWith('half')).length, 0);
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
 });
 
 test('a job whose process stopped (a restart) is reported FAILED interrupted, with what it committed', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const old = new Date(Date.now() - 5 * 60_000).toISOString();
-  const id = Number(
-    s.db.$client
-      .prepare(
-        "INSERT INTO contact_imports (workspace_id, format, mode, status, created, lines, heartbeat_at) VALUES (?, 'csv', 'upsert', 'RUNNING', 2000, 2001, ?)",
-      )
-      .run(s.workspaceId, old).lastInsertRowid,
-  );
-  const fresh = Number(
-    s.db.$client.prepare("INSERT INTO contact_imports (workspace_id, format, mode, status) VALUES (?, 'csv', 'upsert', 'RUNNING')").run(s.workspaceId)
-      .lastInsertRowid,
-  );
+  const [id, fresh] = await s.store.transaction(async (tx) => {
+    const job = { workspaceId: s.workspaceId, format: 'csv', mode: 'upsert', status: 'RUNNING' } as const;
+    const [stale] = await tx
+      .insert(contactImports)
+      .values({ ...job, created: 2000, lines: 2001, heartbeatAt: old })
+      .returning({ id: contactImports.id });
+    const [beating] = await tx.insert(contactImports).values(job).returning({ id: contactImports.id });
+    return [stale!.id, beating!.id];
+  });
   const job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
   assert.deepEqual([job.status, job.failure?.code, job.created, job.lines], ['FAILED', 'interrupted', 2000, 2001]);
   assert.ok(job.finishedAt);

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { desc, eq, like } from 'drizzle-orm';
+import { apiKeys, auditLogs, contacts, contactTags } from '../../src/core/db/schema.js';
 import { type HttpResult, type TestServer, assertProblem, buildAsOwner, seededRandom } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -50,28 +52,16 @@ interface Snapshot {
   audit: unknown[];
 }
 
-function snapshot(s: TestServer): Snapshot {
-  const c = s.db.$client;
+async function snapshot(s: TestServer): Promise<Snapshot> {
   return {
-    contacts: c.prepare('SELECT * FROM contacts ORDER BY id').all(),
-    tags: c.prepare('SELECT * FROM contact_tags ORDER BY contact_id, tag_key').all(),
-    audit: c.prepare("SELECT * FROM audit_logs WHERE action LIKE 'contact.%' ORDER BY id").all(),
+    contacts: await s.db.select().from(contacts).orderBy(contacts.id),
+    tags: await s.db.select().from(contactTags).orderBy(contactTags.contactId, contactTags.tagKey),
+    audit: await s.db.select().from(auditLogs).where(like(auditLogs.action, 'contact.%')).orderBy(auditLogs.id),
   };
 }
 
-interface AuditRow {
-  id: number;
-  workspace_id: number | null;
-  actor_type: string;
-  actor_id: number | null;
-  action: string;
-  target_type: string | null;
-  target_id: string | null;
-  metadata: string;
-}
-
-function auditRows(s: TestServer, action: string): AuditRow[] {
-  return s.db.$client.prepare('SELECT * FROM audit_logs WHERE action = ? ORDER BY id').all(action) as AuditRow[];
+function auditRows(s: TestServer, action: string) {
+  return s.db.select().from(auditLogs).where(eq(auditLogs.action, action)).orderBy(auditLogs.id);
 }
 
 const rng = seededRandom;
@@ -131,7 +121,8 @@ test('email is stored lower-cased and trimmed', async (t) => {
     await t.test(JSON.stringify(input), async () => {
       const c = await create(s, token, { email: input });
       assert.equal(c.email, expected);
-      const row = s.db.$client.prepare('SELECT email FROM contacts WHERE id = ?').get(c.id) as { email: string };
+      const [row] = await s.db.select({ email: contacts.email }).from(contacts).where(eq(contacts.id, c.id));
+      assert.ok(row);
       assert.equal(row.email, expected);
     });
   }
@@ -163,7 +154,7 @@ test('a contact needs an email or a phone (422 email_or_phone_required)', async 
       assertValidation(res, '/email', 'email_or_phone_required');
     });
   }
-  assert.equal(snapshot(s).contacts.length, 0);
+  assert.equal((await snapshot(s)).contacts.length, 0);
 });
 
 test('duplicate email or phone in the same workspace is 409 contact_exists', async (t) => {
@@ -184,7 +175,7 @@ test('duplicate email or phone in the same workspace is 409 contact_exists', asy
       assertProblem(res, 409, 'contact_exists');
     });
   }
-  assert.equal(snapshot(s).contacts.length, 1, 'no duplicate rows were written');
+  assert.equal((await snapshot(s)).contacts.length, 1, 'no duplicate rows were written');
 });
 
 test('the same email and phone in another workspace are fine', async (t) => {
@@ -300,7 +291,7 @@ test('DELETE /contacts/:id answers 204 with no body, then 404', async (t) => {
   assertProblem(await s.request('GET', `/contacts/${c.id}`, { token }), 404, 'contact_not_found');
   assertProblem(await s.request('DELETE', `/contacts/${c.id}`, { token }), 404, 'contact_not_found');
   assertProblem(await s.request('PATCH', `/contacts/${c.id}`, { token, body: { firstName: 'x' } }), 404, 'contact_not_found');
-  assert.equal(snapshot(s).tags.length, 0, 'its tags went with it');
+  assert.equal((await snapshot(s)).tags.length, 0, 'its tags went with it');
   const tags = await s.request('GET', '/tags', { token });
   assert.deepEqual(tags.body, { data: [], nextCursor: null });
   // The email is free again.
@@ -383,8 +374,9 @@ test('limit boundaries 1 and 200 are accepted; default is 50', async (t) => {
 
 test('default page size is 50', async (t) => {
   const { s, token } = await setup(t);
-  const insert = s.db.$client.prepare('INSERT INTO contacts (workspace_id, email) VALUES (?, ?)');
-  for (let i = 0; i < 55; i++) insert.run(s.workspaceId, `bulk${i}@example.com`);
+  await s.store.transaction(async (tx) => {
+    await tx.insert(contacts).values(Array.from({ length: 55 }, (_, i) => ({ workspaceId: s.workspaceId, email: `bulk${i}@example.com` })));
+  });
   const res = await s.request('GET', '/contacts', { token });
   assert.equal(res.status, 200);
   assert.equal(res.body.data.length, 50);
@@ -495,7 +487,7 @@ test('adding tags is idempotent and case-insensitive ("VIP" then "vip" keeps one
     assert.equal(again.body.tags.length, 1, `after ${JSON.stringify(tags)}: ${JSON.stringify(again.body.tags)}`);
     assert.equal(again.body.tags[0].toLowerCase(), 'vip');
   }
-  const rows = s.db.$client.prepare('SELECT * FROM contact_tags WHERE contact_id = ?').all(c.id);
+  const rows = await s.db.select().from(contactTags).where(eq(contactTags.contactId, c.id));
   assert.equal(rows.length, 1);
 
   // Duplicates inside one create request collapse too.
@@ -622,7 +614,7 @@ test('wrong types and unknown fields are 422 naming the field', async (t) => {
       });
     }
   }
-  const snap = snapshot(s);
+  const snap = await snapshot(s);
   assert.equal(snap.contacts.length, 1);
   const got = await s.request('GET', `/contacts/${c.id}`, { token });
   assert.deepEqual(got.body, c, 'refused patches changed nothing');
@@ -655,7 +647,7 @@ test('invalid email and phone strings are 422', async (t) => {
       assertValidation(await s.request('PATCH', `/contacts/${c.id}`, { token, body }), path);
     });
   }
-  assert.equal(snapshot(s).contacts.length, 1);
+  assert.equal((await snapshot(s)).contacts.length, 1);
 });
 
 test('malformed bodies: invalid JSON 400, empty JSON body 400, text/plain 415, > 1 MiB 413', async (t) => {
@@ -685,7 +677,7 @@ test('malformed bodies: invalid JSON 400, empty JSON body 400, text/plain 415, >
       });
     }
   }
-  const snap = snapshot(s);
+  const snap = await snapshot(s);
   assert.equal(snap.contacts.length, 1);
   const got = await s.request('GET', `/contacts/${c.id}`, { token });
   assert.deepEqual(got.body, c);
@@ -711,7 +703,7 @@ test('non-numeric, zero, negative and huge ids are 404, never 500', async (t) =>
       }
     });
   }
-  assert.equal(snapshot(s).contacts.length, 1);
+  assert.equal((await snapshot(s)).contacts.length, 1);
 });
 
 test('deeply nested attributes (well under 1 MiB) are answered with 201 or a 4xx problem, never 500', async (t) => {
@@ -860,7 +852,7 @@ test('hundreds of random and hostile bodies to POST and PATCH never yield a 5xx'
 test('no credential (or a bad one) is 401 with WWW-Authenticate: Bearer', async (t) => {
   const { s, token } = await setup(t);
   const c = await create(s, token, { email: 'a@example.com', tags: ['x'] });
-  const before = snapshot(s);
+  const before = await snapshot(s);
   const calls: [string, string, unknown?][] = [
     ['GET', '/contacts'],
     ['GET', `/contacts/${c.id}`],
@@ -880,14 +872,14 @@ test('no credential (or a bad one) is 401 with WWW-Authenticate: Bearer', async 
       });
     }
   }
-  assert.deepEqual(snapshot(s), before);
+  assert.deepEqual(await snapshot(s), before);
 });
 
 test('VIEWER (user and API key) can read contacts and tags', async (t) => {
   const { s, token } = await setup(t);
   const c = await create(s, token, { email: 'a@example.com', tags: ['x'] });
   const viewer = await s.userWithRole('VIEWER');
-  const key = s.mintKey('VIEWER');
+  const key = await s.mintKey('VIEWER');
   for (const [who, cred] of [
     ['user', viewer.token],
     ['api key', key],
@@ -913,8 +905,8 @@ test('VIEWER (user and API key) gets 403 forbidden on every write and nothing ch
   const { s, token } = await setup(t);
   const c = await create(s, token, { email: 'a@example.com', tags: ['x'] });
   const viewer = await s.userWithRole('VIEWER');
-  const key = s.mintKey('VIEWER');
-  const before = snapshot(s);
+  const key = await s.mintKey('VIEWER');
+  const before = await snapshot(s);
   const calls: [string, string, unknown?][] = [
     ['POST', '/contacts', { email: 'new@example.com' }],
     ['POST', '/contacts', { email: 'a@example.com' }],
@@ -936,7 +928,7 @@ test('VIEWER (user and API key) gets 403 forbidden on every write and nothing ch
       });
     }
   }
-  assert.deepEqual(snapshot(s), before, 'refused writes changed nothing');
+  assert.deepEqual(await snapshot(s), before, 'refused writes changed nothing');
 });
 
 test('MEMBER, ADMIN and OWNER (users) and MEMBER/ADMIN API keys can write contacts', async (t) => {
@@ -946,8 +938,8 @@ test('MEMBER, ADMIN and OWNER (users) and MEMBER/ADMIN API keys can write contac
     ['MEMBER user', (await s.userWithRole('MEMBER')).token],
     ['ADMIN user', (await s.userWithRole('ADMIN')).token],
     ['OWNER user (second)', (await s.userWithRole('OWNER')).token],
-    ['MEMBER key', s.mintKey('MEMBER')],
-    ['ADMIN key', s.mintKey('ADMIN')],
+    ['MEMBER key', await s.mintKey('MEMBER')],
+    ['ADMIN key', await s.mintKey('ADMIN')],
   ];
   let i = 0;
   for (const [who, cred] of creds) {
@@ -980,7 +972,7 @@ test('a contact of another workspace answers 404 everywhere and is left untouche
   const other = await s.otherWorkspace();
   const theirs = await create(s, other.token, { email: 'theirs@example.com', tags: ['secret'] });
   await create(s, token, { email: 'mine@example.com' });
-  const before = snapshot(s);
+  const before = await snapshot(s);
   const calls: [string, string, unknown?][] = [
     ['GET', `/contacts/${theirs.id}`],
     ['PATCH', `/contacts/${theirs.id}`, { firstName: 'Hacked' }],
@@ -989,7 +981,7 @@ test('a contact of another workspace answers 404 everywhere and is left untouche
     ['POST', `/contacts/${theirs.id}/tags`, { tags: ['pwned'] }],
     ['DELETE', `/contacts/${theirs.id}/tags/secret`],
   ];
-  const memberKey = s.mintKey('ADMIN');
+  const memberKey = await s.mintKey('ADMIN');
   for (const [who, cred] of [
     ['owner', token],
     ['admin key', memberKey],
@@ -1001,7 +993,7 @@ test('a contact of another workspace answers 404 everywhere and is left untouche
       });
     }
   }
-  assert.deepEqual(snapshot(s), before);
+  assert.deepEqual(await snapshot(s), before);
   const still = await s.request('GET', `/contacts/${theirs.id}`, { token: other.token });
   assert.deepEqual(still.body, theirs);
 });
@@ -1064,54 +1056,54 @@ test('contact writes by a user are audited with actor USER and the target id', a
   assert.equal((await s.request('DELETE', `/contacts/${c.id}`, { token: member.token })).status, 204);
 
   for (const action of ['contact.created', 'contact.updated', 'contact.tags_added', 'contact.tag_removed', 'contact.deleted']) {
-    await t.test(action, () => {
-      const rows = auditRows(s, action);
+    await t.test(action, async () => {
+      const rows = await auditRows(s, action);
       assert.equal(rows.length, 1, `${action}: ${JSON.stringify(rows)}`);
       const row = rows[0]!;
-      assert.equal(row.actor_type, 'USER');
-      assert.equal(row.actor_id, member.id);
-      assert.equal(row.workspace_id, s.workspaceId);
-      assert.equal(row.target_type, 'contact');
-      assert.equal(String(row.target_id), String(c.id));
+      assert.equal(row.actorType, 'USER');
+      assert.equal(row.actorId, member.id);
+      assert.equal(row.workspaceId, s.workspaceId);
+      assert.equal(row.targetType, 'contact');
+      assert.equal(String(row.targetId), String(c.id));
     });
   }
-  const added = JSON.parse(auditRows(s, 'contact.tags_added')[0]!.metadata);
+  const added = (await auditRows(s, 'contact.tags_added'))[0]!.metadata as { tags: string[] };
   assert.deepEqual([...added.tags].sort(), ['beta', 'vip']);
   // Order: created first, deleted last.
-  const order = s.db.$client
-    .prepare("SELECT action FROM audit_logs WHERE action LIKE 'contact.%' ORDER BY id")
-    .all()
-    .map((r: any) => r.action);
+  const order = (await s.db.select({ action: auditLogs.action }).from(auditLogs).where(like(auditLogs.action, 'contact.%')).orderBy(auditLogs.id)).map(
+    (r) => r.action,
+  );
   assert.deepEqual(order, ['contact.created', 'contact.updated', 'contact.tags_added', 'contact.tag_removed', 'contact.deleted']);
 });
 
 test('contact writes by an API key are audited with actor API_KEY', async (t) => {
   const { s } = await setup(t);
-  const key = s.mintKey('MEMBER');
-  const keyRow = s.db.$client.prepare('SELECT id FROM api_keys ORDER BY id DESC LIMIT 1').get() as { id: number };
+  const key = await s.mintKey('MEMBER');
+  const [keyRow] = await s.db.select({ id: apiKeys.id }).from(apiKeys).orderBy(desc(apiKeys.id)).limit(1);
+  assert.ok(keyRow);
   const c = await create(s, key, { phone: '+16135550138' });
   await s.request('PATCH', `/contacts/${c.id}`, { token: key, body: { lastName: 'B' } });
   await s.request('POST', `/contacts/${c.id}/tags`, { token: key, body: { tags: ['k'] } });
   await s.request('DELETE', `/contacts/${c.id}/tags/k`, { token: key });
   await s.request('DELETE', `/contacts/${c.id}`, { token: key });
   for (const action of ['contact.created', 'contact.updated', 'contact.tags_added', 'contact.tag_removed', 'contact.deleted']) {
-    const rows = auditRows(s, action);
+    const rows = await auditRows(s, action);
     assert.equal(rows.length, 1, action);
-    assert.equal(rows[0]!.actor_type, 'API_KEY', action);
-    assert.equal(rows[0]!.actor_id, keyRow.id, action);
-    assert.equal(String(rows[0]!.target_id), String(c.id), action);
-    assert.equal(rows[0]!.workspace_id, s.workspaceId, action);
+    assert.equal(rows[0]!.actorType, 'API_KEY', action);
+    assert.equal(rows[0]!.actorId, keyRow.id, action);
+    assert.equal(String(rows[0]!.targetId), String(c.id), action);
+    assert.equal(rows[0]!.workspaceId, s.workspaceId, action);
   }
 });
 
 test('refused or no-op contact requests write no audit rows', async (t) => {
   const { s, token } = await setup(t);
   const c = await create(s, token, { email: 'a@example.com', tags: ['vip'] });
-  const before = snapshot(s).audit.length;
+  const before = (await snapshot(s)).audit.length;
   await s.request('POST', '/contacts', { token, body: { email: 'a@example.com' } }); // 409
   await s.request('POST', '/contacts', { token, body: { email: 'bad' } }); // 422
   await s.request('PATCH', `/contacts/${c.id}`, { token, body: { email: null } }); // 422
   await s.request('PATCH', `/contacts/${c.id + 50}`, { token, body: { firstName: 'x' } }); // 404
   await s.request('DELETE', `/contacts/${c.id + 50}`, { token }); // 404
-  assert.equal(snapshot(s).audit.length, before);
+  assert.equal((await snapshot(s)).audit.length, before);
 });

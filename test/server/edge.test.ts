@@ -9,7 +9,15 @@ import { test } from 'node:test';
 import { writeInitialConfig, loadConfig, ConfigError } from '../../src/core/config.js';
 import { writeFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { desc, eq } from 'drizzle-orm';
+import { auditLogs } from '../../src/core/db/schema.js';
 import { assertProblem, build, buildAsOwner, tempDir, type HttpResult, type TestServer } from '../helpers.js';
+
+/** The source address the audit trail recorded for the latest login. */
+async function lastLoginIp(s: TestServer): Promise<string | null | undefined> {
+  const [row] = await s.db.select({ ip: auditLogs.ip }).from(auditLogs).where(eq(auditLogs.action, 'auth.login')).orderBy(desc(auditLogs.id)).limit(1);
+  return row?.ip;
+}
 
 // ---------------------------------------------------------------------------------------
 // Security headers
@@ -217,7 +225,7 @@ test('behind one trusted hop, the login throttle and the audit log count the rea
 
   const ok = await login(s.owner.password, '203.0.113.30');
   assert.equal(ok.status, 200, ok.text);
-  const ip = s.db.$client.prepare("SELECT ip FROM audit_logs WHERE action = 'auth.login' ORDER BY id DESC LIMIT 1").pluck().get();
+  const ip = await lastLoginIp(s);
   assert.equal(ip, '203.0.113.30', 'the audit entry names the real client');
 
   for (let i = 0; i < 3; i++) assertProblem(await login('wrong-password', '203.0.113.31'), 401, 'invalid_credentials');
@@ -235,6 +243,6 @@ test('without a trusted proxy (the default), X-Forwarded-For is ignored by the l
     headers: { 'x-forwarded-for': '203.0.113.40' },
   });
   assert.equal(ok.status, 200, ok.text);
-  const ip = s.db.$client.prepare("SELECT ip FROM audit_logs WHERE action = 'auth.login' ORDER BY id DESC LIMIT 1").pluck().get();
+  const ip = await lastLoginIp(s);
   assert.match(String(ip), /^(::ffff:)?127\.0\.0\.1$/);
 });

@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { auditLogs, deliveryAttempts } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
 import { assertProblem, build, type TestServer } from '../helpers.js';
 import { smtpSink, type SinkMail } from '../smtpSink.js';
@@ -50,7 +51,7 @@ test('invitation emails: sent with the token and an accept link; stored and list
   const { s, token, received } = await setUp(t);
   const outsider = await s.otherWorkspace();
   await createUser(
-    { db: s.db, config: s.config, actor: { type: 'SYSTEM', id: null, label: 'test' }, ip: null },
+    { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM', id: null, label: 'test' }, ip: null },
     {
       email: 'has-account@example.test',
       password: 'has-account-password',
@@ -76,7 +77,7 @@ test('invitation emails: sent with the token and an accept link; stored and list
   assert.match(newMail, /Subject: You're invited to Acme/);
 
   // Every delivery-attempt endpoint, as a VIEWER key: the emails are there, their tokens are not.
-  const viewerKey = s.mintKey('VIEWER');
+  const viewerKey = await s.mintKey('VIEWER');
   const secrets = [newToken, knownToken];
   const bodies: string[] = [];
   const lists = ['/messages/delivery-attempts', '/messages/delivery-attempts?status=SENT', '/messages/delivery-attempts?limit=1'];
@@ -99,8 +100,7 @@ test('invitation emails: sent with the token and an accept link; stored and list
   for (const body of bodies)
     for (const secret of secrets) assert.ok(!body.includes(secret), `a delivery-attempt response holds a token: ${body.slice(0, 300)}`);
   // Nor is it anywhere in the database.
-  const dump =
-    JSON.stringify(s.db.$client.prepare('SELECT * FROM delivery_attempts').all()) + JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all());
+  const dump = JSON.stringify(await s.db.select().from(deliveryAttempts)) + JSON.stringify(await s.db.select().from(auditLogs));
   for (const secret of secrets) assert.ok(!dump.includes(secret), 'a token is stored in clear');
 
   // A redacted copy is no token.
@@ -145,7 +145,7 @@ test('a provider error that quotes the message is redacted too', async (t) => {
 
   let attempt: any;
   for (let i = 0; i < 500 && attempt?.status !== 'FAILED'; i++) {
-    const list = await s.request('GET', '/messages/delivery-attempts', { token: s.mintKey('VIEWER') });
+    const list = await s.request('GET', '/messages/delivery-attempts', { token: await s.mintKey('VIEWER') });
     attempt = list.body.data[0];
     await new Promise((r) => setTimeout(r, 20));
   }

@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
+import { and, asc, eq } from 'drizzle-orm';
+import { auditLogs, invitations, memberships, users } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
 import { build, assertProblem, type TestServer } from '../helpers.js';
 
@@ -14,7 +16,7 @@ const ISO_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 const TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
 function ownerToken(s: TestServer): Promise<string> {
@@ -32,14 +34,17 @@ async function outsider(s: TestServer): Promise<{ id: number; email: string; pas
   return { id: u.id, email, password };
 }
 
-function membershipIdOf(s: TestServer, userId: number, workspaceId = s.workspaceId): number {
-  const row = s.db.$client.prepare('SELECT id FROM memberships WHERE user_id = ? AND workspace_id = ?').get(userId, workspaceId) as { id: number } | undefined;
+async function membershipIdOf(s: TestServer, userId: number, workspaceId = s.workspaceId): Promise<number> {
+  const [row] = await s.db
+    .select({ id: memberships.id })
+    .from(memberships)
+    .where(and(eq(memberships.userId, userId), eq(memberships.workspaceId, workspaceId)));
   assert.ok(row, `membership of user ${userId}`);
   return row.id;
 }
 
-function auditActions(s: TestServer): { action: string; metadata: string }[] {
-  return s.db.$client.prepare('SELECT action, metadata FROM audit_logs ORDER BY id').all() as { action: string; metadata: string }[];
+function auditActions(s: TestServer): Promise<{ action: string; metadata: Record<string, unknown> }[]> {
+  return s.db.select({ action: auditLogs.action, metadata: auditLogs.metadata }).from(auditLogs).orderBy(asc(auditLogs.id));
 }
 
 async function invite(
@@ -134,24 +139,27 @@ test('POST /memberships invites: the same 202 for an email with an account and o
   assert.match(knownMail.rendered.text, /\/invite#\[redacted\]/);
   assert.equal(knownMail.rendered.text.replace(/expires at \S+/, ''), unknownMail.rendered.text.replace(/expires at \S+/, ''));
 
-  const created = auditActions(s).filter((a) => a.action === 'invitation.created');
+  const created = (await auditActions(s)).filter((a) => a.action === 'invitation.created');
   assert.equal(created.length, 2);
-  const added = s.db.$client
-    .prepare("SELECT count(*) AS n FROM audit_logs WHERE action = 'membership.created' AND workspace_id = ? AND json_extract(metadata, '$.userId') = ?")
-    .get(s.workspaceId, u.id) as { n: number };
-  assert.equal(added.n, 0, 'no membership of the user was created in this workspace');
+  const added = (
+    await s.db
+      .select({ metadata: auditLogs.metadata })
+      .from(auditLogs)
+      .where(and(eq(auditLogs.action, 'membership.created'), eq(auditLogs.workspaceId, s.workspaceId)))
+  ).filter((a) => a.metadata.userId === u.id);
+  assert.equal(added.length, 0, 'no membership of the user was created in this workspace');
 
   // Someone in the workspace already: 409; bad input: 422, nothing sent.
   assertProblem(await s.request('POST', '/memberships', { token, body: { email: s.owner.email, role: 'VIEWER' } }), 409, 'membership_exists');
   assertProblem(await s.request('POST', '/memberships', { token, body: { email: 'not-an-email', role: 'VIEWER' } }), 422);
-  assert.equal(auditActions(s).filter((a) => a.action === 'invitation.created').length, 2);
+  assert.equal((await auditActions(s)).filter((a) => a.action === 'invitation.created').length, 2);
 });
 
 test('PATCH /memberships/:id changes the role, DELETE removes the member', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
   const m = await s.userWithRole('MEMBER');
-  const id = membershipIdOf(s, m.id);
+  const id = await membershipIdOf(s, m.id);
 
   const res = await s.request('PATCH', `/memberships/${id}`, { token, body: { role: 'ADMIN' } });
   assert.equal(res.status, 200, res.text);
@@ -169,7 +177,7 @@ test('PATCH /memberships/:id changes the role, DELETE removes the member', async
   assertProblem(await s.request('DELETE', `/memberships/${id}`, { token }), 404, 'membership_not_found');
   assertProblem(await s.request('PATCH', `/memberships/${id}`, { token, body: { role: 'VIEWER' } }), 404, 'membership_not_found');
 
-  const actions = auditActions(s).map((a) => a.action);
+  const actions = (await auditActions(s)).map((a) => a.action);
   assert.ok(actions.includes('membership.role_changed'));
   assert.ok(actions.includes('membership.removed'));
 });
@@ -179,8 +187,8 @@ test('only an OWNER grants OWNER, changes or removes an OWNER; nobody grants abo
   const ownerTok = await ownerToken(s);
   const admin = await s.userWithRole('ADMIN');
   const member = await s.userWithRole('MEMBER');
-  const memberId = membershipIdOf(s, member.id);
-  const ownerId = membershipIdOf(s, s.owner.id);
+  const memberId = await membershipIdOf(s, member.id);
+  const ownerId = await membershipIdOf(s, s.owner.id);
   const u = await outsider(s);
 
   // ADMIN cannot grant OWNER in any way.
@@ -191,7 +199,7 @@ test('only an OWNER grants OWNER, changes or removes an OWNER; nobody grants abo
   assertProblem(await s.request('PATCH', `/memberships/${ownerId}`, { token: admin.token, body: { role: 'VIEWER' } }), 403, 'forbidden');
   assertProblem(await s.request('DELETE', `/memberships/${ownerId}`, { token: admin.token }), 403, 'forbidden');
   // An ADMIN API key is no OWNER either.
-  const adminKey = s.mintKey('ADMIN');
+  const adminKey = await s.mintKey('ADMIN');
   assertProblem(await s.request('PATCH', `/memberships/${memberId}`, { token: adminKey, body: { role: 'OWNER' } }), 403, 'forbidden');
 
   // ADMIN may grant up to ADMIN.
@@ -214,7 +222,7 @@ test('only an OWNER grants OWNER, changes or removes an OWNER; nobody grants abo
 test('the last OWNER can be neither demoted nor removed', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
-  const ownerId = membershipIdOf(s, s.owner.id);
+  const ownerId = await membershipIdOf(s, s.owner.id);
 
   assertProblem(await s.request('PATCH', `/memberships/${ownerId}`, { token, body: { role: 'ADMIN' } }), 409, 'last_owner');
   assertProblem(await s.request('DELETE', `/memberships/${ownerId}`, { token }), 409, 'last_owner');
@@ -223,18 +231,21 @@ test('the last OWNER can be neither demoted nor removed', async (t) => {
 
   // With a second OWNER the first may step down; then the second is the last one.
   const second = await s.userWithRole('OWNER');
-  const secondId = membershipIdOf(s, second.id);
+  const secondId = await membershipIdOf(s, second.id);
   const down = await s.request('PATCH', `/memberships/${ownerId}`, { token, body: { role: 'ADMIN' } });
   assert.equal(down.status, 200, down.text);
   assertProblem(await s.request('DELETE', `/memberships/${secondId}`, { token: second.token }), 409, 'last_owner');
   assertProblem(await s.request('PATCH', `/memberships/${secondId}`, { token: second.token, body: { role: 'MEMBER' } }), 409, 'last_owner');
-  const owners = s.db.$client.prepare("SELECT count(*) AS n FROM memberships WHERE workspace_id = ? AND role = 'OWNER'").get(s.workspaceId) as { n: number };
-  assert.equal(owners.n, 1);
+  const owners = await s.db
+    .select({ id: memberships.id })
+    .from(memberships)
+    .where(and(eq(memberships.workspaceId, s.workspaceId), eq(memberships.role, 'OWNER')));
+  assert.equal(owners.length, 1);
 });
 
 test('role matrix: VIEWER and MEMBER read but may not write; no credential is 401', async (t) => {
   const s = await build(t);
-  const ownerId = membershipIdOf(s, s.owner.id);
+  const ownerId = await membershipIdOf(s, s.owner.id);
   for (const role of ['VIEWER', 'MEMBER'] as const) {
     const u = await s.userWithRole(role);
     assert.equal((await s.request('GET', '/memberships', { token: u.token })).status, 200);
@@ -243,7 +254,7 @@ test('role matrix: VIEWER and MEMBER read but may not write; no credential is 40
     assertProblem(await s.request('DELETE', `/memberships/${ownerId}`, { token: u.token }), 403, 'forbidden');
     assertProblem(await s.request('POST', '/memberships/invitations', { token: u.token, body: { email: 'x@acme.test', role: 'VIEWER' } }), 403, 'forbidden');
   }
-  const viewerKey = s.mintKey('VIEWER');
+  const viewerKey = await s.mintKey('VIEWER');
   assert.equal((await s.request('GET', '/memberships', { token: viewerKey })).status, 200);
 
   const none = await s.request('GET', '/memberships');
@@ -259,20 +270,21 @@ test("another workspace's membership id is 404, and its members are not listed",
   const s = await build(t);
   const token = await ownerToken(s);
   const other = await s.otherWorkspace();
-  const otherRow = s.db.$client.prepare('SELECT id FROM memberships WHERE workspace_id = ?').get(other.workspaceId) as { id: number };
+  const [otherRow] = await s.db.select({ id: memberships.id }).from(memberships).where(eq(memberships.workspaceId, other.workspaceId));
+  assert.ok(otherRow);
 
   assertProblem(await s.request('PATCH', `/memberships/${otherRow.id}`, { token, body: { role: 'VIEWER' } }), 404, 'membership_not_found');
   assertProblem(await s.request('DELETE', `/memberships/${otherRow.id}`, { token }), 404, 'membership_not_found');
   const list = await s.request('GET', '/memberships', { token });
   assert.ok(!list.body.data.some((m: any) => m.id === otherRow.id));
-  const still = s.db.$client.prepare('SELECT role FROM memberships WHERE id = ?').get(otherRow.id) as { role: string };
-  assert.equal(still.role, 'OWNER');
+  const [still] = await s.db.select({ role: memberships.role }).from(memberships).where(eq(memberships.id, otherRow.id));
+  assert.equal(still?.role, 'OWNER');
 });
 
 test('bad bodies are 422', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
-  const ownerId = membershipIdOf(s, s.owner.id);
+  const ownerId = await membershipIdOf(s, s.owner.id);
   const bad: [string, string, unknown][] = [
     ['POST', '/memberships', {}],
     ['POST', '/memberships', { email: 'a@acme.test' }],
@@ -306,12 +318,12 @@ test('POST /memberships/invitations: token shown once, only its hash stored, ema
   const days = (Date.parse(inv.expiresAt) - before) / 86_400_000;
   assert.ok(Math.abs(days - s.config.invitationDays) < 0.01, `expires in ${days} days`);
 
-  const rows = s.db.$client.prepare('SELECT * FROM invitations').all() as Record<string, unknown>[];
+  const rows = await s.db.select().from(invitations);
   assert.equal(rows.length, 1);
-  assert.equal(rows[0]!.token_hash, createHash('sha256').update(inv.token).digest('hex'));
+  assert.equal(rows[0]!.tokenHash, createHash('sha256').update(inv.token).digest('hex'));
   assert.ok(!JSON.stringify(rows).includes(inv.token), 'the raw token is not stored');
-  assert.ok(!JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all()).includes(inv.token), 'nor audited');
-  assert.ok(auditActions(s).some((a) => a.action === 'invitation.created'));
+  assert.ok(!JSON.stringify(await s.db.select().from(auditLogs)).includes(inv.token), 'nor audited');
+  assert.ok((await auditActions(s)).some((a) => a.action === 'invitation.created'));
 
   // The email: a delivery attempt through the outbox, with the token and workspace name.
   let attempt: any;
@@ -358,7 +370,7 @@ test('accepting an invitation creates the user, who can log in with the role; si
   // Single use: the second accept is 410 invitation_used.
   assertProblem(await s.request('POST', '/invitations/accept', { body: { token: inv.token, password: 'a-long-password' } }), 410, 'invitation_used');
 
-  const actions = auditActions(s);
+  const actions = await auditActions(s);
   const accepted = actions.find((a) => a.action === 'invitation.accepted');
   assert.ok(accepted);
   assert.ok(!JSON.stringify(actions).includes(inv.token));
@@ -389,9 +401,14 @@ test('expired and unknown tokens are refused', async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
   const inv = await invite(s, token, 'late@example.test');
-  s.db.$client.prepare('UPDATE invitations SET expires_at = ? WHERE id = ?').run(new Date(Date.now() - 1000).toISOString(), inv.id);
+  await s.store.transaction(async (tx) => {
+    await tx
+      .update(invitations)
+      .set({ expiresAt: new Date(Date.now() - 1000).toISOString() })
+      .where(eq(invitations.id, inv.id));
+  });
   assertProblem(await s.request('POST', '/invitations/accept', { body: { token: inv.token, password: 'a-long-password' } }), 410, 'invitation_expired');
-  assert.equal((s.db.$client.prepare("SELECT count(*) AS n FROM users WHERE email = 'late@example.test'").get() as { n: number }).n, 0);
+  assert.equal((await s.db.select({ id: users.id }).from(users).where(eq(users.email, 'late@example.test'))).length, 0);
 
   assertProblem(await s.request('POST', '/invitations/accept', { body: { token: 'A'.repeat(43), password: 'a-long-password' } }), 404, 'invitation_not_found');
 });

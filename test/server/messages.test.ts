@@ -9,7 +9,8 @@ import { createServer, type AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SMTPServer } from 'smtp-server';
-import { templates } from '../../src/core/db/schema.js';
+import { eq } from 'drizzle-orm';
+import { auditLogs, templates } from '../../src/core/db/schema.js';
 import { closeSmtpTransports } from '../../src/engine/providers/smtp.js';
 import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
@@ -116,12 +117,14 @@ async function attemptsUntil(s: TestServer, token: string, done: (list: any[]) =
   });
 }
 
-function insertTemplate(s: TestServer, channel: 'EMAIL' | 'SMS', content: Record<string, unknown>, workspaceId = s.workspaceId): number {
-  return s.db
-    .insert(templates)
-    .values({ workspaceId, name: `${channel} template`, channel, content })
-    .returning()
-    .get().id;
+async function insertTemplate(s: TestServer, channel: 'EMAIL' | 'SMS', content: Record<string, unknown>, workspaceId = s.workspaceId): Promise<number> {
+  const [row] = await s.store.transaction((tx) =>
+    tx
+      .insert(templates)
+      .values({ workspaceId, name: `${channel} template`, channel, content })
+      .returning({ id: templates.id }),
+  );
+  return row!.id;
 }
 
 function assertAttemptShape(a: any): void {
@@ -163,15 +166,18 @@ test('with no configuration a test email goes to the outbox: SENT, rendered cont
   assert.deepEqual(got.body.rendered, { subject: 'Hello Ada', html: '<p>Code 42</p>', text: 'Code 42 for Acme' });
   assert.ok(!('error' in got.body) && !('runId' in got.body) && !('templateId' in got.body));
 
-  const audit = s.db.$client.prepare("SELECT target_type, target_id FROM audit_logs WHERE action = 'message.test_email_sent'").all();
-  assert.deepEqual(audit, [{ target_type: 'delivery_attempt', target_id: String(res.body.deliveryAttemptId) }]);
+  const audit = await s.db
+    .select({ targetType: auditLogs.targetType, targetId: auditLogs.targetId })
+    .from(auditLogs)
+    .where(eq(auditLogs.action, 'message.test_email_sent'));
+  assert.deepEqual(audit, [{ targetType: 'delivery_attempt', targetId: String(res.body.deliveryAttemptId) }]);
 });
 
 test('an EMAIL template is rendered and sent through a real SMTP server with the stored account', async (t) => {
   const { s, token } = await setup(t);
   const mail = await smtpServer(t);
   await useSmtp(s, token, mail.port);
-  const templateId = insertTemplate(s, 'EMAIL', {
+  const templateId = await insertTemplate(s, 'EMAIL', {
     subject: 'Welcome {{ trigger.name }}',
     html: '<p>Hi <b>{{ trigger.name }}</b></p>',
     text: 'Hi {{ trigger.name }}, your code is {{ trigger.code }}',
@@ -281,8 +287,8 @@ test('an unreachable SMTP server is a transient failure', async (t) => {
 test('test-email validation: 422 for bad input, 404 for an unknown template', async (t) => {
   const { s, token } = await setup(t);
   const other = await s.otherWorkspace();
-  const theirs = insertTemplate(s, 'EMAIL', { subject: 'x', text: 'y' }, other.workspaceId);
-  const sms = insertTemplate(s, 'SMS', { text: 'hello' });
+  const theirs = await insertTemplate(s, 'EMAIL', { subject: 'x', text: 'y' }, other.workspaceId);
+  const sms = await insertTemplate(s, 'SMS', { text: 'hello' });
   const cases: { name: string; body: unknown; status: number; code: string; path?: string }[] = [
     { name: 'to missing', body: { subject: 'x', text: 'y' }, status: 422, code: 'validation_failed', path: '/to' },
     { name: 'to not an address', body: { to: 'not-an-email', subject: 'x', text: 'y' }, status: 422, code: 'validation_failed', path: '/to' },
@@ -332,13 +338,13 @@ test('roles: MEMBER sends test emails, VIEWER reads delivery attempts', async (t
   const body = { to: 'ada@example.com', subject: 'x', text: 'y' };
 
   assertProblem(await s.request('POST', '/messages/test-email', { token: viewer.token, body }), 403, 'forbidden');
-  assertProblem(await s.request('POST', '/messages/test-email', { token: s.mintKey('VIEWER'), body }), 403, 'forbidden');
+  assertProblem(await s.request('POST', '/messages/test-email', { token: await s.mintKey('VIEWER'), body }), 403, 'forbidden');
   assertProblem(await s.request('POST', '/messages/test-email', { body }), 401);
   const sent = await s.request('POST', '/messages/test-email', { token: member.token, body });
   assert.equal(sent.status, 202, sent.text);
-  assert.equal((await s.request('POST', '/messages/test-email', { token: s.mintKey('MEMBER'), body })).status, 202);
+  assert.equal((await s.request('POST', '/messages/test-email', { token: await s.mintKey('MEMBER'), body })).status, 202);
 
-  for (const tok of [viewer.token, s.mintKey('VIEWER')]) {
+  for (const tok of [viewer.token, await s.mintKey('VIEWER')]) {
     const one = await s.request('GET', `/messages/delivery-attempts/${sent.body.deliveryAttemptId}`, { token: tok });
     assert.equal(one.status, 200, one.text);
     const list = await s.request('GET', '/messages/delivery-attempts', { token: tok });

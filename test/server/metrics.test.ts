@@ -159,10 +159,12 @@ test('runs by status, queue depth and claim lag come from the database (no engin
   assert.equal(sampleValue(families, 'svc_runs_claim_lag_seconds'), 0);
   for (const email of ['a@example.com', 'b@example.com', 'c@example.com']) assert.equal((await s.request('POST', path, { body: { email } })).status, 202);
   // One run queued a minute ago, one that waits until tomorrow.
-  s.db.$client.prepare('UPDATE workflow_runs SET run_at = ? WHERE id = (SELECT min(id) FROM workflow_runs)').run(new Date(Date.now() - 60_000).toISOString());
-  s.db.$client
-    .prepare("UPDATE workflow_runs SET status = 'WAITING', run_at = ? WHERE id = (SELECT max(id) FROM workflow_runs)")
-    .run(new Date(Date.now() + 86_400_000).toISOString());
+  await s.store.exclusive((w) => {
+    w.$client.prepare('UPDATE workflow_runs SET run_at = ? WHERE id = (SELECT min(id) FROM workflow_runs)').run(new Date(Date.now() - 60_000).toISOString());
+    w.$client
+      .prepare("UPDATE workflow_runs SET status = 'WAITING', run_at = ? WHERE id = (SELECT max(id) FROM workflow_runs)")
+      .run(new Date(Date.now() + 86_400_000).toISOString());
+  });
   families = await scrape(s);
   assert.equal(sampleValue(families, 'svc_runs', { status: 'QUEUED' }), 2);
   assert.equal(sampleValue(families, 'svc_runs', { status: 'WAITING' }), 1);

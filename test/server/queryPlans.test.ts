@@ -32,10 +32,13 @@ function assertSeeks(lines: string[], label: string): void {
 
 async function seeded(t: Parameters<typeof build>[0]) {
   const s = await build(t);
-  const sys = { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
-  const other = createWorkspace(sys, { name: 'Other', plan: 'PRO' });
-  seedContacts(s.db.$client, s.workspaceId, N, { prefix: 'big' });
-  seedContacts(s.db.$client, other.id, 1000, { prefix: 'small' });
+  const sys = { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  const other = await createWorkspace(sys, { name: 'Other', plan: 'PRO' });
+  // The seeders write straight through the writer connection, each in its own transaction.
+  await s.store.exclusive((w) => {
+    seedContacts(w.$client, s.workspaceId, N, { prefix: 'big' });
+    seedContacts(w.$client, other.id, 1000, { prefix: 'small' });
+  });
   const ctx: WorkspaceContext = { ...sys, workspaceId: s.workspaceId };
   const otherCtx: WorkspaceContext = { ...sys, workspaceId: other.id };
   return { s, ctx, otherCtx, token: await s.login(s.owner.email, s.owner.password) };
@@ -48,12 +51,12 @@ function bruteForce(s: TestServer, workspaceId: number, where: string, ...params
   ).map((r) => r.id);
 }
 
-function walk(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'cursor'>): number[] {
+async function walk(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'cursor'>): Promise<number[]> {
   const ids: number[] = [];
   let cursor: string | undefined;
   for (let pages = 0; ; pages++) {
     assert.ok(pages < 2000, 'the walk ends');
-    const page = listContacts(ctx, { ...filter, ...(cursor ? { cursor } : {}) });
+    const page = await listContacts(ctx, { ...filter, ...(cursor ? { cursor } : {}) });
     ids.push(...page.data.map((c) => c.id));
     if (!page.nextCursor) return ids;
     assert.equal(page.data.length, filter.limit, 'only a full page has a next cursor');
@@ -63,7 +66,7 @@ function walk(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'cursor'>): num
 
 test('contacts on 100,000: list, cursor, tag, email, phone and search queries seek through their indexes', async (t) => {
   const { s, ctx } = await seeded(t);
-  const cursor = listContacts(ctx, { limit: 200, tag: 'vip' }).nextCursor!;
+  const cursor = (await listContacts(ctx, { limit: 200, tag: 'vip' })).nextCursor!;
   const mid = Buffer.from(`v1:${Math.floor(N / 2)}`).toString('base64url');
   const cases: [string, ContactFilter, RegExp][] = [
     ['first page', { limit: 50 }, /SEARCH contacts USING INDEX contacts_workspace_idx \(workspace_id=\?\)/],
@@ -87,7 +90,7 @@ test('contacts on 100,000: list, cursor, tag, email, phone and search queries se
     s,
     contactTagsQuery(
       ctx,
-      listContacts(ctx, { limit: 50 }).data.map((c) => c.id),
+      (await listContacts(ctx, { limit: 50 })).data.map((c) => c.id),
     ),
   );
   assert.match(pageTags.join(' | '), /^SEARCH contact_tags USING INDEX sqlite_autoindex_contact_tags_1 \(contact_id=\?\)/, pageTags.join(' | '));
@@ -99,39 +102,39 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
   const { s, ctx, otherCtx, token } = await seeded(t);
 
   // Every contact exactly once, newest first, across 500 pages.
-  const all = walk(ctx, { limit: 200 });
+  const all = await walk(ctx, { limit: 200 });
   assert.equal(all.length, N);
   assert.equal(new Set(all).size, N);
   assert.deepEqual(all, bruteForce(s, ctx.workspaceId, '1'));
 
-  const vip = walk(ctx, { limit: 200, tag: 'Vip' });
+  const vip = await walk(ctx, { limit: 200, tag: 'Vip' });
   assert.equal(vip.length, N / 10);
   assert.deepEqual(vip, bruteForce(s, ctx.workspaceId, "id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')"));
 
   const like = 'lower(email) LIKE ? OR lower(phone) LIKE ? OR lower(first_name) LIKE ? OR lower(last_name) LIKE ?';
   for (const q of ['Smith77', 'smith777', 'BIG.EXA', '5550001', 'ada9999', 'zzz', '"q"']) {
     const p = `%${q.toLowerCase()}%`;
-    assert.deepEqual(walk(ctx, { limit: 200, q }), bruteForce(s, ctx.workspaceId, like, p, p, p, p), `q=${q}`);
+    assert.deepEqual(await walk(ctx, { limit: 200, q }), bruteForce(s, ctx.workspaceId, like, p, p, p, p), `q=${q}`);
   }
   // Shorter than a trigram: matched by LIKE over the workspace, the same rows.
   for (const q of ['7', '77']) {
     const p = `%${q}%`;
-    assert.deepEqual(walk(ctx, { limit: 200, q }).slice(0, 500), bruteForce(s, ctx.workspaceId, like, p, p, p, p).slice(0, 500), `q=${q}`);
+    assert.deepEqual((await walk(ctx, { limit: 200, q })).slice(0, 500), bruteForce(s, ctx.workspaceId, like, p, p, p, p).slice(0, 500), `q=${q}`);
   }
   // Combined filters.
   const p = '%smith77%';
   assert.deepEqual(
-    walk(ctx, { limit: 50, q: 'smith77', tag: 'vip' }),
+    await walk(ctx, { limit: 50, q: 'smith77', tag: 'vip' }),
     bruteForce(s, ctx.workspaceId, `(${like}) AND id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')`, p, p, p, p),
   );
 
   // The other workspace: its own 11 Smith77s, never the big one's; and the big one never sees them.
-  const theirs = walk(otherCtx, { limit: 5, q: 'Smith77' });
+  const theirs = await walk(otherCtx, { limit: 5, q: 'Smith77' });
   assert.equal(theirs.length, 11);
   assert.deepEqual(theirs, bruteForce(s, otherCtx.workspaceId, like, p, p, p, p));
-  assert.deepEqual(walk(ctx, { limit: 50, q: 'small.example' }), []);
-  assert.deepEqual(walk(otherCtx, { limit: 50, q: 'big.example' }), []);
-  assert.deepEqual(walk(ctx, { limit: 50, email: 'user5@small.example' }), []);
+  assert.deepEqual(await walk(ctx, { limit: 50, q: 'small.example' }), []);
+  assert.deepEqual(await walk(otherCtx, { limit: 50, q: 'big.example' }), []);
+  assert.deepEqual(await walk(ctx, { limit: 50, email: 'user5@small.example' }), []);
 
   // Over HTTP: the counts come from the counters and match the rows.
   const plan = await s.request('GET', '/billing/plan', { token });
@@ -189,9 +192,19 @@ test('the search index and the counters follow creates, edits, tag changes and d
 
 test('runs, webhook events, delivery attempts and audit entries: every list and filter seeks in id order', async (t) => {
   const s = await build(t);
-  const ctx: WorkspaceContext = { db: s.db, config: s.config, actor: { type: 'SYSTEM', id: null, label: 'test' }, ip: null, workspaceId: s.workspaceId };
-  const wf = seedWorkflow(s.db.$client, s.workspaceId);
-  seedActivity(s.db.$client, s.workspaceId, wf, 20_000);
+  const ctx: WorkspaceContext = {
+    db: s.db,
+    store: s.store,
+    config: s.config,
+    actor: { type: 'SYSTEM', id: null, label: 'test' },
+    ip: null,
+    workspaceId: s.workspaceId,
+  };
+  const wf = await s.store.exclusive((w) => {
+    const id = seedWorkflow(w.$client, s.workspaceId);
+    seedActivity(w.$client, s.workspaceId, id, 20_000);
+    return id;
+  });
   const runs = (filter: Parameters<typeof runFilterConditions>[0]) => ({ scope: runScope(filter), conditions: runFilterConditions(filter) });
   const cases: [string, Parameters<typeof pageQuery>[1], { scope?: 'index' | 'row'; conditions: (ReturnType<typeof eq> | undefined)[] }, RegExp][] = [
     ['runs', workflowRuns, runs({}), /workflow_runs_workspace_idx \(workspace_id=\? AND id<\?\)/],

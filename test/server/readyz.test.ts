@@ -41,13 +41,15 @@ test('readyz: 503 starting while a migration this binary carries is not applied'
     tag: string;
     applied_at: string;
   };
-  s.db.$client.prepare('DELETE FROM svc_migrations WHERE id = ?').run(removed.id);
+  await s.store.exclusive((w) => w.$client.prepare('DELETE FROM svc_migrations WHERE id = ?').run(removed.id));
   const res = await s.request('GET', '/readyz');
   assertProblem(res, 503, 'starting');
   assert.equal(res.body.checks.migrations, 'pending');
   assert.ok(Number(res.headers.get('retry-after')) > 0);
   assert.equal(res.headers.get('cache-control'), 'no-store');
-  s.db.$client.prepare('INSERT INTO svc_migrations (id, tag, applied_at) VALUES (?, ?, ?)').run(removed.id, removed.tag, removed.applied_at);
+  await s.store.exclusive((w) =>
+    w.$client.prepare('INSERT INTO svc_migrations (id, tag, applied_at) VALUES (?, ?, ?)').run(removed.id, removed.tag, removed.applied_at),
+  );
   assert.equal((await s.request('GET', '/readyz')).status, 200);
 });
 

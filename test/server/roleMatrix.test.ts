@@ -8,7 +8,8 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
-import type { Role } from '../../src/core/db/schema.js';
+import { and, eq, inArray, max, notExists } from 'drizzle-orm';
+import { apiKeys, deliveryAttempts, invitations, memberships, webhookEvents, type Role } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
 import { assertProblem, build, type HttpResult, type TestServer } from '../helpers.js';
 
@@ -80,12 +81,25 @@ function snapshot(s: TestServer): { counts: Record<string, number>; hash: string
   return { counts, hash: h.digest('hex'), audit };
 }
 
-/** Waits until background deliveries (test emails, invitation emails) have settled. */
+/**
+ * Waits until background deliveries (test emails, invitation emails) have settled: none is
+ * in flight, and every invitation's email has been recorded (its delivery starts after the
+ * answer, so its row may not exist yet when the answer arrives).
+ */
 async function settle(s: TestServer): Promise<void> {
   const started = Date.now();
   for (;;) {
-    const row = s.db.$client.prepare("SELECT COUNT(*) AS c FROM delivery_attempts WHERE status IN ('QUEUED', 'SENDING')").get() as { c: number };
-    if (row.c === 0) return;
+    const pending = await s.db
+      .select({ id: deliveryAttempts.id })
+      .from(deliveryAttempts)
+      .where(inArray(deliveryAttempts.status, ['QUEUED', 'SENDING']))
+      .limit(1);
+    const unsent = await s.db
+      .select({ id: invitations.id })
+      .from(invitations)
+      .where(notExists(s.db.select({ id: deliveryAttempts.id }).from(deliveryAttempts).where(eq(deliveryAttempts.to, invitations.email))))
+      .limit(1);
+    if (pending.length === 0 && unsent.length === 0) return;
     if (Date.now() - started > 5_000) assert.fail('deliveries did not settle');
     await new Promise((r) => setTimeout(r, 20));
   }
@@ -114,7 +128,7 @@ function describe(res: HttpResult): string {
 test('role matrix: every authenticated endpoint with every caller (API.md section 2)', async (t) => {
   const s = await build(t);
   const main = s.workspaceId;
-  const sysCtx = { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  const sysCtx = { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
   const superToken = await s.login(s.owner.email, s.owner.password);
   const other = await s.otherWorkspace();
   const spare = await s.otherWorkspace();
@@ -129,10 +143,10 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     await asCaller('ADMIN', 'ADMIN user'),
     await asCaller('OWNER', 'OWNER user'),
     { name: 'super-admin OWNER', token: superToken, kind: 'user', role: 'OWNER', superAdmin: true, password: s.owner.password },
-    { name: 'VIEWER key', token: s.mintKey('VIEWER'), kind: 'key', role: 'VIEWER', superAdmin: false },
-    { name: 'MEMBER key', token: s.mintKey('MEMBER'), kind: 'key', role: 'MEMBER', superAdmin: false },
-    { name: 'ADMIN key', token: s.mintKey('ADMIN'), kind: 'key', role: 'ADMIN', superAdmin: false },
-    { name: 'ADMIN key of another workspace', token: s.mintKey('ADMIN', other.workspaceId), kind: 'otherKey', role: 'ADMIN', superAdmin: false },
+    { name: 'VIEWER key', token: await s.mintKey('VIEWER'), kind: 'key', role: 'VIEWER', superAdmin: false },
+    { name: 'MEMBER key', token: await s.mintKey('MEMBER'), kind: 'key', role: 'MEMBER', superAdmin: false },
+    { name: 'ADMIN key', token: await s.mintKey('ADMIN'), kind: 'key', role: 'ADMIN', superAdmin: false },
+    { name: 'ADMIN key of another workspace', token: await s.mintKey('ADMIN', other.workspaceId), kind: 'otherKey', role: 'ADMIN', superAdmin: false },
     { name: 'no credential', token: undefined, kind: 'none', role: undefined, superAdmin: false },
   ];
 
@@ -148,14 +162,20 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
     (await ok('POST', '/templates', { name: `t-${uniq()}`, channel: 'EMAIL', content: { subject: 'Hi {{ contact.firstName }}', text: 'Hello' } })).id as number;
   const newWorkflow = async (): Promise<number> =>
     (await ok('POST', '/workflows', { name: `w-${uniq()}`, steps: [{ type: 'add_tags', tags: ['x'] }] })).id as number;
-  const newKeyId = (): number => {
-    s.mintKey('VIEWER');
-    return (s.db.$client.prepare('SELECT MAX(id) AS id FROM api_keys').get() as { id: number }).id;
+  const newKeyId = async (): Promise<number> => {
+    await s.mintKey('VIEWER');
+    const [row] = await s.db.select({ id: max(apiKeys.id) }).from(apiKeys);
+    assert.ok(row?.id);
+    return row.id;
   };
   const newUser = async (role: Role, workspaceId: number): Promise<{ email: string; membershipId: number }> => {
     const email = `m-${uniq()}@acme.test`;
     const u = await createUser(sysCtx, { email, password: 'matrix-password-1', workspaceId, role });
-    const m = s.db.$client.prepare('SELECT id FROM memberships WHERE user_id = ? AND workspace_id = ?').get(u.id, workspaceId) as { id: number };
+    const [m] = await s.db
+      .select({ id: memberships.id })
+      .from(memberships)
+      .where(and(eq(memberships.userId, u.id), eq(memberships.workspaceId, workspaceId)));
+    assert.ok(m);
     return { email, membershipId: m.id };
   };
 
@@ -176,7 +196,8 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
   const inbound = await s.request('POST', new URL(activated.webhook.url as string).pathname, { body: { email: `in-${uniq()}@acme.test` } });
   assert.equal(inbound.status, 202, describe(inbound));
   const runId = inbound.body.runId as number;
-  const eventId = (s.db.$client.prepare('SELECT MAX(id) AS id FROM webhook_events').get() as { id: number }).id;
+  const eventId = (await s.db.select({ id: max(webhookEvents.id) }).from(webhookEvents))[0]?.id;
+  assert.ok(eventId);
   const mail = await ok('POST', '/messages/test-email', { to: 'probe@example.com', subject: 'Probe', text: 'probe' });
   const attemptId = mail.deliveryAttemptId as number;
 
@@ -351,7 +372,13 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
       write: true,
       prepare: () => ({ path: '/api-keys', idAddressed: false, body: { name: `k-${uniq()}`, role: 'VIEWER' } }),
     },
-    { name: 'revoke api key', method: 'DELETE', min: 'ADMIN', write: true, prepare: () => ({ path: `/api-keys/${newKeyId()}`, idAddressed: true }) },
+    {
+      name: 'revoke api key',
+      method: 'DELETE',
+      min: 'ADMIN',
+      write: true,
+      prepare: async () => ({ path: `/api-keys/${await newKeyId()}`, idAddressed: true }),
+    },
     // memberships and invitations
     { name: 'list memberships', method: 'GET', min: 'VIEWER', write: false, prepare: fixed('/memberships') },
     { name: 'list pending invitations', method: 'GET', min: 'ADMIN', write: false, prepare: fixed('/memberships/invitations') },
@@ -479,7 +506,7 @@ test('audit log is refused for plan reasons on Starter, for role reasons first',
   const s = await build(t);
   const starter = await s.otherWorkspace('STARTER');
   const viewer = await s.userWithRole('VIEWER', starter.workspaceId);
-  const viewerKey = s.mintKey('VIEWER', starter.workspaceId);
+  const viewerKey = await s.mintKey('VIEWER', starter.workspaceId);
   const before = snapshot(s);
   assertProblem(await s.request('GET', '/audit-logs', { token: starter.token }), 403, 'plan_upgrade_required');
   assertProblem(await s.request('GET', '/audit-logs', { token: viewer.token }), 403, 'forbidden');

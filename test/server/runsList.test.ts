@@ -130,6 +130,6 @@ test('GET /runs: bad filters and cursors are 400, no credentials 401', async (t)
     assertProblem(res, res.status);
   }
   assertProblem(await s.request('GET', '/runs'), 401);
-  const key = s.mintKey('VIEWER');
+  const key = await s.mintKey('VIEWER');
   assert.deepEqual((await s.request('GET', '/runs', { token: key })).body, { data: [], nextCursor: null });
 });

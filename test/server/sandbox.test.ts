@@ -13,7 +13,7 @@ function notFound(res: HttpResult, what: string): void {
   assert.equal(res.status, 404, `${what}: expected 404, got ${res.status}: ${res.text.slice(0, 300)}`);
   assertProblem(res, 404);
 }
-const system = (s: TestServer) => ({ db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null });
+const system = (s: TestServer) => ({ db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null });
 
 /** A server with a sandbox for its workspace, a live and a test ADMIN key, and the owner's session. */
 async function setUp(t: TestContext) {
@@ -22,7 +22,7 @@ async function setUp(t: TestContext) {
   const created = await s.request('POST', '/sandbox', { token: owner });
   assert.equal(created.status, 201, created.text);
   const sandboxId = created.body.id as number;
-  return { s, owner, sandboxId, live: s.mintKey('ADMIN'), test: s.mintKey('ADMIN', sandboxId), sandbox: created.body };
+  return { s, owner, sandboxId, live: await s.mintKey('ADMIN'), test: await s.mintKey('ADMIN', sandboxId), sandbox: created.body };
 }
 
 test('POST /sandbox creates the twin once, on the live plan, and answers its id and base address', async (t) => {
@@ -63,14 +63,14 @@ test('POST /sandbox creates the twin once, on the live plan, and answers its id 
   assertProblem(await s.request('POST', '/sandbox', { token: owner, body: { rest: true } }), 422);
   const member = await s.userWithRole('MEMBER');
   assertProblem(await s.request('POST', '/sandbox', { token: member.token }), 403, 'forbidden');
-  assertProblem(await s.request('POST', '/sandbox', { token: s.mintKey('MEMBER') }), 403, 'forbidden');
+  assertProblem(await s.request('POST', '/sandbox', { token: await s.mintKey('MEMBER') }), 403, 'forbidden');
   assertProblem(await s.request('POST', '/sandbox'), 401);
-  assert.equal((await s.request('GET', '/sandbox', { token: s.mintKey('VIEWER') })).status, 200);
+  assert.equal((await s.request('GET', '/sandbox', { token: await s.mintKey('VIEWER') })).status, 200);
 
   // The sandbox follows its live twin's plan, and has no plan (nor checkout) of its own.
-  setWorkspacePlan(system(s), s.workspaceId, 'GROWTH');
+  await setWorkspacePlan(system(s), s.workspaceId, 'GROWTH');
   assert.equal((await s.request('GET', '/sandbox', { token: owner })).body.plan, 'GROWTH');
-  assert.throws(() => setWorkspacePlan(system(s), created.body.id, 'PRO'), /sandbox/);
+  await assert.rejects(setWorkspacePlan(system(s), created.body.id, 'PRO'), /sandbox/);
   const inSandbox = await s.request('POST', '/auth/switch', { token: owner, body: { workspaceId: created.body.id } });
   assertProblem(await s.request('POST', '/billing/checkout', { token: inSandbox.body.token, body: { plan: 'PRO' } }), 422, 'not_in_sandbox');
 });
@@ -98,10 +98,9 @@ test('keys minted in a sandbox are svc_test_ keys, and a key works only on its o
     ['svc_live_', sandboxId],
   ] as const) {
     const key = generateApiKey(prefix);
-    s.db
-      .insert(apiKeys)
-      .values({ workspaceId, name: 'planted', role: 'ADMIN', prefix: key.slice(0, 13), keyHash: hashApiKey(key) })
-      .run();
+    await s.store.transaction(async (tx) => {
+      await tx.insert(apiKeys).values({ workspaceId, name: 'planted', role: 'ADMIN', prefix: key.slice(0, 13), keyHash: hashApiKey(key) });
+    });
     assertProblem(await s.request('GET', '/contacts', { token: key }), 401, 'invalid_api_key');
   }
 });

@@ -20,7 +20,7 @@ import { assertProblem, build, type HttpResult, type TestServer } from '../helpe
 const COOKIE = 'svc_refresh';
 
 function systemCtx(s: TestServer) {
-  return { db: s.db, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
+  return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
 }
 
 function cookieOf(res: HttpResult): { value: string; maxAge: number } {
@@ -58,7 +58,8 @@ test('a session has an absolute end fixed at login (sessionMaxDays); refreshing 
   const before = Date.now();
   const first = await login(s, s.owner.email, s.owner.password);
   const family = familyOf(s, first.token);
-  const row = s.db.select().from(sessions).where(eq(sessions.familyId, family)).get()!;
+  const [row] = await s.db.select().from(sessions).where(eq(sessions.familyId, family));
+  assert.ok(row);
   const end = Date.parse(row.expiresAt);
   assert.ok(Math.abs(end - (before + 2 * 86_400_000)) < 60_000, `session ends ${row.expiresAt}`);
   const firstAge = cookieOf(first.res).maxAge;
@@ -75,7 +76,7 @@ test('a session has an absolute end fixed at login (sessionMaxDays); refreshing 
     assert.ok(next.maxAge < firstAge, `Max-Age ${next.maxAge} must count down from ${firstAge}`);
     cookie = next.value;
   }
-  const ends = s.db.select({ expiresAt: sessions.expiresAt }).from(sessions).where(eq(sessions.familyId, family)).all();
+  const ends = await s.db.select({ expiresAt: sessions.expiresAt }).from(sessions).where(eq(sessions.familyId, family));
   assert.equal(ends.length, 4);
   assert.deepEqual(new Set(ends.map((e) => e.expiresAt)), new Set([row.expiresAt]), 'every token of the family ends when the login does');
 
@@ -85,11 +86,12 @@ test('a session has an absolute end fixed at login (sessionMaxDays); refreshing 
   const token = last.body.token as string;
   cookie = cookieOf(last).value;
   assert.equal((await read(s, token)).status, 200);
-  s.db
-    .update(sessions)
-    .set({ expiresAt: new Date(Date.now() - 1000).toISOString() })
-    .where(eq(sessions.familyId, family))
-    .run();
+  await s.store.transaction(async (tx) => {
+    await tx
+      .update(sessions)
+      .set({ expiresAt: new Date(Date.now() - 1000).toISOString() })
+      .where(eq(sessions.familyId, family));
+  });
   assertProblem(await refresh(s, cookie), 401, 'invalid_refresh_token');
   assertProblem(await read(s, token), 401, 'session_ended');
 });
@@ -134,7 +136,7 @@ test('POST /auth/password: 204, the new password works, every other session of t
   assertProblem(await s.request('POST', '/auth/login', { body: { email: u.email, password: u.password } }), 401, 'invalid_credentials');
   await login(s, u.email, 'a-brand-new-password');
 
-  const audit = s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed')).all();
+  const audit = await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed'));
   assert.equal(audit.length, 1);
   assert.equal(audit[0]!.actorType, 'USER');
   assert.equal(audit[0]!.targetId, String(u.id));
@@ -163,7 +165,7 @@ test('POST /auth/password refuses a wrong current password (401), a weak new one
     400,
   );
   assertProblem(await s.request('POST', '/auth/password', { body: { currentPassword: u.password, newPassword: 'a-brand-new-password' } }), 401);
-  assertProblem(await send({ currentPassword: u.password, newPassword: 'a-brand-new-password' }, s.mintKey('ADMIN')), 403, 'forbidden');
+  assertProblem(await send({ currentPassword: u.password, newPassword: 'a-brand-new-password' }, await s.mintKey('ADMIN')), 403, 'forbidden');
 
   const wrong = await send({ currentPassword: 'not-the-password', newPassword: 'a-brand-new-password' });
   assertProblem(wrong, 401, 'invalid_credentials');
@@ -176,7 +178,7 @@ test('POST /auth/password refuses a wrong current password (401), a weak new one
   const limited = await send({ currentPassword: 'guess-5-password', newPassword: 'a-brand-new-password' });
   assertProblem(limited, 429);
   assert.ok(Number(limited.headers.get('retry-after')) >= 1);
-  assert.equal(s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed')).all().length, 0);
+  assert.equal((await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed'))).length, 0);
 });
 
 test('svc user passwd ends every session of the user, on a running server', async (t) => {
@@ -194,7 +196,7 @@ test('svc user passwd ends every session of the user, on a running server', asyn
   }
   assert.equal((await read(s, owner.token)).status, 200, "another user's session stays");
   await login(s, u.email, 'changed-by-the-operator');
-  const audit = s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed')).all();
+  const audit = await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed'));
   assert.equal(audit.length, 1);
   assert.equal(audit[0]!.actorType, 'CLI');
 });
@@ -206,24 +208,23 @@ test("removing a membership ends the user's sessions in that workspace; being ad
   const s = await build(t);
   const ownerToken = await s.login(s.owner.email, s.owner.password);
   const u = await s.userWithRole('MEMBER');
-  const second = createWorkspace(systemCtx(s), { name: 'Second', plan: 'PRO' });
+  const second = await createWorkspace(systemCtx(s), { name: 'Second', plan: 'PRO' });
   await createUser(systemCtx(s), { email: u.email, workspaceId: second.id, role: 'VIEWER' });
   const inMain = await login(s, u.email, u.password, s.workspaceId);
   const inSecond = await login(s, u.email, u.password, second.id);
 
-  const membershipId = s.db
+  const [membership] = await s.db
     .select({ id: memberships.id })
     .from(memberships)
-    .where(and(eq(memberships.userId, u.id), eq(memberships.workspaceId, s.workspaceId)))
-    .get()!.id;
+    .where(and(eq(memberships.userId, u.id), eq(memberships.workspaceId, s.workspaceId)));
+  const membershipId = membership!.id;
   const removed = await s.request('DELETE', `/memberships/${membershipId}`, { token: ownerToken });
   assert.equal(removed.status, 204, removed.text);
 
-  const live = s.db
+  const live = await s.db
     .select({ workspaceId: sessions.workspaceId })
     .from(sessions)
-    .where(and(eq(sessions.userId, u.id), isNull(sessions.revokedAt)))
-    .all();
+    .where(and(eq(sessions.userId, u.id), isNull(sessions.revokedAt)));
   assert.deepEqual([...new Set(live.map((r) => r.workspaceId))], [second.id], 'only the sessions in the other workspace are live');
 
   // Added back (by the operator), the old session of that workspace stays ended.

@@ -99,6 +99,48 @@ for (const [dialect, kind] of Object.entries(stores)) {
       assert.equal((await store.db.select().from(contacts).where(eq(contacts.workspaceId, ws))).length, 1);
     });
 
+    test('of transactions started together, one that fails is undone alone; the others commit', async (t) => {
+      const store = await kind.open(t);
+      const ws = await newWorkspace(store);
+      const results = await Promise.allSettled(
+        Array.from({ length: 10 }, (_, i) =>
+          store.transaction(async (tx) => {
+            await tx.insert(contacts).values({ workspaceId: ws, email: `c${i}@example.com` });
+            if (i === 4) throw new Error('number 4 refused');
+            return i;
+          }),
+        ),
+      );
+      assert.deepEqual(
+        results.map((r) => r.status),
+        results.map((_, i) => (i === 4 ? 'rejected' : 'fulfilled')),
+      );
+      const emails = (await store.db.select({ email: contacts.email }).from(contacts).where(eq(contacts.workspaceId, ws))).map((r) => r.email).sort();
+      assert.deepEqual(emails, [0, 1, 2, 3, 5, 6, 7, 8, 9].map((i) => `c${i}@example.com`).sort());
+    });
+
+    test('work a transaction started and left running is not part of it once it ended', async (t) => {
+      const store = await kind.open(t);
+      const ws = await newWorkspace(store);
+      let later!: Promise<unknown>;
+      let started!: () => void;
+      const timerRan = new Promise<void>((r) => {
+        started = r;
+      });
+      await store.transaction(async (tx) => {
+        await tx.insert(contacts).values({ workspaceId: ws, email: 'inside@example.com' });
+        // Fires after this transaction ended, in a context that was created inside it.
+        setTimeout(() => {
+          later = store.transaction((t2) => t2.insert(contacts).values({ workspaceId: ws, email: 'later@example.com' }));
+          started();
+        }, 20);
+      });
+      await timerRan;
+      await later;
+      const emails = (await store.db.select({ email: contacts.email }).from(contacts).where(eq(contacts.workspaceId, ws))).map((r) => r.email).sort();
+      assert.deepEqual(emails, ['inside@example.com', 'later@example.com'], 'the late transaction is one of its own, committed');
+    });
+
     test('a transaction inside another is a savepoint: its failure undoes only its own writes', async (t) => {
       const store = await kind.open(t);
       const ws = await newWorkspace(store);
@@ -117,16 +159,33 @@ for (const [dialect, kind] of Object.entries(stores)) {
       assert.deepEqual(emails, ['outer@example.com', 'second@example.com']);
     });
 
-    test('reads outside a transaction never see what an open one has not committed', async (t) => {
+    test('reads outside a transaction never see what an open one has not committed; ctx.db inside it is the transaction', async (t) => {
       const store = await kind.open(t);
       const ws = await newWorkspace(store);
-      let seenInside: number | undefined;
+      const count = async () => (await store.db.select().from(contacts).where(eq(contacts.workspaceId, ws))).length;
+      let written!: () => void;
+      const inserted = new Promise<void>((r) => {
+        written = r;
+      });
+      let readDone!: () => void;
+      const outsideRead = new Promise<void>((r) => {
+        readDone = r;
+      });
       let seenOutside: number | undefined;
+      // Another call chain, outside the transaction, reads while the transaction is open.
+      const reader = (async () => {
+        await inserted;
+        seenOutside = await count();
+        readDone();
+      })();
+      let seenInside: number | undefined;
       await store.transaction(async (tx) => {
         await tx.insert(contacts).values({ workspaceId: ws, email: 'open@example.com' });
-        seenInside = (await tx.select().from(contacts).where(eq(contacts.workspaceId, ws))).length;
-        seenOutside = (await store.db.select().from(contacts).where(eq(contacts.workspaceId, ws))).length;
+        seenInside = await count(); // store.db, inside the transaction's call chain
+        written();
+        await outsideRead;
       });
+      await reader;
       assert.equal(seenInside, 1);
       assert.equal(seenOutside, 0);
       assert.equal(

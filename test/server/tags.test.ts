@@ -140,7 +140,7 @@ test('GET /tags: bad limit or cursor is 400 like every list; unknown parameters 
   }
   assertProblem(await s.request('GET', `/tags?cursor=${contactsCursor}`, { token }), 400, 'invalid_cursor');
 
-  const viewer = s.mintKey('VIEWER');
+  const viewer = await s.mintKey('VIEWER');
   const page = await s.request('GET', '/tags?limit=2', { token: viewer });
   assert.equal(page.status, 200, page.text);
   assert.deepEqual(

@@ -6,6 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { like } from 'drizzle-orm';
+import { auditLogs, templates } from '../../src/core/db/schema.js';
 import { assertProblem, type HttpResult, type TestServer, buildAsOwner, seededRandom, waitForRun } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -54,27 +56,12 @@ async function createContact(s: TestServer, token: string, body: Record<string, 
   return res.body;
 }
 
-interface AuditRow {
-  workspace_id: number | null;
-  actor_type: string;
-  actor_id: number | null;
-  action: string;
-  target_type: string | null;
-  target_id: string | null;
-  metadata: string;
+function auditRows(s: TestServer) {
+  return s.db.select().from(auditLogs).where(like(auditLogs.action, 'template.%')).orderBy(auditLogs.id);
 }
 
-function auditRows(s: TestServer, action?: string): AuditRow[] {
-  const c = s.db.$client;
-  return (
-    action
-      ? c.prepare('SELECT * FROM audit_logs WHERE action = ? ORDER BY id').all(action)
-      : c.prepare("SELECT * FROM audit_logs WHERE action LIKE 'template.%' ORDER BY id").all()
-  ) as AuditRow[];
-}
-
-function templateRows(s: TestServer): unknown[] {
-  return s.db.$client.prepare('SELECT * FROM templates ORDER BY id').all();
+function templateRows(s: TestServer) {
+  return s.db.select().from(templates).orderBy(templates.id);
 }
 
 const rng = seededRandom;
@@ -349,8 +336,8 @@ test('bad bodies and per-channel content are refused with 422 naming the field',
     assert.equal(res.status, 422, `${c.label}: ${res.status} ${res.text.slice(0, 300)}`);
     assertErrorPaths(res, c.paths);
   }
-  assert.deepEqual(templateRows(s), [], 'nothing was stored');
-  assert.deepEqual(auditRows(s), [], 'nothing was audited');
+  assert.deepEqual(await templateRows(s), [], 'nothing was stored');
+  assert.deepEqual(await auditRows(s), [], 'nothing was audited');
 
   // The same rules apply on PATCH.
   const tpl = await createTemplate(s, token, { name: 'n', channel: 'EMAIL', content: EMAIL });
@@ -406,7 +393,7 @@ test('a Liquid syntax error is 422 template_syntax_error naming the field and th
     body: { name: 'bad', channel: 'EMAIL', content: { subject: '{{', html: '{% if %}', text: 'ok' } },
   });
   assertErrorPaths(two, ['/content/subject', '/content/html'], 'template_syntax_error');
-  assert.deepEqual(templateRows(s), []);
+  assert.deepEqual(await templateRows(s), []);
 
   const tpl = await createTemplate(s, token, { name: 'good', channel: 'SMS', content: { text: 'ok' } });
   const patched = await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { content: { text: '{{ a' } } });
@@ -435,7 +422,7 @@ test('VIEWER reads, lists and previews templates but cannot write (403 forbidden
   const { s, token } = await setup(t);
   const tpl = await createTemplate(s, token, { name: 'Read me', channel: 'SMS', content: { text: 'Hi {{ contact.firstName | default: "friend" }}' } });
   const viewer = await s.userWithRole('VIEWER');
-  const viewerKey = s.mintKey('VIEWER');
+  const viewerKey = await s.mintKey('VIEWER');
   for (const credential of [viewer.token, viewerKey]) {
     assert.equal((await s.request('GET', '/templates', { token: credential })).status, 200);
     assert.equal((await s.request('GET', `/templates/${tpl.id}`, { token: credential })).status, 200);
@@ -453,7 +440,7 @@ test('VIEWER reads, lists and previews templates but cannot write (403 forbidden
 test('MEMBER (user or API key) creates, edits and deletes templates', async (t) => {
   const { s } = await setup(t);
   const member = await s.userWithRole('MEMBER');
-  const memberKey = s.mintKey('MEMBER');
+  const memberKey = await s.mintKey('MEMBER');
   for (const credential of [member.token, memberKey]) {
     const tpl = await createTemplate(s, credential, { name: 'm', channel: 'SMS', content: { text: 'x' } });
     const patched = await s.request('PATCH', `/templates/${tpl.id}`, { token: credential, body: { name: 'm2', content: { text: 'y' } } });
@@ -481,7 +468,7 @@ test('without a valid credential every template endpoint is 401 with WWW-Authent
       assert.match(res.headers.get('www-authenticate') ?? '', /^Bearer/);
     }
   }
-  assert.equal(templateRows(s).length, 1);
+  assert.equal((await templateRows(s)).length, 1);
 });
 
 test("another workspace's template is 404 everywhere, and its contact is 404 in preview", async (t) => {
@@ -649,27 +636,27 @@ test('template writes are audited with the actor and target; reads, previews and
   await s.request('POST', `/templates/${tpl.id}/preview`, { token, body: {} });
   await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { content: { text: '{{' } } });
   await s.request('POST', '/templates', { token, body: { name: 'bad', channel: 'SMS', content: { text: '{% if %}' } } });
-  const key = s.mintKey('MEMBER');
+  const key = await s.mintKey('MEMBER');
   assert.equal((await s.request('DELETE', `/templates/${tpl.id}`, { token: key })).status, 204);
 
-  const rows = auditRows(s);
+  const rows = await auditRows(s);
   assert.deepEqual(
     rows.map((r) => r.action),
     ['template.created', 'template.updated', 'template.updated', 'template.deleted'],
   );
   for (const r of rows) {
-    assert.equal(r.workspace_id, s.workspaceId);
-    assert.equal(r.target_type, 'template');
-    assert.equal(r.target_id, String(tpl.id));
+    assert.equal(r.workspaceId, s.workspaceId);
+    assert.equal(r.targetType, 'template');
+    assert.equal(r.targetId, String(tpl.id));
   }
   assert.deepEqual(
-    rows.slice(0, 3).map((r) => [r.actor_type, r.actor_id]),
+    rows.slice(0, 3).map((r) => [r.actorType, r.actorId]),
     Array(3).fill(['USER', s.owner.id]),
   );
-  assert.equal(rows[3]!.actor_type, 'API_KEY');
-  assert.deepEqual(JSON.parse(rows[0]!.metadata), { name: 'Audited', channel: 'SMS' });
-  assert.deepEqual(JSON.parse(rows[1]!.metadata), { fields: ['name'] });
-  assert.deepEqual(JSON.parse(rows[2]!.metadata).fields.sort(), ['channel', 'content']);
+  assert.equal(rows[3]!.actorType, 'API_KEY');
+  assert.deepEqual(rows[0]!.metadata, { name: 'Audited', channel: 'SMS' });
+  assert.deepEqual(rows[1]!.metadata, { fields: ['name'] });
+  assert.deepEqual((rows[2]!.metadata.fields as string[]).sort(), ['channel', 'content']);
 });
 
 // ---------------------------------------------------------------------------------------

@@ -158,13 +158,16 @@ test('replay: events that passed the signature check (or had no secret) replay; 
 
   // A row stored before this change (no body_size) that was refused for its key may never
   // have been checked against the secret: it is not replayable either.
-  const legacy = s.db.$client
-    .prepare(
-      `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, source_ip, content_type, body)
-       VALUES (?, ?, 400, 'invalid_idempotency_key', '127.0.0.1', 'application/json', ?) RETURNING id`,
-    )
-    .pluck()
-    .get(s.workspaceId, signed.id, Buffer.from(raw)) as number;
+  const legacy = await s.store.exclusive(
+    (w) =>
+      w.$client
+        .prepare(
+          `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, source_ip, content_type, body)
+           VALUES (?, ?, 400, 'invalid_idempotency_key', '127.0.0.1', 'application/json', ?) RETURNING id`,
+        )
+        .pluck()
+        .get(s.workspaceId, signed.id, Buffer.from(raw)) as number,
+  );
   assertProblem(await replay(legacy), 422, 'event_not_replayable');
   assert.equal(runCount(s), 2);
 });

@@ -9,6 +9,8 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { test, type TestContext } from 'node:test';
+import { asc, count, eq, type SQL } from 'drizzle-orm';
+import { contacts, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -75,18 +77,19 @@ async function createContact(s: TestServer, token: string, body: Record<string, 
   return res.body;
 }
 
-function count(s: TestServer, sql: string, ...params: unknown[]): number {
-  return s.db.$client
-    .prepare(sql)
-    .pluck()
-    .get(...params) as number;
+async function countRows(s: TestServer, table: typeof contacts | typeof workflowRuns | typeof webhookEvents, where?: SQL): Promise<number> {
+  return (await s.db.select({ n: count() }).from(table).where(where))[0]!.n;
 }
 
-const runCount = (s: TestServer, workflowId: number) => count(s, 'SELECT count(*) FROM workflow_runs WHERE workflow_id = ?', workflowId);
-const contactCount = (s: TestServer) => count(s, 'SELECT count(*) FROM contacts');
+const runCount = (s: TestServer, workflowId: number) => countRows(s, workflowRuns, eq(workflowRuns.workflowId, workflowId));
+const contactCount = (s: TestServer) => countRows(s, contacts);
 
-function runRows(s: TestServer, workflowId: number): { id: number; contact_id: number; status: string; trigger: string }[] {
-  return s.db.$client.prepare('SELECT id, contact_id, status, trigger FROM workflow_runs WHERE workflow_id = ? ORDER BY id').all(workflowId) as any[];
+function runRows(s: TestServer, workflowId: number) {
+  return s.db
+    .select({ id: workflowRuns.id, contactId: workflowRuns.contactId, status: workflowRuns.status, trigger: workflowRuns.trigger })
+    .from(workflowRuns)
+    .where(eq(workflowRuns.workflowId, workflowId))
+    .orderBy(asc(workflowRuns.id));
 }
 
 async function events(s: TestServer, token: string, workflowId: number): Promise<any[]> {
@@ -157,12 +160,12 @@ test('202 {runId, contactId}: exactly one QUEUED run whose trigger is the body',
   assert.equal(accepted.contactId, contact.id);
   assert.equal(res.headers.get('x-request-id'), 'sender-req-1', 'X-Request-Id is echoed');
 
-  const runs = runRows(s, hook.id);
+  const runs = await runRows(s, hook.id);
   assert.equal(runs.length, 1, 'exactly one run');
   assert.equal(runs[0]!.id, accepted.runId);
-  assert.equal(runs[0]!.contact_id, contact.id);
+  assert.equal(runs[0]!.contactId, contact.id);
   assert.equal(runs[0]!.status, 'QUEUED');
-  assert.deepEqual(JSON.parse(runs[0]!.trigger), body);
+  assert.deepEqual(runs[0]!.trigger, body);
 
   const run = await s.request('GET', `/runs/${accepted.runId}`, { token });
   assert.equal(run.status, 200, run.text);
@@ -174,7 +177,7 @@ test('202 {runId, contactId}: exactly one QUEUED run whose trigger is the body',
   // Content-Type parameters are fine.
   assertAccepted(await post(s, hook.path, { body, contentType: 'application/json; charset=utf-8' }));
   assertAccepted(await post(s, hook.path, { body, contentType: 'Application/JSON' }));
-  assert.equal(runCount(s, hook.id), 3);
+  assert.equal(await runCount(s, hook.id), 3);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -244,7 +247,7 @@ test('every must_be_422 fixture case is 422 and starts no run', async (t) => {
       const res = await post(s, hook.path, { body: fx.body });
       assertProblem(res, 422);
       assert.match(res.body.code, /^lookup_value_(missing|invalid)$/, `${name} ${path}: ${res.body.code}`);
-      assert.equal(runCount(s, hook.id), 0);
+      assert.equal(await runCount(s, hook.id), 0);
       checked++;
     }
   }
@@ -253,7 +256,7 @@ test('every must_be_422 fixture case is 422 and starts no run', async (t) => {
   const [, shop] = loadFixtures().find(([n]) => n === 'shop_order_customer')!;
   const top = await hookWorkflow(s, token, { lookup: 'email', createIfNotFound: true });
   assertProblem(await post(s, top.path, { body: shop.body }), 422);
-  assert.equal(contactCount(s), 1, 'no contact was created');
+  assert.equal(await contactCount(s), 1, 'no contact was created');
 });
 
 // ---------------------------------------------------------------------------------------
@@ -286,7 +289,7 @@ test('404 webhook_not_found for an unknown token and for malformed tokens', asyn
   assertProblem(unknown, 404, 'webhook_not_found');
   assert.ok(unknown.headers.get('x-request-id'), 'every response carries X-Request-Id');
   assertProblem(await post(s, '/v1/webhooks/in/', { body }), 404);
-  assert.equal(runCount(s, hook.id), 0);
+  assert.equal(await runCount(s, hook.id), 0);
   assertAccepted(await post(s, hook.path, { body }));
 });
 
@@ -307,7 +310,7 @@ test('404 for a paused workflow, and for a workflow whose trigger source is no l
   assertProblem(await post(s, hook.path, { body: { email: 'ann@example.com' } }), 404, 'webhook_not_found');
   await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { status: 'ACTIVE', triggerSource: 'MANUAL' } });
   assertProblem(await post(s, hook.path, { body: { email: 'ann@example.com' } }), 404, 'webhook_not_found');
-  assert.equal(runCount(s, hook.id), 0);
+  assert.equal(await runCount(s, hook.id), 0);
 });
 
 test('404 contact_not_found when no contact matches and create-on-miss is off', async (t) => {
@@ -319,8 +322,8 @@ test('404 contact_not_found when no contact matches and create-on-miss is off', 
   assertProblem(await post(s, email.path, { body: { email: 'nobody@example.com' } }), 404, 'contact_not_found');
   assertProblem(await post(s, phone.path, { body: { phone: '+16135550199' } }), 404, 'contact_not_found');
   assertProblem(await post(s, id.path, { body: { contactId: 999999 } }), 404, 'contact_not_found');
-  assert.equal(contactCount(s), 1, 'nothing was created');
-  assert.equal(count(s, 'SELECT count(*) FROM workflow_runs'), 0);
+  assert.equal(await contactCount(s), 1, 'nothing was created');
+  assert.equal(await countRows(s, workflowRuns), 0);
 });
 
 test('a contactId miss is 404 even with create-on-miss on', async (t) => {
@@ -328,8 +331,8 @@ test('a contactId miss is 404 even with create-on-miss on', async (t) => {
   const hook = await hookWorkflow(s, token, { lookup: 'contactId', createIfNotFound: true, defaults: { firstName: 'Ghost' } });
   assertProblem(await post(s, hook.path, { body: { contactId: 424242 } }), 404, 'contact_not_found');
   assertProblem(await post(s, hook.path, { body: { contactId: '424243' } }), 404, 'contact_not_found');
-  assert.equal(contactCount(s), 0);
-  assert.equal(runCount(s, hook.id), 0);
+  assert.equal(await contactCount(s), 0);
+  assert.equal(await runCount(s, hook.id), 0);
 });
 
 test("a contactId of another workspace's contact is 404", async (t) => {
@@ -367,7 +370,7 @@ test('415 for text/plain, a missing Content-Type and other non-JSON types', asyn
     assert.equal(res.status, 415, `${ct}: ${res.status} ${res.text}`);
     assertProblem(res, 415);
   }
-  assert.equal(runCount(s, hook.id), 0);
+  assert.equal(await runCount(s, hook.id), 0);
 });
 
 test('413 for a body over the limit (SVC_WEBHOOK_BODY_LIMIT), with or without Content-Length', async (t) => {
@@ -393,7 +396,7 @@ test('413 for a body over the limit (SVC_WEBHOOK_BODY_LIMIT), with or without Co
   });
   const res = await fetch(s.url + hook.path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: stream, duplex: 'half' } as RequestInit);
   assert.equal(res.status, 413, await res.text());
-  assert.equal(runCount(s, hook.id), 1);
+  assert.equal(await runCount(s, hook.id), 1);
   // The server still answers.
   assertAccepted(await post(s, hook.path, { body: { email: 'ann@example.com' } }));
 });
@@ -417,8 +420,8 @@ test('400 invalid JSON', async (t) => {
     assert.equal(res.status, 400, `${JSON.stringify(raw)}: ${res.status} ${res.text}`);
     assertProblem(res, 400);
   }
-  assert.equal(runCount(s, hook.id), 0);
-  assert.equal(contactCount(s), 1);
+  assert.equal(await runCount(s, hook.id), 0);
+  assert.equal(await contactCount(s), 1);
 });
 
 test('422 when the body is JSON but not an object (array, string, number, boolean, null)', async (t) => {
@@ -430,7 +433,7 @@ test('422 when the body is JSON but not an object (array, string, number, boolea
     assert.equal(res.status, 422, `${raw}: ${res.status} ${res.text}`);
     assertProblem(res, 422);
   }
-  assert.equal(runCount(s, hook.id), 0);
+  assert.equal(await runCount(s, hook.id), 0);
 });
 
 test('422 lookup_value_missing when the path resolves to nothing', async (t) => {
@@ -453,8 +456,8 @@ test('422 lookup_value_missing when the path resolves to nothing', async (t) => 
   assertProblem(await post(s, arr.path, { body: { fields: { 2: { value: 'ann@example.com' } } } }), 422, 'lookup_value_missing');
   // An empty string resolves to nothing usable either.
   assertProblem(await post(s, hook.path, { body: { customer: { email: '' } } }), 422);
-  assert.equal(count(s, 'SELECT count(*) FROM workflow_runs'), 0);
-  assert.equal(contactCount(s), 1);
+  assert.equal(await countRows(s, workflowRuns), 0);
+  assert.equal(await contactCount(s), 1);
 });
 
 test('422 lookup_value_invalid when the value has the wrong type or shape', async (t) => {
@@ -489,8 +492,8 @@ test('422 lookup_value_invalid when the value has the wrong type or shape', asyn
     assert.equal(res.status, 422, `${key}=${JSON.stringify(value)}: ${res.status} ${res.text}`);
     assertProblem(res, 422, 'lookup_value_invalid');
   }
-  assert.equal(contactCount(s), 1);
-  assert.equal(count(s, 'SELECT count(*) FROM workflow_runs'), 0);
+  assert.equal(await contactCount(s), 1);
+  assert.equal(await countRows(s, workflowRuns), 0);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -513,12 +516,12 @@ test('create-on-miss creates the contact with the defaults and returns its id', 
   assert.equal(contact.body.lastName, 'Of Hooks');
   assert.deepEqual(contact.body.attributes, { source: 'webhook' });
   assert.deepEqual([...contact.body.tags].sort(), ['Inbound', 'lead']);
-  assert.equal(runRows(s, hook.id)[0]!.contact_id, res.contactId);
+  assert.equal((await runRows(s, hook.id))[0]!.contactId, res.contactId);
 
   // The next post for the same address (in another case) finds it: no second contact.
   const again = assertAccepted(await post(s, hook.path, { body: { data: { customer: { email: 'NEW.person@example.com' } } } }));
   assert.equal(again.contactId, res.contactId);
-  assert.equal(contactCount(s), 1);
+  assert.equal(await contactCount(s), 1);
 
   // An existing contact is matched, not overwritten with the defaults.
   const existing = await createContact(s, token, { email: 'kept@example.com', firstName: 'Kept' });
@@ -563,7 +566,7 @@ test('contactId lookups accept an integer and a string of digits', async (t) => 
   const hook = await hookWorkflow(s, token, { lookup: 'contactId', path: 'objectId' });
   assert.equal(assertAccepted(await post(s, hook.path, { body: { objectId: contact.id } })).contactId, contact.id);
   assert.equal(assertAccepted(await post(s, hook.path, { body: { objectId: String(contact.id) } })).contactId, contact.id);
-  assert.equal(runCount(s, hook.id), 2);
+  assert.equal(await runCount(s, hook.id), 2);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -590,7 +593,7 @@ test("GitHub's published HMAC test vector: the receiver computes exactly that si
   assert.match(sig, /^sha256=[0-9a-f]{64}$/);
   const res = assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': sig } }));
   assert.equal(res.contactId, contact.id);
-  assert.equal(runCount(s, hook.id), 1);
+  assert.equal(await runCount(s, hook.id), 1);
 });
 
 test('401 signature_invalid for every wrong, malformed or missing signature', async (t) => {
@@ -647,7 +650,7 @@ test('401 signature_invalid for every wrong, malformed or missing signature', as
     assertAccepted(await post(s, hook.path, { raw: other, headers: { 'x-service-signature': sign(secret, other) } }));
   }
   assertAccepted(await post(s, hook.path, { raw, headers: { 'x-service-signature': good } }));
-  assert.equal(runCount(s, hook.id), 6 + accepted);
+  assert.equal(await runCount(s, hook.id), 6 + accepted);
 });
 
 test('rotating the secret makes the old signature stale at once; clearing it accepts unsigned posts', async (t) => {
@@ -666,7 +669,7 @@ test('rotating the secret makes the old signature stale at once; clearing it acc
   const cleared = await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: null } } });
   assert.equal(cleared.body.webhook.hasSigningSecret, false);
   assertAccepted(await post(s, hook.path, { raw }));
-  assert.equal(runCount(s, hook.id), 3);
+  assert.equal(await runCount(s, hook.id), 3);
 
   // Setting one on a previously unsigned workflow starts requiring it at once.
   await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { webhook: { signingSecret: 'third-secret-0123456789' } } });
@@ -730,7 +733,7 @@ test('order of checks: token → Content-Type → size → signature → JSON �
   assertProblem(await post(s, unsigned.path, { raw: '"x@example.com"' }), 422);
   assertProblem(await post(s, unsigned.path, { raw: '{}' }), 422, 'lookup_value_missing');
   assertProblem(await post(s, unsigned.path, { raw: '{"email":"nobody@example.com"}' }), 404, 'contact_not_found');
-  assert.equal(count(s, 'SELECT count(*) FROM workflow_runs'), 0);
+  assert.equal(await countRows(s, workflowRuns), 0);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -777,7 +780,7 @@ test('429 after the per-IP limit, with Retry-After and rate-limit headers on eve
     assert.match(retry ?? '', /^\d+$/, 'Retry-After in seconds');
     assert.ok(Number(retry) >= 1 && Number(retry) <= 60, `Retry-After ${retry}`);
   }
-  assert.equal(runCount(s, hook.id) + runCount(s, other.id), 2, 'refused requests start no run');
+  assert.equal((await runCount(s, hook.id)) + (await runCount(s, other.id)), 2, 'refused requests start no run');
 
   // Authenticated endpoints are not affected by the webhook limit.
   assert.equal((await s.request('GET', '/workflows', { token })).status, 200);
@@ -828,10 +831,10 @@ test('20 concurrent create-on-miss requests for one new email create exactly one
   const accepted = results.map(assertAccepted);
   const contactIds = new Set(accepted.map((a) => a.contactId));
   assert.equal(contactIds.size, 1, 'every request got the same contact');
-  assert.equal(count(s, "SELECT count(*) FROM contacts WHERE email = 'racer@example.com'"), 1);
-  assert.equal(contactCount(s), 1);
+  assert.equal(await countRows(s, contacts, eq(contacts.email, 'racer@example.com')), 1);
+  assert.equal(await contactCount(s), 1);
   assert.equal(new Set(accepted.map((a) => a.runId)).size, 20);
-  assert.equal(runCount(s, hook.id), 20);
+  assert.equal(await runCount(s, hook.id), 20);
   const list = await s.request('GET', '/contacts?email=racer@example.com', { token });
   assert.equal(list.body.data.length, 1);
 });
@@ -845,10 +848,10 @@ test('N concurrent accepted requests start exactly N runs, each with its own bod
   const accepted = results.map(assertAccepted);
   assert.ok(accepted.every((a) => a.contactId === contact.id));
   assert.equal(new Set(accepted.map((a) => a.runId)).size, N);
-  const rows = runRows(s, hook.id);
+  const rows = await runRows(s, hook.id);
   assert.equal(rows.length, N);
   // Each 202's runId holds the body that was sent with it.
-  const byRun = new Map(rows.map((r) => [r.id, JSON.parse(r.trigger).seq]));
+  const byRun = new Map(rows.map((r) => [r.id, r.trigger.seq]));
   accepted.forEach((a, i) => assert.equal(byRun.get(a.runId), i));
   assert.equal((await events(s, token, hook.id)).filter((e) => e.statusCode === 202).length, N);
 });
@@ -873,27 +876,27 @@ test('Idempotency-Key: a repeat answers the first 202 again with Idempotent-Repl
     assert.deepEqual(assertAccepted(repeat), a);
     assert.equal(repeat.headers.get('idempotent-replayed'), 'true');
   }
-  assert.equal(runCount(s, hook.id), 1);
+  assert.equal(await runCount(s, hook.id), 1);
 
   // A different key starts a new run.
   const b = assertAccepted(await post(s, hook.path, { body, headers: { 'idempotency-key': 'order-2' } }));
   assert.notEqual(b.runId, a.runId);
-  assert.equal(runCount(s, hook.id), 2);
+  assert.equal(await runCount(s, hook.id), 2);
   // No key at all: every post is a new run.
   assertAccepted(await post(s, hook.path, { body }));
   assertAccepted(await post(s, hook.path, { body }));
-  assert.equal(runCount(s, hook.id), 4);
+  assert.equal(await runCount(s, hook.id), 4);
   // The same key on another workflow is a new run there.
   const c = await post(s, other.path, { body, headers: { 'idempotency-key': 'order-1' } });
   assertAccepted(c);
   assert.equal(c.headers.get('idempotent-replayed'), null);
   assert.notEqual(c.body.runId, a.runId);
-  assert.equal(runCount(s, other.id), 1);
+  assert.equal(await runCount(s, other.id), 1);
   // A create-on-miss repeat creates no second contact either.
   const n1 = assertAccepted(await post(s, hook.path, { body: { email: 'brand.new@example.com' }, headers: { 'idempotency-key': 'new-1' } }));
   const n2 = assertAccepted(await post(s, hook.path, { body: { email: 'brand.new@example.com' }, headers: { 'idempotency-key': 'new-1' } }));
   assert.deepEqual(n2, n1);
-  assert.equal(contactCount(s), 2);
+  assert.equal(await contactCount(s), 2);
 });
 
 test('Idempotency-Key: concurrent repeats start one run; a refused first attempt is not replayed', async (t) => {
@@ -909,7 +912,7 @@ test('Idempotency-Key: concurrent repeats start one run; a refused first attempt
     'every answer names the same run',
   );
   assert.equal(results.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 9);
-  assert.equal(runCount(s, hook.id), 1);
+  assert.equal(await runCount(s, hook.id), 1);
 
   // The first attempt failed (no such contact); after fixing that, the retry with the same key runs.
   assertProblem(await post(s, hook.path, { body: { email: 'late@example.com' }, headers: { 'idempotency-key': 'retry-me' } }), 404, 'contact_not_found');
@@ -917,7 +920,7 @@ test('Idempotency-Key: concurrent repeats start one run; a refused first attempt
   const retry = await post(s, hook.path, { body: { email: 'late@example.com' }, headers: { 'idempotency-key': 'retry-me' } });
   assertAccepted(retry);
   assert.equal(retry.headers.get('idempotent-replayed'), null);
-  assert.equal(runCount(s, hook.id), 2);
+  assert.equal(await runCount(s, hook.id), 2);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -995,7 +998,7 @@ test('POST /webhook-events/:id/replay starts a new run (202) from the stored byt
   assert.deepEqual(Object.keys(replay.body).sort(), ['contactId', 'runId']);
   assert.equal(replay.body.contactId, contact.id);
   assert.notEqual(replay.body.runId, first.runId);
-  assert.equal(runCount(s, hook.id), 2);
+  assert.equal(await runCount(s, hook.id), 2);
   const run = await s.request('GET', `/runs/${replay.body.runId}`, { token });
   assert.deepEqual(run.body.trigger, body);
   assert.equal(run.body.status, 'QUEUED');
@@ -1009,7 +1012,7 @@ test('POST /webhook-events/:id/replay starts a new run (202) from the stored byt
   const fixed = await s.request('POST', `/webhook-events/${refused.id}/replay`, { token });
   assert.equal(fixed.status, 202, fixed.text);
   assert.equal(fixed.body.contactId, contact.id);
-  assert.equal(runCount(s, hook.id), 3);
+  assert.equal(await runCount(s, hook.id), 3);
 
   // Replay uses the workflow's current path: the first event no longer resolves.
   assertProblem(await s.request('POST', `/webhook-events/${event.id}/replay`, { token }), 422, 'lookup_value_missing');
@@ -1017,7 +1020,7 @@ test('POST /webhook-events/:id/replay starts a new run (202) from the stored byt
   // A MEMBER may replay.
   const member = await s.userWithRole('MEMBER');
   assert.equal((await s.request('POST', `/webhook-events/${refused.id}/replay`, { token: member.token })).status, 202);
-  assert.equal(runCount(s, hook.id), 4);
+  assert.equal(await runCount(s, hook.id), 4);
 });
 
 test('replay refuses signature-refused events (422), other workspaces (404), VIEWER (403)', async (t) => {
@@ -1031,7 +1034,7 @@ test('replay refuses signature-refused events (422), other workspaces (404), VIE
   const [e415, e401, e202] = await events(s, token, hook.id);
   assert.equal(e401.code, 'signature_invalid');
 
-  const before = runCount(s, hook.id);
+  const before = await runCount(s, hook.id);
   assertProblem(await s.request('POST', `/webhook-events/${e401.id}/replay`, { token }), 422);
   // An event refused before its body was read has nothing to replay.
   assert.equal(e415.statusCode, 415);
@@ -1042,10 +1045,10 @@ test('replay refuses signature-refused events (422), other workspaces (404), VIE
   assertProblem(await s.request('POST', `/webhook-events/${e202.id}/replay`, { token: other.token }), 404);
   const viewer = await s.userWithRole('VIEWER');
   assertProblem(await s.request('POST', `/webhook-events/${e202.id}/replay`, { token: viewer.token }), 403, 'forbidden');
-  assertProblem(await s.request('POST', `/webhook-events/${e202.id}/replay`, { token: s.mintKey('VIEWER') }), 403, 'forbidden');
+  assertProblem(await s.request('POST', `/webhook-events/${e202.id}/replay`, { token: await s.mintKey('VIEWER') }), 403, 'forbidden');
   assertProblem(await s.request('POST', `/webhook-events/${e202.id}/replay`), 401);
   assertProblem(await s.request('POST', '/webhook-events/999999/replay', { token }), 404);
-  assert.equal(runCount(s, hook.id), before, 'none of these started a run');
+  assert.equal(await runCount(s, hook.id), before, 'none of these started a run');
   // VIEWER may still read the events.
   assert.equal((await s.request('GET', `/workflows/${hook.id}/webhook-events`, { token: viewer.token })).status, 200);
 });
@@ -1249,7 +1252,7 @@ test('a few hundred hostile bodies never cause a 5xx, and the server still answe
   assert.equal((await s.request('GET', '/healthz')).status, 200);
   assert.equal(assertAccepted(await post(s, hooks[0]!.path, { body: { email: 'ann@example.com' } })).contactId, contact.id);
   for (const hook of hooks) {
-    assert.ok(count(s, 'SELECT count(*) FROM webhook_events WHERE workflow_id = ?', hook.id) > 0, 'every post was recorded');
+    assert.ok((await countRows(s, webhookEvents, eq(webhookEvents.workflowId, hook.id))) > 0, 'every post was recorded');
     const runs = await s.request('GET', `/workflows/${hook.id}/runs?limit=200`, { token });
     assert.equal(runs.status, 200, runs.text.slice(0, 300));
   }
@@ -1298,7 +1301,9 @@ test('received events with deeply nested or malformed bodies can still be listed
 test('replaying events with deeply nested or malformed bodies never gives a 5xx', async (t) => {
   const { s, token } = await setup(t);
   const { hook, contact, bodies } = await postAwkward(s, token);
-  const ids = s.db.$client.prepare('SELECT id FROM webhook_events WHERE workflow_id = ? ORDER BY id').pluck().all(hook.id) as number[];
+  const ids = (await s.db.select({ id: webhookEvents.id }).from(webhookEvents).where(eq(webhookEvents.workflowId, hook.id)).orderBy(asc(webhookEvents.id))).map(
+    (e) => e.id,
+  );
   assert.equal(ids.length, bodies.length);
   for (const [i, id] of ids.entries()) {
     const res = await s.request('POST', `/webhook-events/${id}/replay`, { token });
@@ -1337,8 +1342,8 @@ test('paths like "__proto__.email" or "constructor" never resolve to inherited v
     assertProblem(res, 422, 'lookup_value_missing');
     assert.ok(res.status === 422, label);
   }
-  assert.equal(contactCount(s), 1, 'no contact was created from an inherited value');
-  assert.equal(count(s, 'SELECT count(*) FROM workflow_runs'), 0);
+  assert.equal(await contactCount(s), 1, 'no contact was created from an inherited value');
+  assert.equal(await countRows(s, workflowRuns), 0);
   assert.equal(({} as any).email, undefined);
   assert.equal(({} as any).contactId, undefined);
 

@@ -6,6 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { and, asc, eq } from 'drizzle-orm';
+import { auditLogs, workflows } from '../../src/core/db/schema.js';
 import { build, type HttpResult, type TestServer, assertProblem, buildAsOwner } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -73,10 +75,21 @@ async function postHook(s: TestServer, url: string, body: unknown): Promise<Http
   return s.request('POST', hookPath(url), { body });
 }
 
-function auditRows(s: TestServer, workflowId: number): { action: string; actor_type: string; actor_id: number | null; metadata: string }[] {
-  return s.db.$client
-    .prepare("SELECT action, actor_type, actor_id, metadata FROM audit_logs WHERE target_type = 'workflow' AND target_id = ? ORDER BY id")
-    .all(String(workflowId)) as any[];
+async function auditRows(s: TestServer, workflowId: number) {
+  return s.db
+    .select({ action: auditLogs.action, actorType: auditLogs.actorType, actorId: auditLogs.actorId })
+    .from(auditLogs)
+    .where(and(eq(auditLogs.targetType, 'workflow'), eq(auditLogs.targetId, String(workflowId))))
+    .orderBy(asc(auditLogs.id));
+}
+
+/** The signing secret as stored (encrypted). */
+async function storedSecret(s: TestServer, workflowId: number): Promise<string | null> {
+  return (await s.db.select({ secret: workflows.signingSecret }).from(workflows).where(eq(workflows.id, workflowId)))[0]!.secret;
+}
+
+async function auditDump(s: TestServer): Promise<string> {
+  return JSON.stringify(await s.db.select().from(auditLogs));
 }
 
 /** One valid step of every type in the catalog (API.md section 3). */
@@ -491,26 +504,26 @@ test('signingSecret is write-only, reported as hasSigningSecret, cleared with nu
   assert.equal(responses[1]!.body.webhook.hasSigningSecret, true, 'PATCH without webhook keeps the secret');
 
   // Stored encrypted: the raw secret is nowhere in the workflows table (or the audit log).
-  const rows = s.db.$client.prepare('SELECT * FROM workflows').all();
+  const rows = await s.db.select().from(workflows);
   const dump = JSON.stringify(rows);
   assert.ok(!dump.includes(secret), 'the raw secret is not stored');
   assert.ok(!dump.includes(Buffer.from(secret).toString('base64')), 'not merely base64-encoded either');
-  const stored = (rows as any[]).find((r) => r.id === id).signing_secret;
+  const stored = rows.find((r) => r.id === id)!.signingSecret;
   assert.equal(typeof stored, 'string');
   assert.notEqual(stored, secret);
-  assert.ok(!JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all()).includes(secret), 'the secret is not in the audit log');
+  assert.ok(!(await auditDump(s)).includes(secret), 'the secret is not in the audit log');
 
   // Rotating keeps it hidden; clearing with null says false.
   const rotated = await patch(s, token, id, { webhook: { signingSecret: 'another-secret-value' } });
   assert.equal(rotated.status, 200, rotated.text);
   assert.equal(rotated.body.webhook.hasSigningSecret, true);
   assert.ok(!rotated.text.includes('another-secret-value'));
-  assert.notEqual(s.db.$client.prepare('SELECT signing_secret FROM workflows WHERE id = ?').pluck().get(id), stored);
+  assert.notEqual(await storedSecret(s, id), stored);
 
   const cleared = await patch(s, token, id, { webhook: { signingSecret: null } });
   assert.equal(cleared.status, 200, cleared.text);
   assert.equal(cleared.body.webhook.hasSigningSecret, false);
-  assert.equal(s.db.$client.prepare('SELECT signing_secret FROM workflows WHERE id = ?').pluck().get(id), null);
+  assert.equal(await storedSecret(s, id), null);
 
   // Workflows without one say false.
   const plain = await createWorkflow(s, token, webhookDraft({ webhook: { lookup: 'email' } }));
@@ -527,7 +540,7 @@ test('VIEWER reads workflows and runs but cannot create, edit or activate (403 f
   const { s, token } = await setup(t);
   const w = await createWorkflow(s, token, webhookDraft({ webhook: { lookup: 'email' } }));
   const viewer = await s.userWithRole('VIEWER');
-  const viewerKey = s.mintKey('VIEWER');
+  const viewerKey = await s.mintKey('VIEWER');
   for (const vt of [viewer.token, viewerKey]) {
     assert.equal((await s.request('GET', '/workflows', { token: vt })).status, 200);
     assert.equal((await s.request('GET', `/workflows/${w.id}`, { token: vt })).status, 200);
@@ -546,7 +559,7 @@ test('VIEWER reads workflows and runs but cannot create, edit or activate (403 f
 test('MEMBER (user or API key) can create, edit and activate workflows', async (t) => {
   const { s } = await setup(t);
   const member = await s.userWithRole('MEMBER');
-  const memberKey = s.mintKey('MEMBER');
+  const memberKey = await s.mintKey('MEMBER');
   for (const mt of [member.token, memberKey]) {
     const created = await s.request('POST', '/workflows', { token: mt, body: webhookDraft({ webhook: { lookup: 'email' } }) });
     assert.equal(created.status, 201, created.text);
@@ -663,31 +676,31 @@ test('audit rows record creation, activation and secret changes, never the secre
   await patch(s, token, w.id, { webhook: { signingSecret: null } });
   await patch(s, token, w.id, { status: 'PAUSED' });
 
-  const rows = auditRows(s, w.id);
+  const rows = await auditRows(s, w.id);
   const actions = rows.map((r) => r.action);
   for (const a of ['workflow.created', 'workflow.activated', 'workflow.signing_secret_changed']) assert.ok(actions.includes(a), `${a} in ${actions}`);
   assert.equal(actions.filter((a) => a === 'workflow.created').length, 1);
   assert.equal(actions.filter((a) => a === 'workflow.activated').length, 1);
   assert.equal(actions.filter((a) => a === 'workflow.signing_secret_changed').length, 3, 'set at creation, rotated, cleared');
   for (const r of rows) {
-    assert.equal(r.actor_type, 'USER');
-    assert.equal(r.actor_id, s.owner.id);
+    assert.equal(r.actorType, 'USER');
+    assert.equal(r.actorId, s.owner.id);
   }
-  const dump = JSON.stringify(s.db.$client.prepare('SELECT * FROM audit_logs').all());
+  const dump = await auditDump(s);
   assert.ok(!dump.includes(secret) && !dump.includes('second-secret-456'), 'no secret in any audit row');
 
   // An API key actor is recorded as such.
-  const key = s.mintKey('MEMBER');
+  const key = await s.mintKey('MEMBER');
   const w2 = (await s.request('POST', '/workflows', { token: key, body: webhookDraft({ status: 'ACTIVE', webhook: { lookup: 'phone' } }) })).body;
-  const rows2 = auditRows(s, w2.id);
+  const rows2 = await auditRows(s, w2.id);
   assert.deepEqual(rows2.map((r) => r.action).sort(), ['workflow.activated', 'workflow.created']);
-  assert.ok(rows2.every((r) => r.actor_type === 'API_KEY'));
+  assert.ok(rows2.every((r) => r.actorType === 'API_KEY'));
 
   // A refused change writes no audit row.
-  const before = auditRows(s, w.id).length;
+  const before = (await auditRows(s, w.id)).length;
   await patch(s, token, w.id, { steps: [{ type: 'wait', seconds: 0 }] });
   await patch(s, (await s.userWithRole('VIEWER')).token, w.id, { name: 'x' });
-  assert.equal(auditRows(s, w.id).length, before);
+  assert.equal((await auditRows(s, w.id)).length, before);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -824,7 +837,7 @@ test('webhook.url is whole for MEMBER and above and masked for VIEWER (user or k
 
   const masked = `${s.config.publicUrl}/v1/webhooks/in/••••${tokenPart.slice(-4)}`;
   const viewer = await s.userWithRole('VIEWER');
-  for (const vt of [viewer.token, s.mintKey('VIEWER')]) {
+  for (const vt of [viewer.token, await s.mintKey('VIEWER')]) {
     const one = await s.request('GET', `/workflows/${w.id}`, { token: vt });
     assert.equal(one.status, 200, one.text);
     assert.equal(one.body.webhook.url, masked);
@@ -841,7 +854,7 @@ test('webhook.url is whole for MEMBER and above and masked for VIEWER (user or k
   }
   for (const role of ['MEMBER', 'ADMIN'] as const) {
     const u = await s.userWithRole(role);
-    for (const mt of [u.token, s.mintKey(role)]) {
+    for (const mt of [u.token, await s.mintKey(role)]) {
       assert.equal((await s.request('GET', `/workflows/${w.id}`, { token: mt })).body.webhook.url, url, role);
       assert.ok(
         (await s.request('GET', '/workflows', { token: mt })).body.data.some((x: any) => x.webhook.url === url),
@@ -867,9 +880,9 @@ test('a signing secret has at least 16 characters (422 at /webhook/signingSecret
   assert.equal((await s.request('GET', '/workflows', { token })).body.data.length, 0, 'nothing was created');
   const w = await createWorkflow(s, token, webhookDraft({ webhook: { lookup: 'email', signingSecret: 'exactly-16-chars' } }));
   assert.equal(w.webhook.hasSigningSecret, true);
-  const before = s.db.$client.prepare('SELECT signing_secret FROM workflows WHERE id = ?').pluck().get(w.id);
+  const before = await storedSecret(s, w.id);
   assertErrorPaths(await patch(s, token, w.id, { webhook: { signingSecret: 'fifteen-chars-!' } }), ['/webhook/signingSecret'], 'validation_failed');
-  assert.equal(s.db.$client.prepare('SELECT signing_secret FROM workflows WHERE id = ?').pluck().get(w.id), before, 'the refused PATCH changed nothing');
+  assert.equal(await storedSecret(s, w.id), before, 'the refused PATCH changed nothing');
   // Multi-byte characters count as characters.
   assert.equal((await patch(s, token, w.id, { webhook: { signingSecret: 'ünïcödé-sécrét-✓✓' } })).status, 200);
   assert.equal((await patch(s, token, w.id, { webhook: { signingSecret: null } })).body.webhook.hasSigningSecret, false);
@@ -901,7 +914,7 @@ test('activation refuses send steps naming a missing template or one of another 
   );
   assert.match(refused.body.errors[0].message, /SMS/);
   assert.equal((await s.request('GET', `/workflows/${w.id}`, { token })).body.status, 'DRAFT');
-  assert.ok(!auditRows(s, w.id).some((r) => r.action === 'workflow.activated'));
+  assert.ok(!(await auditRows(s, w.id)).some((r) => r.action === 'workflow.activated'));
   // Created ACTIVE at once: the same refusal, and nothing is created.
   assertErrorPaths(
     await s.request('POST', '/workflows', { token, body: { name: 'at once', status: 'ACTIVE', steps } }),

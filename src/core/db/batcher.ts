@@ -1,18 +1,20 @@
 import type { Db } from './connection.js';
 import type { StorageHealth } from './storage.js';
-import { processWriteLock } from './writeLock.js';
+import type { SqliteStore } from './store.js';
 
 interface Job<T> {
-  work: () => T;
+  work: (writer: Db) => T;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
 }
 
 /**
  * Group commit. Write jobs queued during one turn of the event loop run together in one
- * IMMEDIATE transaction, and their promises settle only after COMMIT returns: with
- * synchronous=FULL a settled job is on disk. One fsync then covers many requests instead
- * of one each.
+ * IMMEDIATE transaction on the store's writer connection, and their promises settle only
+ * after COMMIT returns: with synchronous=FULL a settled job is on disk. One fsync then covers
+ * many requests instead of one each. The batch waits its turn behind the store's other
+ * transactions once (store.exclusive), then runs its jobs synchronously: one await per
+ * batch, none per job.
  *
  * Jobs run without savepoints (they cost as much as the jobs); when one throws, the batch
  * is rolled back and every job is run again in a transaction of its own, so one bad job
@@ -30,8 +32,10 @@ export class WriteBatcher {
    */
   storage: StorageHealth | undefined;
 
+  private flushing: Promise<void> | undefined;
+
   constructor(
-    private readonly db: Db,
+    private readonly store: SqliteStore,
     private readonly maxBatch = 512,
   ) {}
 
@@ -40,40 +44,46 @@ export class WriteBatcher {
     return this.generation;
   }
 
-  run<T>(work: () => T): Promise<T> {
+  /** Queues work for the next group commit; it gets the writer connection to prepare statements on. */
+  run<T>(work: (writer: Db) => T): Promise<T> {
     if (this.closed) return Promise.reject(new Error('the write batcher is closed'));
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ work, resolve, reject } as Job<unknown>);
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => this.flush());
-      }
+      this.schedule();
     });
   }
 
-  private flush(): void {
-    this.scheduled = false;
+  private schedule(): void {
+    if (this.scheduled || this.flushing) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.flushing = this.store
+        .exclusive((writer) => this.flushNow(writer))
+        .catch((err: unknown) => {
+          // The store is closed (shutdown): nothing can be written any more.
+          for (const job of this.queue.splice(0)) job.reject(err);
+        })
+        .finally(() => {
+          this.flushing = undefined;
+          // Jobs queued while this batch waited for its turn go in the next one.
+          if (this.queue.length) this.schedule();
+        });
+    });
+  }
+
+  private flushNow(writer: Db): void {
     while (this.queue.length) {
       const batch = this.queue.splice(0, this.maxBatch);
-      if (!this.commitAll(batch)) for (const job of batch) this.commitAll([job]);
+      if (!this.commitAll(writer, batch)) for (const job of batch) this.commitAll(writer, [job]);
     }
   }
 
   /** Runs the jobs in one transaction; false when a job threw and the batch was rolled back. */
-  private commitAll(batch: Job<unknown>[]): boolean {
+  private commitAll(writer: Db, batch: Job<unknown>[]): boolean {
     this.generation++;
-    const lock = processWriteLock();
-    lock?.acquire();
-    try {
-      return this.runLocked(batch);
-    } finally {
-      lock?.release();
-    }
-  }
-
-  private runLocked(batch: Job<unknown>[]): boolean {
     const values: unknown[] = [];
-    const client = this.db.$client;
+    const client = writer.$client;
     try {
       client.exec('BEGIN IMMEDIATE');
     } catch (err) {
@@ -83,7 +93,7 @@ export class WriteBatcher {
     }
     for (const job of batch) {
       try {
-        values.push(job.work());
+        values.push(job.work(writer));
       } catch (err) {
         rollback(client);
         if (this.storage?.noteFailure(err)) {
@@ -111,9 +121,12 @@ export class WriteBatcher {
   }
 
   /** Runs what is queued and refuses new work (for shutdown). */
-  close(): void {
-    this.flush();
+  async close(): Promise<void> {
     this.closed = true;
+    while (this.flushing || this.queue.length) {
+      if (this.flushing) await this.flushing;
+      else await this.store.exclusive((writer) => this.flushNow(writer));
+    }
   }
 }
 

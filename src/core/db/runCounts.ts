@@ -16,6 +16,6 @@ const countRunStartedQuery = (workspaceId: number) =>
 export const COUNT_RUN_STARTED_SQL = new SQLiteSyncDialect().sqlToQuery(countRunStartedQuery(0)).sql;
 
 /** Through drizzle, on a database or inside a transaction. */
-export function countRunStarted(db: Db, workspaceId: number): void {
-  db.run(countRunStartedQuery(workspaceId));
+export async function countRunStarted(db: Db, workspaceId: number): Promise<void> {
+  await db.run(countRunStartedQuery(workspaceId));
 }

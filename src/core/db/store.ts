@@ -20,9 +20,48 @@ import { processWriteLock } from './writeLock.js';
  */
 export interface Store {
   readonly dialect: 'sqlite' | 'pg';
+  /**
+   * Outside a transaction: the reading handle. Inside one (in the same async call chain) it
+   * is that transaction's handle, so code that was handed the outer context still reads its
+   * own writes and writes into the transaction.
+   */
   readonly db: Db;
   transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T>;
   close(): Promise<void>;
+}
+
+/** SQLite's store adds what its synchronous hot paths (group commits) need. */
+export interface SqliteStore extends Store {
+  readonly dialect: 'sqlite';
+  /** The connection transactions write through (the hot paths prepare their statements on it). */
+  readonly writer: Db;
+  /** The file, for the engine's worker threads, which open their own store on it. */
+  readonly file: string;
+  /**
+   * Runs fn alone on the writer connection, under the queue and the write lock, without
+   * beginning a transaction: fn runs its own (a group commit with its own recovery) and
+   * must end it before it returns. One await per batch, none per row.
+   */
+  exclusive<T>(fn: (writer: Db) => T): Promise<T>;
+}
+
+export function isSqliteStore(store: Store): store is SqliteStore {
+  return store.dialect === 'sqlite';
+}
+
+/**
+ * The handle services use as ctx.db: each property is looked up on the open transaction of
+ * the current call chain when there is one, else on the reading handle.
+ */
+function routed(store: () => Store, reader: Db): Db {
+  return new Proxy(reader, {
+    get(target, prop) {
+      const open = current.getStore();
+      const handle = open?.active && open.store === store() ? open.tx : target;
+      const value = Reflect.get(handle, prop, handle);
+      return typeof value === 'function' ? value.bind(handle) : value;
+    },
+  });
 }
 
 /** The open transaction of the current async call chain, per store. */
@@ -30,12 +69,28 @@ interface Open {
   store: Store;
   tx: Db;
   savepoints: number;
+  /**
+   * False once the transaction ended: a timer or promise started inside it and still running
+   * afterwards inherits this context, and must then neither write through the ended
+   * transaction's connection nor take it for an open one to nest in.
+   */
+  active: boolean;
 }
 const current = new AsyncLocalStorage<Open>();
 
 function openOf(store: Store): Open | undefined {
   const open = current.getStore();
-  return open?.store === store ? open : undefined;
+  return open?.store === store && open.active ? open : undefined;
+}
+
+/** Runs fn as the body of a transaction on tx: ctx.db inside it routes there until it ends. */
+async function asBody<T>(store: Store, tx: Db, fn: (tx: Db) => Promise<T>): Promise<T> {
+  const open: Open = { store, tx, savepoints: 0, active: true };
+  try {
+    return await current.run(open, () => fn(tx));
+  } finally {
+    open.active = false;
+  }
 }
 
 /** A FIFO lock for async callers: the holder may await while the others wait their turn. */
@@ -71,37 +126,125 @@ async function inSavepoint<T>(open: Open, exec: (statement: string) => Promise<u
   }
 }
 
-export function openSqliteStore(file: string, opts: { synchronous?: SynchronousLevel } = {}): Store {
+/** A transaction waiting for its group (see openSqliteStore). */
+interface Pending {
+  fn: (tx: Db) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+/** Transactions committed together at most (one fsync for all of them). */
+const MAX_GROUP = 256;
+
+/**
+ * SQLite: one writer connection, one transaction at a time, and group commit. Transactions
+ * that arrive while another group is committing (or in the same turn of the event loop) run
+ * one after another inside one BEGIN ... COMMIT, each in a savepoint of its own: a failing
+ * one is rolled back alone, and every one settles only after the group's COMMIT, so with
+ * synchronous=FULL a settled transaction is on disk. Many requests then share one fsync.
+ */
+export function openSqliteStore(file: string, opts: { synchronous?: SynchronousLevel } = {}): SqliteStore {
   const writer = openDatabase(file, opts);
   const reader = openDatabase(file, opts);
   reader.$client.pragma('query_only = ON');
   const queue = new AsyncQueue();
   const exec = async (statement: string) => writer.$client.exec(statement);
-  const store: Store = {
+  const client = writer.$client;
+  const pending: Pending[] = [];
+  let scheduled = false;
+  let savepoints = 0;
+
+  const runGroup = async (group: Pending[]): Promise<void> => {
+    const lock = processWriteLock();
+    lock?.acquire();
+    const settled: (() => void)[] = [];
+    try {
+      try {
+        client.exec('BEGIN IMMEDIATE');
+      } catch (err) {
+        for (const p of group) p.reject(err);
+        return;
+      }
+      for (const p of group) {
+        const name = `svc_tx_${++savepoints}`;
+        client.exec(`SAVEPOINT ${name}`);
+        try {
+          const value = await asBody(store, writer, p.fn);
+          client.exec(`RELEASE SAVEPOINT ${name}`);
+          settled.push(() => p.resolve(value));
+        } catch (err) {
+          // Ends this one only; SQLite may have rolled the whole transaction back itself (a
+          // full disk does): then the group is over and the rest are refused with it.
+          if (!client.inTransaction) {
+            for (const each of group) each.reject(err);
+            return;
+          }
+          client.exec(`ROLLBACK TO SAVEPOINT ${name}`);
+          client.exec(`RELEASE SAVEPOINT ${name}`);
+          settled.push(() => p.reject(err));
+        }
+      }
+      try {
+        client.exec('COMMIT');
+      } catch (err) {
+        if (client.inTransaction) client.exec('ROLLBACK');
+        for (const p of group) p.reject(err);
+        return;
+      }
+      for (const settle of settled) settle();
+    } finally {
+      lock?.release();
+    }
+  };
+
+  const drain = () => {
+    if (scheduled) return;
+    scheduled = true;
+    // The next turn: transactions started by the requests of this one join the group.
+    setImmediate(() => {
+      scheduled = false;
+      const group = pending.splice(0, MAX_GROUP);
+      if (!group.length) return;
+      void queue
+        .run(() => runGroup(group))
+        .catch((err: unknown) => {
+          // Unexpected (a SAVEPOINT the connection refused, a closed store): end the
+          // transaction and refuse the whole group; none of it was committed.
+          if (client.open && client.inTransaction) client.exec('ROLLBACK');
+          for (const p of group) p.reject(err);
+        })
+        .finally(() => {
+          if (pending.length) drain();
+        });
+    });
+  };
+
+  const store: SqliteStore = {
     dialect: 'sqlite',
-    db: reader,
-    transaction(fn) {
-      const open = openOf(store);
-      if (open) return inSavepoint(open, exec, fn);
+    db: routed(() => store, reader),
+    writer,
+    file,
+    exclusive(fn) {
       return queue.run(async () => {
         const lock = processWriteLock();
         lock?.acquire();
         try {
-          writer.$client.exec('BEGIN IMMEDIATE');
-          try {
-            const result = await current.run({ store, tx: writer, savepoints: 0 }, () => fn(writer));
-            writer.$client.exec('COMMIT');
-            return result;
-          } catch (err) {
-            if (writer.$client.inTransaction) writer.$client.exec('ROLLBACK');
-            throw err;
-          }
+          return fn(writer);
         } finally {
           lock?.release();
         }
       });
     },
+    transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T> {
+      const open = openOf(store);
+      if (open) return inSavepoint(open, exec, fn);
+      return new Promise<T>((resolve, reject) => {
+        pending.push({ fn, resolve: resolve as (value: unknown) => void, reject });
+        drain();
+      });
+    },
     async close() {
+      while (pending.length) await queue.run(() => runGroup(pending.splice(0, MAX_GROUP)));
       await queue.run(async () => {
         closeDatabase(reader);
         closeDatabase(writer);
@@ -150,13 +293,13 @@ export function openPgStore(url: string, opts: PgStoreOptions = {}): Store {
   const db = drizzlePg(pool) as unknown as Db;
   const store: Store = {
     dialect: 'pg',
-    db,
+    db: routed(() => store, db),
     async transaction(fn) {
       const open = openOf(store);
       if (open) return inSavepoint(open, (s) => (open.tx as unknown as { execute(q: string): Promise<unknown> }).execute(s), fn);
       for (let attempt = 1; ; attempt++) {
         try {
-          return await (db as unknown as PgTransactional).transaction((tx) => current.run({ store, tx: tx as Db, savepoints: 0 }, () => fn(tx as Db)), {
+          return await (db as unknown as PgTransactional).transaction((tx) => asBody(store, tx as Db, fn), {
             isolationLevel: 'serializable',
           });
         } catch (err) {

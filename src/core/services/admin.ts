@@ -73,51 +73,47 @@ const workspaceColumns = {
   updatedAt: workspaces.updatedAt,
 };
 
-export function adminListWorkspaces(ctx: Ctx, page: { limit: number; cursor?: string | undefined }): Page<AdminWorkspaceView> {
+export async function adminListWorkspaces(ctx: Ctx, page: { limit: number; cursor?: string | undefined }): Promise<Page<AdminWorkspaceView>> {
   const before = decodeCursor(page.cursor);
-  const rows = ctx.db
+  const rows = await ctx.db
     .select(workspaceColumns)
     .from(workspaces)
     .where(before ? lt(workspaces.id, before) : undefined)
     .orderBy(desc(workspaces.id))
-    .limit(page.limit + 1)
-    .all();
+    .limit(page.limit + 1);
   return toPage(rows, page.limit, (r) => ({ ...r }));
 }
 
-export function adminGetWorkspace(ctx: Ctx, id: number): AdminWorkspaceDetail {
-  const row = ctx.db.select(workspaceColumns).from(workspaces).where(eq(workspaces.id, id)).get();
+export async function adminGetWorkspace(ctx: Ctx, id: number): Promise<AdminWorkspaceDetail> {
+  const [row] = await ctx.db.select(workspaceColumns).from(workspaces).where(eq(workspaces.id, id));
   if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
-  const workflowCount = ctx.db.select({ n: count() }).from(workflows).where(eq(workflows.workspaceId, id)).get()!.n;
-  const members = ctx.db
+  const [workflowCount] = await ctx.db.select({ n: count() }).from(workflows).where(eq(workflows.workspaceId, id));
+  const members = await ctx.db
     .select({ userId: users.id, email: users.email, role: memberships.role })
     .from(memberships)
     .innerJoin(users, eq(users.id, memberships.userId))
     .where(eq(memberships.workspaceId, id))
-    .orderBy(memberships.id)
-    .all();
-  return { ...row, workflowCount, members };
+    .orderBy(memberships.id);
+  return { ...row, workflowCount: workflowCount?.n ?? 0, members };
 }
 
-export function adminListUsers(ctx: Ctx, page: { limit: number; cursor?: string | undefined }): Page<AdminUserView> {
+export async function adminListUsers(ctx: Ctx, page: { limit: number; cursor?: string | undefined }): Promise<Page<AdminUserView>> {
   const before = decodeCursor(page.cursor);
   // Named columns only: the password hash is never read here.
-  const rows = ctx.db
+  const rows = await ctx.db
     .select({ id: users.id, email: users.email, name: users.name, isSuperAdmin: users.isSuperAdmin, createdAt: users.createdAt })
     .from(users)
     .where(before ? lt(users.id, before) : undefined)
     .orderBy(desc(users.id))
-    .limit(page.limit + 1)
-    .all();
+    .limit(page.limit + 1);
   const ids = rows.map((r) => r.id);
   const byUser = new Map<number, { id: number; role: Role }[]>();
   if (ids.length) {
-    const ms = ctx.db
+    const ms = await ctx.db
       .select({ userId: memberships.userId, workspaceId: memberships.workspaceId, role: memberships.role })
       .from(memberships)
       .where(inArray(memberships.userId, ids))
-      .orderBy(memberships.workspaceId)
-      .all();
+      .orderBy(memberships.workspaceId);
     for (const m of ms) {
       const list = byUser.get(m.userId) ?? [];
       list.push({ id: m.workspaceId, role: m.role });
@@ -133,23 +129,24 @@ function countsBy<S extends string>(statuses: readonly S[], rows: { status: S; n
   return out;
 }
 
-export function adminStats(ctx: Ctx, now = new Date()): AdminStats {
-  const total = (table: typeof workspaces | typeof users | typeof contacts | typeof workflows) => ctx.db.select({ n: count() }).from(table).get()!.n;
-  const runs = countsBy(RUN_STATUSES, ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status).all());
-  const dueWaiting = ctx.db
+export async function adminStats(ctx: Ctx, now = new Date()): Promise<AdminStats> {
+  const total = async (table: typeof workspaces | typeof users | typeof contacts | typeof workflows) =>
+    (await ctx.db.select({ n: count() }).from(table))[0]?.n ?? 0;
+  const runs = countsBy(RUN_STATUSES, await ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status));
+  const [due] = await ctx.db
     .select({ n: count() })
     .from(workflowRuns)
-    .where(and(eq(workflowRuns.status, 'WAITING'), lte(workflowRuns.runAt, now.toISOString())))
-    .get()!.n;
+    .where(and(eq(workflowRuns.status, 'WAITING'), lte(workflowRuns.runAt, now.toISOString())));
+  const dueWaiting = due?.n ?? 0;
   const deliveries = countsBy(
     DELIVERY_STATUSES,
-    ctx.db.select({ status: deliveryAttempts.status, n: count() }).from(deliveryAttempts).groupBy(deliveryAttempts.status).all(),
+    await ctx.db.select({ status: deliveryAttempts.status, n: count() }).from(deliveryAttempts).groupBy(deliveryAttempts.status),
   );
   return {
-    workspaces: total(workspaces),
-    users: total(users),
-    contacts: total(contacts),
-    workflows: total(workflows),
+    workspaces: await total(workspaces),
+    users: await total(users),
+    contacts: await total(contacts),
+    workflows: await total(workflows),
     runs,
     queueDepth: runs.QUEUED + dueWaiting,
     deliveries,

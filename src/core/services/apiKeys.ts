@@ -3,6 +3,7 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import { base62Fixed, crc32, randomBase62, sha256Hex } from '../crypto.js';
 import { apiKeys, workspaces, type Plan, type Role } from '../db/schema.js';
+import type { Store } from '../db/store.js';
 import { ForbiddenError, NotFoundError, PlanError, ValidationError } from '../errors.js';
 import type { Page } from '../pagination.js';
 import { minimumPlanForKeyRole, planAtLeast, roleAtLeast } from '../roles.js';
@@ -67,27 +68,27 @@ export function hashApiKey(key: string): string {
   return sha256Hex(key);
 }
 
-export function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: Role }, callerRole?: Role): MintedApiKey {
+export async function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: Role }, callerRole?: Role): Promise<MintedApiKey> {
   const name = input.name.trim();
   if (name.length < 1 || name.length > 100) {
     throw new ValidationError('validation_failed', 'The key name is 1 to 100 characters', [{ path: '/name', message: 'must be 1 to 100 characters' }]);
   }
   if (input.role === 'OWNER') throw new ValidationError('role_not_mintable', 'OWNER is granted only through a membership; it cannot be minted as an API key');
   if (callerRole && !roleAtLeast(callerRole, input.role)) throw new ForbiddenError(`A ${callerRole} cannot mint a ${input.role} key`);
-  return withTransaction(ctx, (tx) => {
-    const workspace = getWorkspace(tx, ctx.workspaceId);
+  return withTransaction(ctx, async (tx) => {
+    const workspace = await getWorkspace(tx, ctx.workspaceId);
     const needed = minimumPlanForKeyRole(input.role);
     if (!planAtLeast(workspace.plan, needed)) {
       throw new PlanError(`${input.role} keys need the ${needed} plan or above; this workspace is on ${workspace.plan}`);
     }
     const key = generateApiKey(workspace.sandboxOf === null ? LIVE_PREFIX : TEST_PREFIX);
     const prefix = key.slice(0, LIVE_PREFIX.length + 4);
-    const row = tx.db
+    const [row] = await tx.db
       .insert(apiKeys)
       .values({ workspaceId: ctx.workspaceId, name, role: input.role, prefix, keyHash: hashApiKey(key) })
-      .returning()
-      .get();
-    recordAudit(tx, {
+      .returning();
+    if (!row) throw new Error('the insert returned no row');
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'api_key.created',
       target: { type: 'api_key', id: row.id },
@@ -97,22 +98,22 @@ export function mintApiKey(ctx: WorkspaceContext, input: { name: string; role: R
   });
 }
 
-export function listApiKeys(ctx: WorkspaceContext, page: PageRequest): Page<ApiKeyView> {
+export function listApiKeys(ctx: WorkspaceContext, page: PageRequest): Promise<Page<ApiKeyView>> {
   return selectPage(ctx, apiKeys, page, view);
 }
 
 /** Revokes a key of this workspace; revoking twice keeps the first revocation time. */
-export function revokeApiKey(ctx: WorkspaceContext, id: number): ApiKeyView {
-  return withTransaction(ctx, (tx) => {
-    const row = tx.db
+export function revokeApiKey(ctx: WorkspaceContext, id: number): Promise<ApiKeyView> {
+  return withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
       .select()
       .from(apiKeys)
-      .where(inWorkspace(tx, apiKeys.workspaceId, eq(apiKeys.id, id)))
-      .get();
+      .where(inWorkspace(tx, apiKeys.workspaceId, eq(apiKeys.id, id)));
     if (!row) throw new NotFoundError('api_key_not_found', `No API key with id ${id}`);
     if (row.revokedAt) return view(row);
-    const updated = tx.db.update(apiKeys).set({ revokedAt: nowIso() }).where(eq(apiKeys.id, id)).returning().get()!;
-    recordAudit(tx, {
+    const [updated] = await tx.db.update(apiKeys).set({ revokedAt: nowIso() }).where(eq(apiKeys.id, id)).returning();
+    if (!updated) throw new Error('the update returned no row');
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'api_key.revoked',
       target: { type: 'api_key', id },
@@ -123,8 +124,8 @@ export function revokeApiKey(ctx: WorkspaceContext, id: number): ApiKeyView {
 }
 
 /** The workspace a key belongs to, for operator commands that name a key by id alone. */
-export function apiKeyWorkspaceId(ctx: Pick<SystemContext, 'db'>, id: number): number {
-  const row = ctx.db.select({ workspaceId: apiKeys.workspaceId }).from(apiKeys).where(eq(apiKeys.id, id)).get();
+export async function apiKeyWorkspaceId(ctx: Pick<SystemContext, 'db'>, id: number): Promise<number> {
+  const [row] = await ctx.db.select({ workspaceId: apiKeys.workspaceId }).from(apiKeys).where(eq(apiKeys.id, id));
   if (!row) throw new NotFoundError('api_key_not_found', `No API key with id ${id}`);
   return row.workspaceId;
 }
@@ -145,8 +146,8 @@ export interface ApiKeyIdentity {
  * request (an indexed read is microseconds), so a revocation or a plan change made by any
  * process sharing the database applies to the very next request.
  */
-export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyIdentity | undefined {
-  const row = ctx.db
+export async function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Promise<ApiKeyIdentity | undefined> {
+  const [row] = await ctx.db
     .select({
       id: apiKeys.id,
       workspaceId: apiKeys.workspaceId,
@@ -158,8 +159,7 @@ export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyI
     })
     .from(apiKeys)
     .innerJoin(workspaces, eq(workspaces.id, apiKeys.workspaceId))
-    .where(eq(apiKeys.keyHash, hashApiKey(key)))
-    .get();
+    .where(eq(apiKeys.keyHash, hashApiKey(key)));
   if (!row) return undefined;
   return {
     id: row.id,
@@ -172,27 +172,28 @@ export function findApiKey(ctx: Pick<SystemContext, 'db'>, key: string): ApiKeyI
   };
 }
 
-// Per database, so that several servers in one process (the tests) keep separate books.
-const lastTouchedByDb = new WeakMap<object, Map<number, number>>();
+// Per store, so that several servers in one process (the tests) keep separate books.
+const lastTouchedByStore = new WeakMap<Store, Map<number, number>>();
 
 /**
  * Records use at most once a minute per key, so a busy key does not write on every
  * request: this process remembers its own last write, and the WHERE clause skips the
  * write when another process sharing the database made one within the minute.
  */
-export function touchApiKey(ctx: Pick<SystemContext, 'db'>, id: number, now = new Date()): void {
-  let lastTouched = lastTouchedByDb.get(ctx.db.$client);
+export async function touchApiKey(ctx: Pick<SystemContext, 'db' | 'store'>, id: number, now = new Date()): Promise<void> {
+  let lastTouched = lastTouchedByStore.get(ctx.store);
   if (!lastTouched) {
     lastTouched = new Map();
-    lastTouchedByDb.set(ctx.db.$client, lastTouched);
+    lastTouchedByStore.set(ctx.store, lastTouched);
   }
   const previous = lastTouched.get(id);
   if (previous !== undefined && now.getTime() - previous < LAST_USED_WRITE_INTERVAL_MS) return;
   lastTouched.set(id, now.getTime());
   const threshold = new Date(now.getTime() - LAST_USED_WRITE_INTERVAL_MS).toISOString();
-  ctx.db
-    .update(apiKeys)
-    .set({ lastUsedAt: now.toISOString() })
-    .where(and(eq(apiKeys.id, id), or(isNull(apiKeys.lastUsedAt), lt(apiKeys.lastUsedAt, threshold))))
-    .run();
+  await withTransaction(ctx, async (tx) => {
+    await tx.db
+      .update(apiKeys)
+      .set({ lastUsedAt: now.toISOString() })
+      .where(and(eq(apiKeys.id, id), or(isNull(apiKeys.lastUsedAt), lt(apiKeys.lastUsedAt, threshold))));
+  });
 }

@@ -57,7 +57,7 @@ function actionCondition(action: string | undefined): SQL | undefined {
 }
 
 /** The workspace's audit trail, newest first, with optional filters. */
-export function listAuditLogs(ctx: WorkspaceContext, filter: AuditLogFilter): Page<AuditLogView> {
+export async function listAuditLogs(ctx: WorkspaceContext, filter: AuditLogFilter): Promise<Page<AuditLogView>> {
   const since = filter.since === undefined ? undefined : parseTimestamp(filter.since, 'since');
   const until = filter.until === undefined ? undefined : parseTimestamp(filter.until, 'until');
   return selectPage(

@@ -124,14 +124,13 @@ interface MembershipRow {
   role: Role;
 }
 
-function membershipsOf(ctx: Pick<SystemContext, 'db'>, userId: number): MembershipRow[] {
+function membershipsOf(ctx: Pick<SystemContext, 'db'>, userId: number): Promise<MembershipRow[]> {
   return ctx.db
     .select({ workspaceId: workspaces.id, name: workspaces.name, plan: workspaces.plan, role: memberships.role })
     .from(memberships)
     .innerJoin(workspaces, eq(workspaces.id, memberships.workspaceId))
     .where(eq(memberships.userId, userId))
-    .orderBy(asc(memberships.id))
-    .all();
+    .orderBy(asc(memberships.id));
 }
 
 /**
@@ -139,18 +138,16 @@ function membershipsOf(ctx: Pick<SystemContext, 'db'>, userId: number): Membersh
  * its sandbox (a sandbox has no members of its own), so for a sandbox this is the membership
  * in its live twin, named with the sandbox's id, name and plan.
  */
-function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, workspaceId: number): (MembershipRow & { sandbox: boolean }) | undefined {
-  const w = ctx.db
+async function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, workspaceId: number): Promise<(MembershipRow & { sandbox: boolean }) | undefined> {
+  const [w] = await ctx.db
     .select({ id: workspaces.id, name: workspaces.name, plan: workspaces.plan, sandboxOf: workspaces.sandboxOf })
     .from(workspaces)
-    .where(eq(workspaces.id, workspaceId))
-    .get();
+    .where(eq(workspaces.id, workspaceId));
   if (!w) return undefined;
-  const m = ctx.db
+  const [m] = await ctx.db
     .select({ role: memberships.role })
     .from(memberships)
-    .where(and(eq(memberships.userId, userId), eq(memberships.workspaceId, w.sandboxOf ?? w.id)))
-    .get();
+    .where(and(eq(memberships.userId, userId), eq(memberships.workspaceId, w.sandboxOf ?? w.id)));
   return m && { workspaceId: w.id, name: w.name, plan: w.plan, role: m.role, sandbox: w.sandboxOf !== null };
 }
 
@@ -159,12 +156,9 @@ function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, workspaceI
  * fixed at login (config.sessionMaxDays) and inherited by every rotation, so refreshing
  * never makes a session outlive it.
  */
-function issueRefreshToken(ctx: SystemContext, userId: number, workspaceId: number, familyId: string, expiresAt: string): string {
+async function issueRefreshToken(ctx: SystemContext, userId: number, workspaceId: number, familyId: string, expiresAt: string): Promise<string> {
   const token = randomToken(32);
-  ctx.db
-    .insert(sessions)
-    .values({ familyId, userId, workspaceId, tokenHash: sha256Hex(token), expiresAt })
-    .run();
+  await ctx.db.insert(sessions).values({ familyId, userId, workspaceId, tokenHash: sha256Hex(token), expiresAt });
   return token;
 }
 
@@ -185,11 +179,11 @@ async function openSession(
   user: UserRow,
   chosen: MembershipRow,
   expiresAt: string,
-  alsoInTransaction: (tx: SystemContext) => void = () => {},
+  alsoInTransaction: (tx: SystemContext) => Promise<void> = async () => {},
 ): Promise<LoginResult> {
   const familyId = randomToken(16);
-  const refreshToken = withTransaction(ctx, (tx) => {
-    alsoInTransaction(tx);
+  const refreshToken = await withTransaction(ctx, async (tx) => {
+    await alsoInTransaction(tx);
     return issueRefreshToken(tx, user.id, chosen.workspaceId, familyId, expiresAt);
   });
   return {
@@ -211,14 +205,14 @@ export async function login(
 ): Promise<LoginResult> {
   const email = normalizeEmail(input.email) ?? input.email.trim().toLowerCase();
   throttle.check(email, ctx.ip);
-  const user = ctx.db.select().from(users).where(eq(users.email, email)).get();
+  const [user] = await ctx.db.select().from(users).where(eq(users.email, email));
   // Always verify, against a dummy hash for unknown users, so both failures take the same time.
   const ok = await verifyPassword(input.password, user?.passwordHash);
   if (!user || !ok) {
     throttle.fail(email, ctx.ip);
     throw invalidCredentials();
   }
-  const chosen = input.workspaceId === undefined ? membershipsOf(ctx, user.id)[0] : membershipIn(ctx, user.id, input.workspaceId);
+  const chosen = input.workspaceId === undefined ? (await membershipsOf(ctx, user.id))[0] : await membershipIn(ctx, user.id, input.workspaceId);
   if (!chosen) {
     throttle.fail(email, ctx.ip);
     throw input.workspaceId === undefined
@@ -252,7 +246,7 @@ export async function changePassword(
   if (principal.kind !== 'user' || principal.userId === null) throw new ForbiddenError('Only a signed-in user can change a password; API keys have none');
   const problem = passwordProblem(input.newPassword);
   if (problem) throw new ValidationError('invalid_password', `The new password ${problem}`, [{ path: '/newPassword', message: problem }]);
-  const user = ctx.db.select().from(users).where(eq(users.id, principal.userId)).get();
+  const [user] = await ctx.db.select().from(users).where(eq(users.id, principal.userId));
   if (!user) throw invalidToken();
   throttle.check(user.email, ctx.ip);
   if (!(await verifyPassword(input.currentPassword, user.passwordHash))) {
@@ -260,10 +254,10 @@ export async function changePassword(
     throw new UnauthorizedError('invalid_credentials', 'The current password is wrong');
   }
   const passwordHash = await hashPassword(input.newPassword);
-  return withTransaction(ctx, (tx) => {
-    tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id)).run();
-    const sessionsEnded = endSessions(tx, user.id, { exceptFamily: principal.sessionId });
-    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
+  return withTransaction(ctx, async (tx) => {
+    await tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id));
+    const sessionsEnded = await endSessions(tx, user.id, { exceptFamily: principal.sessionId });
+    await recordAudit(tx, { workspaceId: tx.workspaceId, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
     return { sessionsEnded };
   });
 }
@@ -283,12 +277,11 @@ export async function refresh(
   refreshToken: string | undefined,
 ): Promise<{ token: string; expiresIn: number; refreshToken: string; refreshMaxAge: number }> {
   if (!refreshToken) throw invalidRefresh();
-  const outcome = withTransaction(ctx, (tx) => {
-    const row = tx.db
+  const outcome = await withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
       .select()
       .from(sessions)
-      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)))
-      .get();
+      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)));
     if (!row || row.revokedAt || row.expiresAt <= nowIso()) return { error: true as const };
     const actor = { type: 'USER' as const, id: row.userId, label: null };
     // Tabs of one browser share one cookie: a token presented again within the grace after
@@ -296,18 +289,17 @@ export async function refresh(
     // successor instead of ending the family. Later reuse is theft and ends it.
     const inGrace = row.rotatedAt !== null && Date.parse(row.rotatedAt) > Date.now() - REFRESH_REUSE_GRACE_MS;
     if (row.rotatedAt && !inGrace) {
-      tx.db
+      await tx.db
         .update(sessions)
         .set({ revokedAt: nowIso() })
-        .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)))
-        .run();
-      recordAudit({ ...tx, actor }, { workspaceId: row.workspaceId, action: 'auth.refresh_reuse_detected', target: { type: 'user', id: row.userId } });
+        .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)));
+      await recordAudit({ ...tx, actor }, { workspaceId: row.workspaceId, action: 'auth.refresh_reuse_detected', target: { type: 'user', id: row.userId } });
       return { error: true as const };
     }
-    const membership = membershipIn(tx, row.userId, row.workspaceId);
+    const membership = await membershipIn(tx, row.userId, row.workspaceId);
     if (!membership) return { error: true as const };
-    if (!inGrace) tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id)).run();
-    const next = issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt);
+    if (!inGrace) await tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id));
+    const next = await issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt);
     return {
       error: false as const,
       next,
@@ -324,21 +316,19 @@ export async function refresh(
 }
 
 /** Ends the session family of this refresh token. Unknown tokens end nothing and are not an error. */
-export function logout(ctx: SystemContext, refreshToken: string | undefined): void {
+export async function logout(ctx: SystemContext, refreshToken: string | undefined): Promise<void> {
   if (!refreshToken) return;
-  withTransaction(ctx, (tx) => {
-    const row = tx.db
+  await withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
       .select()
       .from(sessions)
-      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)))
-      .get();
+      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)));
     if (!row) return;
-    tx.db
+    await tx.db
       .update(sessions)
       .set({ revokedAt: nowIso() })
-      .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)))
-      .run();
-    recordAudit(
+      .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)));
+    await recordAudit(
       { ...tx, actor: { type: 'USER', id: row.userId, label: null } },
       { workspaceId: row.workspaceId, action: 'auth.logout', target: { type: 'user', id: row.userId } },
     );
@@ -361,16 +351,16 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
   if (!Number.isSafeInteger(userId) || typeof workspaceId !== 'number' || !Number.isSafeInteger(workspaceId) || typeof sessionId !== 'string')
     throw invalidToken();
   // A session ended by logout, a password change, a removal or its age ends its access tokens too.
-  const live = ctx.db
+  const [live] = await ctx.db
     .select({ id: sessions.id })
     .from(sessions)
     .where(and(eq(sessions.familyId, sessionId), eq(sessions.userId, userId), isNull(sessions.revokedAt), gt(sessions.expiresAt, nowIso())))
-    .get();
+    .limit(1);
   if (!live) throw new UnauthorizedError('session_ended', 'The session has ended; log in again');
   // The role comes from the membership as it is now, so a demotion or removal applies at once
   // (for a sandbox: the membership in its live twin).
-  const membership = membershipIn(ctx, userId, workspaceId);
-  const user = membership && ctx.db.select({ email: users.email, isSuperAdmin: users.isSuperAdmin }).from(users).where(eq(users.id, userId)).get();
+  const membership = await membershipIn(ctx, userId, workspaceId);
+  const user = membership && (await ctx.db.select({ email: users.email, isSuperAdmin: users.isSuperAdmin }).from(users).where(eq(users.id, userId)))[0];
   if (!membership || !user) throw invalidToken('The user is no longer a member of this workspace');
   return {
     kind: 'user',
@@ -386,9 +376,9 @@ async function authenticateJwt(ctx: Pick<SystemContext, 'db' | 'config'>, token:
   };
 }
 
-function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Principal {
+async function authenticateApiKey(ctx: Pick<SystemContext, 'db' | 'store'>, key: string): Promise<Principal> {
   if (!isWellFormedApiKey(key)) throw new UnauthorizedError('invalid_api_key', 'The API key is malformed');
-  const found = findApiKey(ctx, key);
+  const found = await findApiKey(ctx, key);
   if (!found) throw new UnauthorizedError('invalid_api_key', 'The API key is not valid');
   // A key acts only on its own side: svc_test_ keys on sandboxes, svc_live_ keys on live workspaces.
   if (found.sandbox !== isTestKey(key)) throw new UnauthorizedError('invalid_api_key', 'The API key is not valid');
@@ -399,7 +389,7 @@ function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Princi
       `${found.role} keys do not authenticate on the ${found.plan} plan; raise the plan or use a VIEWER key`,
     );
   }
-  touchApiKey(ctx, found.id);
+  await touchApiKey(ctx, found.id);
   return {
     kind: 'api_key',
     workspaceId: found.workspaceId,
@@ -415,7 +405,8 @@ function authenticateApiKey(ctx: Pick<SystemContext, 'db'>, key: string): Princi
 }
 
 /** Resolves the value of an Authorization header to a principal, or throws 401. */
-export async function authenticate(ctx: Pick<SystemContext, 'db' | 'config'>, authorization: string | undefined): Promise<Principal> {
+export async function authenticate(deps: Pick<SystemContext, 'store' | 'config'>, authorization: string | undefined): Promise<Principal> {
+  const ctx = { db: deps.store.db, store: deps.store, config: deps.config };
   if (!authorization) throw new UnauthorizedError('missing_credentials', 'Send Authorization: Bearer <token or API key>');
   const match = /^Bearer[ ]+(\S+)\s*$/i.exec(authorization);
   if (!match) throw new UnauthorizedError('invalid_authorization', 'The Authorization header must be "Bearer <token>"');
@@ -434,12 +425,11 @@ export interface MeView {
   memberships: { workspaceId: number; name: string; role: Role }[];
 }
 
-export function me(ctx: WorkspaceContext, principal: Principal): MeView {
-  const workspace = ctx.db
+export async function me(ctx: WorkspaceContext, principal: Principal): Promise<MeView> {
+  const [workspace] = await ctx.db
     .select({ id: workspaces.id, name: workspaces.name, plan: workspaces.plan })
     .from(workspaces)
-    .where(eq(workspaces.id, principal.workspaceId))
-    .get();
+    .where(eq(workspaces.id, principal.workspaceId));
   if (!workspace) throw invalidToken('The workspace no longer exists');
   if (principal.kind === 'api_key') {
     return {
@@ -451,7 +441,7 @@ export function me(ctx: WorkspaceContext, principal: Principal): MeView {
       memberships: [{ workspaceId: workspace.id, name: workspace.name, role: principal.role }],
     };
   }
-  const user = ctx.db.select({ id: users.id, email: users.email, name: users.name }).from(users).where(eq(users.id, principal.userId!)).get();
+  const [user] = await ctx.db.select({ id: users.id, email: users.email, name: users.name }).from(users).where(eq(users.id, principal.userId!));
   if (!user) throw invalidToken();
   return {
     user,
@@ -459,7 +449,7 @@ export function me(ctx: WorkspaceContext, principal: Principal): MeView {
     superAdmin: principal.isSuperAdmin,
     workspace,
     role: principal.role,
-    memberships: membershipsOf(ctx, user.id).map((m) => ({ workspaceId: m.workspaceId, name: m.name, role: m.role })),
+    memberships: (await membershipsOf(ctx, user.id)).map((m) => ({ workspaceId: m.workspaceId, name: m.name, role: m.role })),
   };
 }
 
@@ -473,25 +463,24 @@ export async function switchWorkspace(ctx: WorkspaceContext, principal: Principa
     throw new ForbiddenError('Only a signed-in user can switch workspaces; an API key belongs to one');
   }
   const userId = principal.userId;
-  const user = ctx.db.select().from(users).where(eq(users.id, userId)).get();
+  const [user] = await ctx.db.select().from(users).where(eq(users.id, userId));
   if (!user) throw invalidToken();
-  const target = membershipIn(ctx, userId, workspaceId);
+  const target = await membershipIn(ctx, userId, workspaceId);
   if (!target) throw new AppError(403, 'not_a_member', `You are not a member of workspace ${workspaceId}`);
-  const current = ctx.db
+  const [current] = await ctx.db
     .select({ expiresAt: sessions.expiresAt })
     .from(sessions)
     .where(and(eq(sessions.familyId, principal.sessionId), isNull(sessions.revokedAt)))
     .orderBy(asc(sessions.id))
-    .get();
+    .limit(1);
   if (!current) throw new UnauthorizedError('session_ended', 'The session has ended; log in again');
   const replaced = principal.sessionId;
-  return openSession(ctx, user, target, current.expiresAt, (tx) => {
-    tx.db
+  return openSession(ctx, user, target, current.expiresAt, async (tx) => {
+    await tx.db
       .update(sessions)
       .set({ revokedAt: nowIso() })
-      .where(and(eq(sessions.familyId, replaced), isNull(sessions.revokedAt)))
-      .run();
-    recordAudit(
+      .where(and(eq(sessions.familyId, replaced), isNull(sessions.revokedAt)));
+    await recordAudit(
       { ...tx, actor: { type: 'USER', id: userId, label: user.email } },
       {
         workspaceId,
@@ -508,8 +497,8 @@ export async function switchWorkspace(ctx: WorkspaceContext, principal: Principa
  * invitation): the same answer as a login, in the given workspace.
  */
 export async function startSession(ctx: SystemContext, userId: number, workspaceId: number): Promise<LoginResult> {
-  const user = ctx.db.select().from(users).where(eq(users.id, userId)).get();
-  const chosen = membershipIn(ctx, userId, workspaceId);
+  const [user] = await ctx.db.select().from(users).where(eq(users.id, userId));
+  const chosen = await membershipIn(ctx, userId, workspaceId);
   if (!user || !chosen) throw new AppError(403, 'not_a_member', `This user is not a member of workspace ${workspaceId}`);
   return openSession(ctx, user, chosen, newSessionEnd(ctx));
 }

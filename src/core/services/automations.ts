@@ -108,12 +108,11 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
   return graph;
 }
 
-function findRow(ctx: WorkspaceContext, id: number): AutomationRow {
-  const row = ctx.db
+async function findRow(ctx: WorkspaceContext, id: number): Promise<AutomationRow> {
+  const [row] = await ctx.db
     .select()
     .from(automations)
-    .where(inWorkspace(ctx, automations.workspaceId, eq(automations.id, id)))
-    .get();
+    .where(inWorkspace(ctx, automations.workspaceId, eq(automations.id, id)));
   if (!row) throw new NotFoundError('automation_not_found', `No automation with id ${id}`);
   return row;
 }
@@ -125,24 +124,27 @@ function checkName(name: string): string {
   return trimmed;
 }
 
-export function getAutomation(ctx: WorkspaceContext, id: number): AutomationView {
-  return view(findRow(ctx, id));
+export async function getAutomation(ctx: WorkspaceContext, id: number): Promise<AutomationView> {
+  return view(await findRow(ctx, id));
 }
 
-export function listAutomations(ctx: WorkspaceContext, page: PageRequest): Page<AutomationView> {
+export async function listAutomations(ctx: WorkspaceContext, page: PageRequest): Promise<Page<AutomationView>> {
   return selectPage(ctx, automations, page, view);
 }
 
-export function createAutomation(ctx: WorkspaceContext, input: { name: string; status?: WorkflowStatus | undefined; graph: AutomationGraph }): AutomationView {
+export async function createAutomation(
+  ctx: WorkspaceContext,
+  input: { name: string; status?: WorkflowStatus | undefined; graph: AutomationGraph },
+): Promise<AutomationView> {
   const name = checkName(input.name);
   const graph = validateGraph(input.graph);
-  return withTransaction(ctx, (tx) => {
-    const row = tx.db
+  return withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
       .insert(automations)
       .values({ workspaceId: ctx.workspaceId, name, status: input.status ?? 'DRAFT', graph })
-      .returning()
-      .get();
-    recordAudit(tx, {
+      .returning();
+    if (!row) throw new Error('the insert returned no row');
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'automation.created',
       target: { type: 'automation', id: row.id },
@@ -152,31 +154,32 @@ export function createAutomation(ctx: WorkspaceContext, input: { name: string; s
   });
 }
 
-export function updateAutomation(
+export async function updateAutomation(
   ctx: WorkspaceContext,
   id: number,
   input: { name?: string | undefined; status?: WorkflowStatus | undefined; graph?: AutomationGraph | undefined },
-): AutomationView {
+): Promise<AutomationView> {
   const set: Partial<AutomationRow> = {};
   if (input.name !== undefined) set.name = checkName(input.name);
   if (input.graph !== undefined) set.graph = validateGraph(input.graph);
   if (input.status !== undefined) set.status = input.status;
-  return withTransaction(ctx, (tx) => {
-    const before = findRow(tx, id);
-    const row = tx.db
-      .update(automations)
-      .set({ ...set, updatedAt: nowIso() })
-      .where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)))
-      .returning()
-      .get()!;
-    recordAudit(tx, {
+  return withTransaction(ctx, async (tx) => {
+    const before = await findRow(tx, id);
+    const row = (
+      await tx.db
+        .update(automations)
+        .set({ ...set, updatedAt: nowIso() })
+        .where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)))
+        .returning()
+    )[0]!;
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'automation.updated',
       target: { type: 'automation', id },
       metadata: { fields: Object.keys(input) },
     });
     if (input.status !== undefined && input.status !== before.status) {
-      recordAudit(tx, {
+      await recordAudit(tx, {
         workspaceId: ctx.workspaceId,
         action: input.status === 'ACTIVE' ? 'automation.activated' : input.status === 'PAUSED' ? 'automation.paused' : 'automation.drafted',
         target: { type: 'automation', id },
@@ -187,39 +190,35 @@ export function updateAutomation(
   });
 }
 
-export function deleteAutomation(ctx: WorkspaceContext, id: number): void {
-  withTransaction(ctx, (tx) => {
-    findRow(tx, id);
-    tx.db
-      .delete(automations)
-      .where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)))
-      .run();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.deleted', target: { type: 'automation', id } });
+export async function deleteAutomation(ctx: WorkspaceContext, id: number): Promise<void> {
+  return withTransaction(ctx, async (tx) => {
+    await findRow(tx, id);
+    await tx.db.delete(automations).where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)));
+    await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'automation.deleted', target: { type: 'automation', id } });
   });
 }
 
 /** Starts a run of an ACTIVE automation for one contact: its graph compiled into the run's program. */
-export function startAutomationRun(
+export async function startAutomationRun(
   ctx: WorkspaceContext,
   id: number,
   input: { contactId: number; trigger?: Record<string, unknown> | undefined },
-): { runId: number; contactId: number } {
-  return withTransaction(ctx, (tx) => {
-    const row = findRow(tx, id);
+): Promise<{ runId: number; contactId: number }> {
+  return withTransaction(ctx, async (tx) => {
+    const row = await findRow(tx, id);
     if (row.status !== 'ACTIVE') throw new ValidationError('automation_not_active', `Automation ${id} is ${row.status}; activate it first`);
-    const contact = tx.db
+    const [contact] = await tx.db
       .select({ id: contacts.id })
       .from(contacts)
-      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, input.contactId)))
-      .get();
+      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, input.contactId)));
     if (!contact) throw new NotFoundError('contact_not_found', `No contact with id ${input.contactId}`);
-    const inserted = tx.db
+    const [run] = await tx.db
       .insert(workflowRuns)
       .values({ workspaceId: ctx.workspaceId, automationId: id, contactId: contact.id, definition: compileGraph(row.graph), trigger: input.trigger ?? {} })
-      .run();
-    countRunStarted(tx.db, ctx.workspaceId);
-    const run = { id: Number(inserted.lastInsertRowid) };
-    recordAudit(tx, {
+      .returning({ id: workflowRuns.id });
+    if (!run) throw new Error('the insert returned no row');
+    await countRunStarted(tx.db, ctx.workspaceId);
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'automation.run_started',
       target: { type: 'automation', id },

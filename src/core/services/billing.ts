@@ -46,26 +46,26 @@ function startOfMonthIso(now = new Date()): string {
   return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)).toISOString();
 }
 
-export function getPlan(ctx: WorkspaceContext): PlanView {
-  const { plan } = getWorkspace(ctx, ctx.workspaceId);
-  const n = (q: { get(): { n: number } | undefined }) => q.get()?.n ?? 0;
+export async function getPlan(ctx: WorkspaceContext): Promise<PlanView> {
+  const { plan } = await getWorkspace(ctx, ctx.workspaceId);
+  const n = async (q: PromiseLike<{ n: number }[]>) => (await q)[0]?.n ?? 0;
   return {
     plan,
     features: featuresOf(plan),
     usage: {
       // Contacts and runs are counted by triggers as rows come and go (migration 0008): a
       // million contacts would otherwise be counted on every call.
-      contacts: n(ctx.db.select({ n: workspaceCounters.contacts }).from(workspaceCounters).where(inWorkspace(ctx, workspaceCounters.workspaceId))),
-      workflows: n(ctx.db.select({ n: count() }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId))),
-      templates: n(ctx.db.select({ n: count() }).from(templates).where(inWorkspace(ctx, templates.workspaceId))),
-      apiKeys: n(
+      contacts: await n(ctx.db.select({ n: workspaceCounters.contacts }).from(workspaceCounters).where(inWorkspace(ctx, workspaceCounters.workspaceId))),
+      workflows: await n(ctx.db.select({ n: count() }).from(workflows).where(inWorkspace(ctx, workflows.workspaceId))),
+      templates: await n(ctx.db.select({ n: count() }).from(templates).where(inWorkspace(ctx, templates.workspaceId))),
+      apiKeys: await n(
         ctx.db
           .select({ n: count() })
           .from(apiKeys)
           .where(inWorkspace(ctx, apiKeys.workspaceId, isNull(apiKeys.revokedAt))),
       ),
-      members: n(ctx.db.select({ n: count() }).from(memberships).where(inWorkspace(ctx, memberships.workspaceId))),
-      runsThisMonth: n(
+      members: await n(ctx.db.select({ n: count() }).from(memberships).where(inWorkspace(ctx, memberships.workspaceId))),
+      runsThisMonth: await n(
         ctx.db
           .select({ n: runMonthCounts.runs })
           .from(runMonthCounts)
@@ -86,8 +86,8 @@ function checkoutView(row: typeof checkouts.$inferSelect): CheckoutView {
  */
 export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidPlan }): Promise<CheckoutView> {
   const { config } = ctx;
-  assertNotSandbox(ctx.db, ctx.workspaceId, 'A checkout');
-  const current = getWorkspace(ctx, ctx.workspaceId).plan;
+  await assertNotSandbox(ctx.db, ctx.workspaceId, 'A checkout');
+  const current = (await getWorkspace(ctx, ctx.workspaceId)).plan;
   if (input.plan === current) {
     throw new ValidationError('plan_unchanged', `This workspace is already on ${current}`, [
       { path: '/plan', message: `must differ from the current plan ${current}` },
@@ -103,7 +103,12 @@ export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidP
     );
   }
   const createdBy = ctx.actor.type === 'USER' ? ctx.actor.id : null;
-  const row = ctx.db.insert(checkouts).values({ workspaceId: ctx.workspaceId, plan: input.plan, provider, createdBy }).returning().get();
+  // Its own transaction, committed before Stripe is called: no transaction waits on HTTP.
+  const row = await withTransaction(ctx, async (tx) => {
+    const [inserted] = await tx.db.insert(checkouts).values({ workspaceId: ctx.workspaceId, plan: input.plan, provider, createdBy }).returning();
+    if (!inserted) throw new Error('the insert returned no row');
+    return inserted;
+  });
 
   let providerRef: string | null = null;
   let url: string | null = null;
@@ -120,15 +125,17 @@ export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidP
       providerRef = session.id;
       url = session.url;
     } catch (err) {
-      ctx.db.delete(checkouts).where(eq(checkouts.id, row.id)).run();
+      await withTransaction(ctx, async (tx) => {
+        await tx.db.delete(checkouts).where(eq(checkouts.id, row.id));
+      });
       if (err instanceof StripeError) throw new AppError(502, 'payment_provider_error', 'The payment provider could not create a checkout; try again later');
       throw err;
     }
   }
 
-  return withTransaction(ctx, (tx) => {
-    const updated = tx.db.update(checkouts).set({ providerRef, url }).where(eq(checkouts.id, row.id)).returning().get()!;
-    recordAudit(tx, {
+  return withTransaction(ctx, async (tx) => {
+    const updated = (await tx.db.update(checkouts).set({ providerRef, url }).where(eq(checkouts.id, row.id)).returning())[0]!;
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'billing.checkout_created',
       target: { type: 'checkout', id: row.id },
@@ -143,10 +150,10 @@ export async function createCheckout(ctx: WorkspaceContext, input: { plan: PaidP
  * setWorkspacePlan (audited). That opens its own transaction, so it gets the root context: on
  * the same connection it becomes a savepoint of the caller's transaction.
  */
-function complete(root: SystemContext, tx: SystemContext, row: typeof checkouts.$inferSelect): CompletedCheckout {
-  tx.db.update(checkouts).set({ status: 'COMPLETED', completedAt: nowIso() }).where(eq(checkouts.id, row.id)).run();
-  const w = setWorkspacePlan(root, row.workspaceId, row.plan);
-  recordAudit(tx, {
+async function complete(root: SystemContext, tx: SystemContext, row: typeof checkouts.$inferSelect): Promise<CompletedCheckout> {
+  await tx.db.update(checkouts).set({ status: 'COMPLETED', completedAt: nowIso() }).where(eq(checkouts.id, row.id));
+  const w = await setWorkspacePlan(root, row.workspaceId, row.plan);
+  await recordAudit(tx, {
     workspaceId: row.workspaceId,
     action: 'billing.checkout_completed',
     target: { type: 'checkout', id: row.id },
@@ -156,14 +163,14 @@ function complete(root: SystemContext, tx: SystemContext, row: typeof checkouts.
 }
 
 /** The operator completes a manual checkout (`svc checkout complete`); a second time is refused. */
-export function completeManualCheckout(ctx: SystemContext, checkoutId: number): CompletedCheckout {
-  return withTransaction(ctx, (tx) => {
-    const row = tx.db.select().from(checkouts).where(eq(checkouts.id, checkoutId)).get();
+export async function completeManualCheckout(ctx: SystemContext, checkoutId: number): Promise<CompletedCheckout> {
+  return withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db.select().from(checkouts).where(eq(checkouts.id, checkoutId));
     if (!row) throw new NotFoundError('checkout_not_found', `No checkout with id ${checkoutId}`);
     if (row.provider !== 'manual')
       throw new ValidationError('checkout_not_manual', `Checkout ${checkoutId} is paid through ${row.provider}; it completes on the provider's webhook`);
     if (row.status !== 'PENDING') throw new ConflictError('checkout_not_pending', `Checkout ${checkoutId} is already ${row.status}`);
-    return complete(ctx, tx, row);
+    return await complete(ctx, tx, row);
   });
 }
 
@@ -174,26 +181,25 @@ export function completeManualCheckout(ctx: SystemContext, checkoutId: number): 
  * can set; never by `client_reference_id`, which a Payment Link lets any buyer choose.
  * Idempotent: a replayed or unknown event changes nothing. Returns what it did, for the log.
  */
-export function completeStripeCheckout(
+export async function completeStripeCheckout(
   ctx: SystemContext,
   ref: { sessionId: string; checkoutId?: number | undefined },
-): 'completed' | 'already_completed' | 'not_found' {
-  return withTransaction(ctx, (tx) => {
-    let row = tx.db
+): Promise<'completed' | 'already_completed' | 'not_found'> {
+  return withTransaction(ctx, async (tx) => {
+    let [row] = await tx.db
       .select()
       .from(checkouts)
       .where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.providerRef, ref.sessionId)))
-      .get();
+      .limit(1);
     if (!row && ref.checkoutId) {
-      row = tx.db
+      [row] = await tx.db
         .select()
         .from(checkouts)
-        .where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId), isNull(checkouts.providerRef)))
-        .get();
+        .where(and(eq(checkouts.provider, 'stripe'), eq(checkouts.id, ref.checkoutId), isNull(checkouts.providerRef)));
     }
     if (!row) return 'not_found';
     if (row.status !== 'PENDING') return 'already_completed';
-    complete(ctx, tx, row);
+    await complete(ctx, tx, row);
     return 'completed';
   });
 }

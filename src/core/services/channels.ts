@@ -85,8 +85,8 @@ const MAX_TEXT = 1000;
 
 const OUTBOX_VIEW: ChannelView = { provider: 'outbox', settings: {}, hasCredentials: false };
 
-export function getChannels(ctx: WorkspaceContext): ChannelsView {
-  const rows = ctx.db.select().from(channelSettings).where(inWorkspace(ctx, channelSettings.workspaceId)).all();
+export async function getChannels(ctx: WorkspaceContext): Promise<ChannelsView> {
+  const rows = await ctx.db.select().from(channelSettings).where(inWorkspace(ctx, channelSettings.workspaceId));
   const view = Object.fromEntries(CHANNELS.map((c) => [c, { ...OUTBOX_VIEW, settings: {} }])) as ChannelsView;
   for (const row of rows) view[row.channel] = { provider: row.provider, settings: row.settings, hasCredentials: row.credentials !== null };
   return view;
@@ -277,7 +277,7 @@ function checkChannel(channel: Channel, input: ChannelInput, errors: FieldError[
  * retyping a password; a new destination needs the credentials again (422 with the
  * pointer `/<CHANNEL>/credentials`). Credentials are stored encrypted and never returned.
  */
-export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): ChannelsView {
+export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Promise<ChannelsView> {
   const errors: FieldError[] = [];
   const checked = new Map<Channel, { provider: ProviderName } & CheckedChannel>();
   for (const channel of CHANNELS) {
@@ -289,14 +289,13 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Cha
   if (errors.length) throw new ValidationError('validation_failed', 'The channel settings are invalid', errors);
   if (!checked.size) return getChannels(ctx);
 
-  return withTransaction(ctx, (tx) => {
+  return withTransaction(ctx, async (tx) => {
     const changed: Record<string, ProviderName> = {};
     for (const [channel, next] of checked) {
-      const before = tx.db
+      const [before] = await tx.db
         .select({ provider: channelSettings.provider, settings: channelSettings.settings, credentials: channelSettings.credentials })
         .from(channelSettings)
-        .where(inWorkspace(tx, channelSettings.workspaceId, eq(channelSettings.channel, channel)))
-        .get();
+        .where(inWorkspace(tx, channelSettings.workspaceId, eq(channelSettings.channel, channel)));
       let credentials: string | null = null;
       if (next.credentials !== undefined) {
         credentials = Object.keys(next.credentials).length ? encryptSecret(ctx.config, JSON.stringify(next.credentials)) : null;
@@ -315,14 +314,13 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Cha
         ]);
       }
       const values = { provider: next.provider, settings: next.settings, credentials, updatedAt: nowIso() };
-      tx.db
+      await tx.db
         .insert(channelSettings)
         .values({ workspaceId: ctx.workspaceId, channel, ...values })
-        .onConflictDoUpdate({ target: [channelSettings.workspaceId, channelSettings.channel], set: values })
-        .run();
+        .onConflictDoUpdate({ target: [channelSettings.workspaceId, channelSettings.channel], set: values });
       changed[channel] = next.provider;
     }
-    recordAudit(tx, {
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'settings.channels_updated',
       target: { type: 'workspace', id: ctx.workspaceId },
@@ -336,14 +334,13 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Cha
  * The provider, settings and decrypted credentials for one channel of a workspace, for
  * the delivery engine. Throws ChannelUnusableError when stored credentials cannot be read.
  */
-export function resolveChannel(db: Db, config: Pick<Config, 'secrets'>, workspaceId: number, channel: Channel): ResolvedChannel {
+export async function resolveChannel(db: Db, config: Pick<Config, 'secrets'>, workspaceId: number, channel: Channel): Promise<ResolvedChannel> {
   // Nothing leaves the machine from a sandbox: whatever its settings say, every channel is the outbox.
-  if (isSandboxWorkspace(db, workspaceId)) return { provider: 'outbox', settings: {}, credentials: {} };
-  const row = db
+  if (await isSandboxWorkspace(db, workspaceId)) return { provider: 'outbox', settings: {}, credentials: {} };
+  const [row] = await db
     .select()
     .from(channelSettings)
-    .where(inWorkspace({ workspaceId }, channelSettings.workspaceId, eq(channelSettings.channel, channel)))
-    .get();
+    .where(inWorkspace({ workspaceId }, channelSettings.workspaceId, eq(channelSettings.channel, channel)));
   if (!row) return { provider: 'outbox', settings: {}, credentials: {} };
   let credentials: Record<string, unknown> = {};
   if (row.credentials !== null) {

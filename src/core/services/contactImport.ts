@@ -3,8 +3,8 @@ import { pipeline } from 'node:stream/promises';
 import { parse as parseCsv } from 'csv-parse';
 import { and, desc, eq, lt } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
-import { inWorkspace, nowIso, withTransaction, type WorkspaceContext } from '../context.js';
-import type { Db } from '../db/connection.js';
+import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
+import type { SqliteStore } from '../db/store.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
@@ -69,43 +69,49 @@ function jobView(row: JobRow): ImportJobView {
 }
 
 /** Jobs whose process stopped (crash, restart, kill) without finishing: FAILED `interrupted`, with what they committed. */
-export function failStaleImports(db: Db, now = Date.now()): number {
+export async function failStaleImports(ctx: Pick<SystemContext, 'db' | 'store'>, now = Date.now()): Promise<number> {
   const cutoff = new Date(now - IMPORT_STALE_MS).toISOString();
   const at = new Date(now).toISOString();
-  return db
-    .update(contactImports)
-    .set({
-      status: 'FAILED',
-      failureCode: 'interrupted',
-      failureDetail: 'The import stopped before the end of the file (the process running it ended); the counts are what was committed',
-      finishedAt: at,
-      updatedAt: at,
-    })
-    .where(and(eq(contactImports.status, 'RUNNING'), lt(contactImports.heartbeatAt, cutoff)))
-    .run().changes;
+  const stale = and(eq(contactImports.status, 'RUNNING'), lt(contactImports.heartbeatAt, cutoff));
+  // Looked for first so that reading a job (polled while an import runs) does not queue
+  // behind the import's batches for a write transaction that has nothing to do.
+  const [any] = await ctx.db.select({ id: contactImports.id }).from(contactImports).where(stale).limit(1);
+  if (!any) return 0;
+  return withTransaction(ctx, async (tx) => {
+    const failed = await tx.db
+      .update(contactImports)
+      .set({
+        status: 'FAILED',
+        failureCode: 'interrupted',
+        failureDetail: 'The import stopped before the end of the file (the process running it ended); the counts are what was committed',
+        finishedAt: at,
+        updatedAt: at,
+      })
+      .where(stale)
+      .returning({ id: contactImports.id });
+    return failed.length;
+  });
 }
 
-export function getImport(ctx: WorkspaceContext, id: number): ImportJobView {
-  failStaleImports(ctx.db);
-  const row = ctx.db
+export async function getImport(ctx: WorkspaceContext, id: number): Promise<ImportJobView> {
+  await failStaleImports(ctx);
+  const [row] = await ctx.db
     .select()
     .from(contactImports)
-    .where(inWorkspace(ctx, contactImports.workspaceId, eq(contactImports.id, id)))
-    .get();
+    .where(inWorkspace(ctx, contactImports.workspaceId, eq(contactImports.id, id)));
   if (!row) throw new NotFoundError('import_not_found', `No import with id ${id}`);
   return jobView(row);
 }
 
-export function listImports(ctx: WorkspaceContext, page: { limit: number; cursor?: string | undefined }): Page<ImportJobView> {
-  failStaleImports(ctx.db);
+export async function listImports(ctx: WorkspaceContext, page: { limit: number; cursor?: string | undefined }): Promise<Page<ImportJobView>> {
+  await failStaleImports(ctx);
   const before = decodeCursor(page.cursor);
-  const rows = ctx.db
+  const rows = await ctx.db
     .select()
     .from(contactImports)
     .where(inWorkspace(ctx, contactImports.workspaceId, before ? lt(contactImports.id, before) : undefined))
     .orderBy(desc(contactImports.id))
-    .limit(page.limit + 1)
-    .all();
+    .limit(page.limit + 1);
   return toPage(rows, page.limit, jobView);
 }
 
@@ -126,13 +132,16 @@ export function checkDeclaredLength(declared: number | null, maxBytes: number): 
 }
 
 /** Creates the job row (RUNNING); runImport then reads the file into it. */
-export function startImport(ctx: WorkspaceContext, opts: ImportOptions): ImportJobView {
+export async function startImport(ctx: WorkspaceContext, opts: ImportOptions): Promise<ImportJobView> {
   checkDeclaredLength(opts.bytesTotal, opts.maxBytes);
-  const row = ctx.db
-    .insert(contactImports)
-    .values({ workspaceId: ctx.workspaceId, format: opts.format, mode: opts.mode, bytesTotal: opts.bytesTotal })
-    .returning()
-    .get();
+  const row = await withTransaction(ctx, async (tx) => {
+    const [inserted] = await tx.db
+      .insert(contactImports)
+      .values({ workspaceId: ctx.workspaceId, format: opts.format, mode: opts.mode, bytesTotal: opts.bytesTotal })
+      .returning();
+    return inserted;
+  });
+  if (!row) throw new Error('the insert returned no row');
   return jobView(row);
 }
 
@@ -393,8 +402,13 @@ function chunks<T>(items: T[], size: number): T[][] {
  * applies the mode, writes new contacts in multi-row inserts, changed ones one by one, and
  * the tags; the job's counts are written in the same transaction.
  */
-function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows: SourceRow[], progress: { lines: number; bytes: number }): BatchResult {
-  const client = ctx.db.$client;
+async function applyBatch(
+  ctx: WorkspaceContext,
+  jobId: number,
+  mode: ImportMode,
+  rows: SourceRow[],
+  progress: { lines: number; bytes: number },
+): Promise<BatchResult> {
   const result: BatchResult = { created: 0, updated: 0, skipped: 0, errors: [] };
   const valid: { line: number; values: ReturnType<typeof normalizeInput>; attributes: Record<string, unknown> | undefined; tags: string[] }[] = [];
   for (const row of rows) {
@@ -407,7 +421,10 @@ function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows
     else valid.push({ line: row.line, values: n.values, attributes: row.input.attributes, tags: n.tags });
   }
 
-  return withTransaction(ctx, () => {
+  // The batch's reads and writes are synchronous statements on the transaction's connection
+  // (the writer): the only awaits are the transaction itself and the job's progress.
+  return withTransaction(ctx, async (tx) => {
+    const client = tx.db.$client;
     const byEmail = new Map<string, Entry>();
     const byPhone = new Map<string, Entry>();
     const emails = [...new Set(valid.map((r) => r.values.email).filter((e): e is string => !!e))];
@@ -573,22 +590,21 @@ function applyBatch(ctx: WorkspaceContext, jobId: number, mode: ImportMode, rows
       for (const [id, key, name] of part) args.push(id, ctx.workspaceId, key, name, at);
       (part.length === ROWS_PER_INSERT ? fullTags : client.prepare(tagSql(part.length))).run(...args);
     }
-    saveProgress(ctx, jobId, result, progress);
+    await saveProgress(tx, jobId, result, progress);
     return result;
   });
 }
 
 /** Adds a batch's counts to the job (inside the batch's transaction). */
-function saveProgress(ctx: WorkspaceContext, jobId: number, batch: BatchResult, progress: { lines: number; bytes: number }): void {
-  const job = ctx.db
+async function saveProgress(tx: WorkspaceContext, jobId: number, batch: BatchResult, progress: { lines: number; bytes: number }): Promise<void> {
+  const [job] = await tx.db
     .select({ errors: contactImports.errors, errorCount: contactImports.errorCount })
     .from(contactImports)
-    .where(eq(contactImports.id, jobId))
-    .get()!;
+    .where(eq(contactImports.id, jobId));
+  if (!job) throw new NotFoundError('import_not_found', `No import with id ${jobId}`);
   const room = Math.max(0, IMPORT_ERRORS_KEPT - job.errors.length);
   const at = nowIso();
-  const client = ctx.db.$client;
-  client
+  tx.db.$client
     .prepare(
       'UPDATE contact_imports SET created = created + ?, updated = updated + ?, skipped = skipped + ?, error_count = error_count + ?, errors = ?, lines = ?, bytes_read = ?, updated_at = ?, heartbeat_at = ? WHERE id = ?',
     )
@@ -637,23 +653,28 @@ export async function runImport(
   const bytes = { bytes: 0 };
   const totals = { created: 0, updated: 0, skipped: 0, errorCount: 0 };
   const heartbeat = setInterval(() => {
-    try {
-      ctx.db.update(contactImports).set({ heartbeatAt: nowIso() }).where(eq(contactImports.id, jobId)).run();
-    } catch {
-      // a busy database: the next batch writes it
-    }
+    const beat = withTransaction(ctx, async (tx) => {
+      await tx.db.update(contactImports).set({ heartbeatAt: nowIso() }).where(eq(contactImports.id, jobId));
+    });
+    // Not awaited: a timer has no one to tell. A failed beat (a busy database) is made up
+    // for by the next batch, which writes it too.
+    void beat.catch(() => undefined);
   }, HEARTBEAT_MS);
   heartbeat.unref();
-  // A bigger page cache while the import runs (its batches touch the same index pages
-  // again and again); restored at the end. 16 MiB keeps a million-row import under 300 MB.
-  const client = ctx.db.$client;
-  const cacheBefore = client.pragma('cache_size', { simple: true }) as number;
-  if (cacheBefore > -IMPORT_CACHE_KIB && cacheBefore < IMPORT_CACHE_KIB) client.pragma(`cache_size = -${IMPORT_CACHE_KIB}`);
+  // A bigger page cache on the connection the batches write through while the import runs
+  // (they touch the same index pages again and again); restored at the end. 16 MiB keeps a
+  // million-row import under 300 MB.
+  const store = ctx.store as SqliteStore;
+  const cacheBefore = await store.exclusive((w) => {
+    const before = w.$client.pragma('cache_size', { simple: true }) as number;
+    if (before > -IMPORT_CACHE_KIB && before < IMPORT_CACHE_KIB) w.$client.pragma(`cache_size = -${IMPORT_CACHE_KIB}`);
+    return before;
+  });
   const input = counted(source, bytes, opts.maxBytes);
   const rows = opts.format === 'csv' ? csvRows(input) : ndjsonRows(input);
   let batch: SourceRow[] = [];
   const flush = async (lastLine: number) => {
-    const r = applyBatch(ctx, jobId, opts.mode, batch, { lines: lastLine, bytes: bytes.bytes });
+    const r = await applyBatch(ctx, jobId, opts.mode, batch, { lines: lastLine, bytes: bytes.bytes });
     batch = [];
     totals.created += r.created;
     totals.updated += r.updated;
@@ -681,7 +702,7 @@ export async function runImport(
     }
   } finally {
     clearInterval(heartbeat);
-    client.pragma(`cache_size = ${cacheBefore}`);
+    await store.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
   }
   return finish(ctx, jobId, failure, bytes.bytes);
 }
@@ -691,10 +712,10 @@ function isAbort(err: unknown): boolean {
   return code === 'ECONNRESET' || code === 'ERR_STREAM_PREMATURE_CLOSE' || code === 'ABORT_ERR' || (err as Error).message === 'aborted';
 }
 
-function finish(ctx: WorkspaceContext, jobId: number, failure: { code: string; detail: string } | null, bytesRead: number): ImportJobView {
-  return withTransaction(ctx, (tx) => {
+function finish(ctx: WorkspaceContext, jobId: number, failure: { code: string; detail: string } | null, bytesRead: number): Promise<ImportJobView> {
+  return withTransaction(ctx, async (tx) => {
     const at = nowIso();
-    const row = tx.db
+    const [row] = await tx.db
       .update(contactImports)
       .set({
         status: failure ? 'FAILED' : 'COMPLETED',
@@ -706,9 +727,9 @@ function finish(ctx: WorkspaceContext, jobId: number, failure: { code: string; d
         heartbeatAt: at,
       })
       .where(eq(contactImports.id, jobId))
-      .returning()
-      .get()!;
-    recordAudit(tx, {
+      .returning();
+    if (!row) throw new NotFoundError('import_not_found', `No import with id ${jobId}`);
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'contact.imported',
       target: { type: 'contact_import', id: jobId },
@@ -733,7 +754,7 @@ export async function importContacts(
   opts: ImportOptions,
   hooks: RunImportHooks = {},
 ): Promise<ImportJobView> {
-  const job = startImport(ctx, opts);
+  const job = await startImport(ctx, opts);
   return runImport(ctx, job.id, source, opts, hooks);
 }
 
@@ -768,7 +789,7 @@ function csvLine(c: ContactView): string {
  */
 export async function* exportContacts(ctx: WorkspaceContext, format: ExportFormat, filter: Omit<ContactFilter, 'limit' | 'cursor'>): AsyncGenerator<string> {
   if (format === 'csv') yield `${EXPORT_CSV_COLUMNS.join(',')}\r\n`;
-  for (const page of iterateContacts(ctx, filter, 1000)) {
+  for await (const page of iterateContacts(ctx, filter, 1000)) {
     yield format === 'csv' ? page.map((c) => `${csvLine(c)}\r\n`).join('') : page.map((c) => `${JSON.stringify(c)}\n`).join('');
     await yieldToLoop();
   }

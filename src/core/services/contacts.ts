@@ -60,27 +60,26 @@ export function contactTagsQuery(ctx: WorkspaceContext, ids: number[]) {
     .orderBy(asc(contactTags.tagKey));
 }
 
-function tagsFor(ctx: WorkspaceContext, ids: number[]): Map<number, string[]> {
+async function tagsFor(ctx: WorkspaceContext, ids: number[]): Promise<Map<number, string[]>> {
   const map = new Map<number, string[]>();
   if (!ids.length) return map;
-  const rows = contactTagsQuery(ctx, ids).all();
+  const rows = await contactTagsQuery(ctx, ids);
   for (const r of rows) map.set(r.contactId, [...(map.get(r.contactId) ?? []), r.name]);
   return map;
 }
 
-function findRow(ctx: WorkspaceContext, id: number): ContactRow {
-  const row = ctx.db
+async function findRow(ctx: WorkspaceContext, id: number): Promise<ContactRow> {
+  const [row] = await ctx.db
     .select()
     .from(contacts)
-    .where(inWorkspace(ctx, contacts.workspaceId, eq(contacts.id, id)))
-    .get();
+    .where(inWorkspace(ctx, contacts.workspaceId, eq(contacts.id, id)));
   if (!row) throw new NotFoundError('contact_not_found', `No contact with id ${id}`);
   return row;
 }
 
-export function getContact(ctx: WorkspaceContext, id: number): ContactView {
-  const row = findRow(ctx, id);
-  return view(row, tagsFor(ctx, [id]).get(id) ?? []);
+export async function getContact(ctx: WorkspaceContext, id: number): Promise<ContactView> {
+  const row = await findRow(ctx, id);
+  return view(row, (await tagsFor(ctx, [id])).get(id) ?? []);
 }
 
 /** Validates tag names and drops case-insensitive duplicates, keeping the first spelling. */
@@ -131,15 +130,14 @@ export function normalizeInput(ctx: Pick<WorkspaceContext, 'config'>, input: Con
   return out;
 }
 
-function assertUnique(ctx: WorkspaceContext, values: Normalized, exceptId?: number): void {
+async function assertUnique(ctx: WorkspaceContext, values: Normalized, exceptId?: number): Promise<void> {
   for (const field of ['email', 'phone'] as const) {
     const value = values[field];
     if (!value) continue;
-    const clash = ctx.db
+    const [clash] = await ctx.db
       .select({ id: contacts.id })
       .from(contacts)
-      .where(inWorkspace(ctx, contacts.workspaceId, eq(contacts[field], value)))
-      .get();
+      .where(inWorkspace(ctx, contacts.workspaceId, eq(contacts[field], value)));
     if (clash && clash.id !== exceptId) {
       throw new ConflictError('contact_exists', `Another contact (id ${clash.id}) already has this ${field}`);
     }
@@ -154,28 +152,32 @@ function requireEmailOrPhone(email: string | null | undefined, phone: string | n
   }
 }
 
-function insertTags(ctx: WorkspaceContext, contactId: number, names: string[]): string[] {
+async function insertTags(ctx: WorkspaceContext, contactId: number, names: string[]): Promise<string[]> {
   const added: string[] = [];
   for (const name of names) {
-    const result = ctx.db.insert(contactTags).values({ contactId, workspaceId: ctx.workspaceId, tagKey: name.toLowerCase(), name }).onConflictDoNothing().run();
-    if (result.changes) added.push(name);
+    const inserted = await ctx.db
+      .insert(contactTags)
+      .values({ contactId, workspaceId: ctx.workspaceId, tagKey: name.toLowerCase(), name })
+      .onConflictDoNothing()
+      .returning({ contactId: contactTags.contactId });
+    if (inserted.length) added.push(name);
   }
   return added;
 }
 
-export function createContact(ctx: WorkspaceContext, input: ContactInput): ContactView {
+export function createContact(ctx: WorkspaceContext, input: ContactInput): Promise<ContactView> {
   const values = normalizeInput(ctx, input);
   requireEmailOrPhone(values.email, values.phone);
   const tags = normalizeTags(input.tags ?? []);
-  return withTransaction(ctx, (tx) => {
-    assertUnique(tx, values);
-    const row = tx.db
+  return withTransaction(ctx, async (tx) => {
+    await assertUnique(tx, values);
+    const [row] = await tx.db
       .insert(contacts)
       .values({ workspaceId: ctx.workspaceId, ...values, attributes: input.attributes ?? {} })
-      .returning()
-      .get();
-    insertTags(tx, row.id, tags);
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.created', target: { type: 'contact', id: row.id } });
+      .returning();
+    if (!row) throw new Error('the insert returned no row');
+    await insertTags(tx, row.id, tags);
+    await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.created', target: { type: 'contact', id: row.id } });
     return getContact(tx, row.id);
   });
 }
@@ -184,14 +186,14 @@ export function createContact(ctx: WorkspaceContext, input: ContactInput): Conta
  * Updates the given fields. `attributes` merges one level deep (a null value removes the
  * key), as in JSON Merge Patch, so a client can set one attribute without resending all.
  */
-export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<ContactInput, 'tags'>): ContactView {
+export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<ContactInput, 'tags'>): Promise<ContactView> {
   const values = normalizeInput(ctx, input);
-  return withTransaction(ctx, (tx) => {
-    const row = findRow(tx, id);
+  return withTransaction(ctx, async (tx) => {
+    const row = await findRow(tx, id);
     const email = values.email !== undefined ? values.email : row.email;
     const phone = values.phone !== undefined ? values.phone : row.phone;
     requireEmailOrPhone(email, phone);
-    assertUnique(tx, values, id);
+    await assertUnique(tx, values, id);
     let attributes = row.attributes;
     if (input.attributes !== undefined) {
       attributes = { ...row.attributes };
@@ -205,24 +207,25 @@ export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<Con
         ]);
       }
     }
-    tx.db
+    await tx.db
       .update(contacts)
       .set({ ...values, attributes, updatedAt: nowIso() })
-      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
-      .run();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.updated', target: { type: 'contact', id }, metadata: { fields: Object.keys(input) } });
+      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)));
+    await recordAudit(tx, {
+      workspaceId: ctx.workspaceId,
+      action: 'contact.updated',
+      target: { type: 'contact', id },
+      metadata: { fields: Object.keys(input) },
+    });
     return getContact(tx, id);
   });
 }
 
-export function deleteContact(ctx: WorkspaceContext, id: number): void {
-  withTransaction(ctx, (tx) => {
-    findRow(tx, id);
-    tx.db
-      .delete(contacts)
-      .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
-      .run();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.deleted', target: { type: 'contact', id } });
+export async function deleteContact(ctx: WorkspaceContext, id: number): Promise<void> {
+  await withTransaction(ctx, async (tx) => {
+    await findRow(tx, id);
+    await tx.db.delete(contacts).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)));
+    await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.deleted', target: { type: 'contact', id } });
   });
 }
 
@@ -304,9 +307,9 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter) {
     .limit(take);
 }
 
-export function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Page<ContactView> {
-  const rows = contactListQuery(ctx, filter).all();
-  const tags = tagsFor(
+export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Promise<Page<ContactView>> {
+  const rows = await contactListQuery(ctx, filter);
+  const tags = await tagsFor(
     ctx,
     rows.slice(0, filter.limit).map((r) => r.id),
   );
@@ -317,47 +320,45 @@ export function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Page
  * Every contact the filters select, newest first, read in keyset pages of `chunk` so that
  * memory stays constant however many there are (the export streams from this).
  */
-export function* iterateContacts(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'limit' | 'cursor'>, chunk = 1000): Generator<ContactView[]> {
+export async function* iterateContacts(ctx: WorkspaceContext, filter: Omit<ContactFilter, 'limit' | 'cursor'>, chunk = 1000): AsyncGenerator<ContactView[]> {
   let cursor: string | undefined;
   for (;;) {
-    const page = listContacts(ctx, { ...filter, limit: chunk, ...(cursor ? { cursor } : {}) });
+    const page = await listContacts(ctx, { ...filter, limit: chunk, ...(cursor ? { cursor } : {}) });
     if (page.data.length) yield page.data;
     if (!page.nextCursor) return;
     cursor = page.nextCursor;
   }
 }
 
-export function addTags(ctx: WorkspaceContext, id: number, tags: string[]): ContactView {
+export function addTags(ctx: WorkspaceContext, id: number, tags: string[]): Promise<ContactView> {
   const names = normalizeTags(tags);
-  return withTransaction(ctx, (tx) => {
-    findRow(tx, id);
-    const added = insertTags(tx, id, names);
+  return withTransaction(ctx, async (tx) => {
+    await findRow(tx, id);
+    const added = await insertTags(tx, id, names);
     if (added.length) {
-      tx.db
+      await tx.db
         .update(contacts)
         .set({ updatedAt: nowIso() })
-        .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
-        .run();
-      recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tags_added', target: { type: 'contact', id }, metadata: { tags: added } });
+        .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)));
+      await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tags_added', target: { type: 'contact', id }, metadata: { tags: added } });
     }
     return getContact(tx, id);
   });
 }
 
-export function removeTag(ctx: WorkspaceContext, id: number, tag: string): void {
-  withTransaction(ctx, (tx) => {
-    findRow(tx, id);
-    const result = tx.db
+export async function removeTag(ctx: WorkspaceContext, id: number, tag: string): Promise<void> {
+  await withTransaction(ctx, async (tx) => {
+    await findRow(tx, id);
+    const removed = await tx.db
       .delete(contactTags)
       .where(inWorkspace(tx, contactTags.workspaceId, and(eq(contactTags.contactId, id), eq(contactTags.tagKey, tag.trim().toLowerCase()))))
-      .run();
-    if (result.changes) {
-      tx.db
+      .returning({ contactId: contactTags.contactId });
+    if (removed.length) {
+      await tx.db
         .update(contacts)
         .set({ updatedAt: nowIso() })
-        .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)))
-        .run();
-      recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tag_removed', target: { type: 'contact', id }, metadata: { tag: tag.trim() } });
+        .where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)));
+      await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.tag_removed', target: { type: 'contact', id }, metadata: { tag: tag.trim() } });
     }
   });
 }
@@ -388,8 +389,8 @@ export function decodeTagCursor(cursor: string | undefined): string | undefined 
  * paged. The counts are kept by triggers in tag_counts (migration 0008), so a page reads
  * its rows only, however many contacts carry the tags.
  */
-export function listTags(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Page<{ name: string; count: number }> {
-  const rows = tagListQuery(ctx, opts).all();
+export async function listTags(ctx: WorkspaceContext, opts: { limit: number; cursor?: string | undefined }): Promise<Page<{ name: string; count: number }>> {
+  const rows = await tagListQuery(ctx, opts);
   const more = rows.length > opts.limit;
   const page = more ? rows.slice(0, opts.limit) : rows;
   return { data: page.map(({ name, count }) => ({ name, count })), nextCursor: more ? encodeTagCursor(page[page.length - 1]!.key) : null };

@@ -1,5 +1,5 @@
 import { and, asc, eq } from 'drizzle-orm';
-import { inWorkspace, nowIso, selectPage, type PageRequest, type WorkspaceContext } from '../context.js';
+import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import type { Db } from '../db/connection.js';
 import { deliveryAttempts, templates, type Channel, type DeliveryStatus, type ProviderName } from '../db/schema.js';
 import { NotFoundError, ValidationError } from '../errors.js';
@@ -72,47 +72,50 @@ function clip(text: string): string {
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH - 1)}…` : text;
 }
 
-/** Inserts one attempt row (committed at once unless db is a transaction). */
-export function createAttempt(db: Db, input: NewAttempt): DeliveryAttemptView {
-  const row = db
-    .insert(deliveryAttempts)
-    .values({
-      workspaceId: input.workspaceId,
-      channel: input.channel,
-      provider: input.provider,
-      to: input.to,
-      status: input.status,
-      attempt: input.attempt,
-      rendered: input.rendered,
-      runId: input.runId ?? null,
-      stepIndex: input.stepIndex ?? null,
-      templateId: input.templateId ?? null,
-      providerMessageId: input.providerMessageId ?? null,
-      error: input.error === undefined ? null : clip(input.error),
-    })
-    .returning()
-    .get();
-  return deliveryAttemptView(row);
+/** Inserts one attempt row (committed at once unless ctx is inside a transaction). */
+export function createAttempt(ctx: Pick<SystemContext, 'db' | 'store'>, input: NewAttempt): Promise<DeliveryAttemptView> {
+  return withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
+      .insert(deliveryAttempts)
+      .values({
+        workspaceId: input.workspaceId,
+        channel: input.channel,
+        provider: input.provider,
+        to: input.to,
+        status: input.status,
+        attempt: input.attempt,
+        rendered: input.rendered,
+        runId: input.runId ?? null,
+        stepIndex: input.stepIndex ?? null,
+        templateId: input.templateId ?? null,
+        providerMessageId: input.providerMessageId ?? null,
+        error: input.error === undefined ? null : clip(input.error),
+      })
+      .returning();
+    if (!row) throw new Error('the insert returned no row');
+    return deliveryAttemptView(row);
+  });
 }
 
 /** Records the outcome of a try. */
-export function markAttempt(db: Db, id: number, outcome: AttemptOutcome): void {
+export async function markAttempt(ctx: Pick<SystemContext, 'db' | 'store'>, id: number, outcome: AttemptOutcome): Promise<void> {
   const set =
     outcome.status === 'SENT'
       ? { status: 'SENT' as const, providerMessageId: outcome.providerMessageId, error: null }
       : { status: 'FAILED' as const, error: clip(outcome.error) };
-  db.update(deliveryAttempts)
-    .set({ ...set, updatedAt: nowIso() })
-    .where(eq(deliveryAttempts.id, id))
-    .run();
+  await withTransaction(ctx, async (tx) => {
+    await tx.db
+      .update(deliveryAttempts)
+      .set({ ...set, updatedAt: nowIso() })
+      .where(eq(deliveryAttempts.id, id));
+  });
 }
 
-export function getDeliveryAttempt(ctx: WorkspaceContext, id: number): DeliveryAttemptView {
-  const row = ctx.db
+export async function getDeliveryAttempt(ctx: WorkspaceContext, id: number): Promise<DeliveryAttemptView> {
+  const [row] = await ctx.db
     .select()
     .from(deliveryAttempts)
-    .where(inWorkspace(ctx, deliveryAttempts.workspaceId, eq(deliveryAttempts.id, id)))
-    .get();
+    .where(inWorkspace(ctx, deliveryAttempts.workspaceId, eq(deliveryAttempts.id, id)));
   if (!row) throw new NotFoundError('delivery_attempt_not_found', `No delivery attempt with id ${id}`);
   return deliveryAttemptView(row);
 }
@@ -122,7 +125,7 @@ export interface DeliveryAttemptFilter extends PageRequest {
   status?: DeliveryStatus | undefined;
 }
 
-export function listDeliveryAttempts(ctx: WorkspaceContext, filter: DeliveryAttemptFilter): Page<DeliveryAttemptView> {
+export function listDeliveryAttempts(ctx: WorkspaceContext, filter: DeliveryAttemptFilter): Promise<Page<DeliveryAttemptView>> {
   return selectPage(
     ctx,
     deliveryAttempts,
@@ -138,26 +141,24 @@ export function listDeliveryAttempts(ctx: WorkspaceContext, filter: DeliveryAtte
  * The tries made so far for one message step of a run, oldest first: the engine reads
  * them to resume after a crash (a SENDING row without an outcome) and to number retries.
  */
-export function findAttemptsForStep(db: Db, runId: number, stepIndex: number): DeliveryAttemptView[] {
-  return db
+export async function findAttemptsForStep(db: Db, runId: number, stepIndex: number): Promise<DeliveryAttemptView[]> {
+  const rows = await db
     .select()
     .from(deliveryAttempts)
     .where(and(eq(deliveryAttempts.runId, runId), eq(deliveryAttempts.stepIndex, stepIndex)))
-    .orderBy(asc(deliveryAttempts.attempt), asc(deliveryAttempts.id))
-    .all()
-    .map(deliveryAttemptView);
+    .orderBy(asc(deliveryAttempts.attempt), asc(deliveryAttempts.id));
+  return rows.map(deliveryAttemptView);
 }
 
 /**
  * The content of an EMAIL template of this workspace, for a test email. (Read here rather
  * than through the templates service so that test emails do not depend on its views.)
  */
-export function emailTemplateContent(ctx: WorkspaceContext, templateId: number): Record<string, unknown> {
-  const row = ctx.db
+export async function emailTemplateContent(ctx: WorkspaceContext, templateId: number): Promise<Record<string, unknown>> {
+  const [row] = await ctx.db
     .select({ channel: templates.channel, content: templates.content })
     .from(templates)
-    .where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, templateId)))
-    .get();
+    .where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, templateId)));
   if (!row) throw new NotFoundError('template_not_found', `No template with id ${templateId}`);
   if (row.channel !== 'EMAIL') {
     throw new ValidationError('template_channel_mismatch', `Template ${templateId} is a ${row.channel} template; a test email needs an EMAIL template`, [

@@ -72,17 +72,16 @@ function membershipRows(ctx: WorkspaceContext, ...conditions: (SQL | undefined)[
     .where(inWorkspace(ctx, memberships.workspaceId, ...conditions));
 }
 
-export function listMemberships(ctx: WorkspaceContext, page: PageRequest): Page<MembershipView> {
+export async function listMemberships(ctx: WorkspaceContext, page: PageRequest): Promise<Page<MembershipView>> {
   const before = decodeCursor(page.cursor);
-  const rows = membershipRows(ctx, before ? lt(memberships.id, before) : undefined)
+  const rows = await membershipRows(ctx, before ? lt(memberships.id, before) : undefined)
     .orderBy(desc(memberships.id))
-    .limit(page.limit + 1)
-    .all();
+    .limit(page.limit + 1);
   return toPage(rows, page.limit, (row) => row);
 }
 
-function requireMembership(ctx: WorkspaceContext, id: number): MembershipView {
-  const row = membershipRows(ctx, eq(memberships.id, id)).get();
+async function requireMembership(ctx: WorkspaceContext, id: number): Promise<MembershipView> {
+  const [row] = await membershipRows(ctx, eq(memberships.id, id));
   if (!row) throw new NotFoundError('membership_not_found', `No membership with id ${id}`);
   return row;
 }
@@ -97,13 +96,13 @@ function assertMayManage(callerRole: Role, target: MembershipView): void {
   if (target.role === 'OWNER' && callerRole !== 'OWNER') throw new ForbiddenError("Only an OWNER can change or remove an OWNER's membership");
 }
 
-function assertNotLastOwner(ctx: WorkspaceContext, target: MembershipView): void {
+async function assertNotLastOwner(ctx: WorkspaceContext, target: MembershipView): Promise<void> {
   if (target.role !== 'OWNER') return;
-  const other = ctx.db
+  const [other] = await ctx.db
     .select({ id: memberships.id })
     .from(memberships)
     .where(inWorkspace(ctx, memberships.workspaceId, eq(memberships.role, 'OWNER'), ne(memberships.id, target.id)))
-    .get();
+    .limit(1);
   if (!other) throw new ConflictError('last_owner', 'A workspace always keeps at least one OWNER; make someone else OWNER first');
 }
 
@@ -113,29 +112,28 @@ function assertNotLastOwner(ctx: WorkspaceContext, target: MembershipView): void
  * get the same invitation, the same email and the same answer. Someone already in the
  * workspace is 409 membership_exists (the workspace's own members are no secret to an ADMIN).
  */
-export function inviteMember(
+export async function inviteMember(
   ctx: WorkspaceContext,
   input: { email: string; role: Role },
   caller: { role: Role; userId: number | null },
-): { invitation: InvitationView; email: InvitationEmail } {
-  const { invitation, email } = createInvitation(ctx, input, caller);
+): Promise<{ invitation: InvitationView; email: InvitationEmail }> {
+  const { invitation, email } = await createInvitation(ctx, input, caller);
   const { token: _token, ...shown } = invitation;
   return { invitation: shown, email };
 }
 
-export function changeMembershipRole(ctx: WorkspaceContext, id: number, role: Role, callerRole: Role): MembershipView {
-  return withTransaction(ctx, (tx) => {
-    const target = requireMembership(tx, id);
+export function changeMembershipRole(ctx: WorkspaceContext, id: number, role: Role, callerRole: Role): Promise<MembershipView> {
+  return withTransaction(ctx, async (tx) => {
+    const target = await requireMembership(tx, id);
     assertMayManage(callerRole, target);
     assertMayGrant(callerRole, role);
     if (target.role === role) return target;
-    if (role !== 'OWNER') assertNotLastOwner(tx, target);
-    tx.db
+    if (role !== 'OWNER') await assertNotLastOwner(tx, target);
+    await tx.db
       .update(memberships)
       .set({ role, updatedAt: nowIso() })
-      .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id)))
-      .run();
-    recordAudit(tx, {
+      .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id)));
+    await recordAudit(tx, {
       workspaceId: tx.workspaceId,
       action: 'membership.role_changed',
       target: { type: 'membership', id },
@@ -145,18 +143,15 @@ export function changeMembershipRole(ctx: WorkspaceContext, id: number, role: Ro
   });
 }
 
-export function removeMembership(ctx: WorkspaceContext, id: number, callerRole: Role): void {
-  withTransaction(ctx, (tx) => {
-    const target = requireMembership(tx, id);
+export async function removeMembership(ctx: WorkspaceContext, id: number, callerRole: Role): Promise<void> {
+  await withTransaction(ctx, async (tx) => {
+    const target = await requireMembership(tx, id);
     assertMayManage(callerRole, target);
-    assertNotLastOwner(tx, target);
-    tx.db
-      .delete(memberships)
-      .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id)))
-      .run();
+    await assertNotLastOwner(tx, target);
+    await tx.db.delete(memberships).where(inWorkspace(tx, memberships.workspaceId, eq(memberships.id, id)));
     // Sessions are per workspace: the removed user's sessions here end; others stay.
-    endSessions(tx, target.userId, { workspaceId: tx.workspaceId });
-    recordAudit(tx, {
+    await endSessions(tx, target.userId, { workspaceId: tx.workspaceId });
+    await recordAudit(tx, {
       workspaceId: tx.workspaceId,
       action: 'membership.removed',
       target: { type: 'membership', id },
@@ -173,30 +168,31 @@ export function createInvitation(
   ctx: WorkspaceContext,
   input: { email: string; role: Role },
   caller: { role: Role; userId: number | null },
-): { invitation: InvitationCreated; email: InvitationEmail } {
+): Promise<{ invitation: InvitationCreated; email: InvitationEmail }> {
   const email = requireEmail(input.email);
   assertMayGrant(caller.role, input.role);
   const token = randomToken(32);
   const expiresAt = new Date(Date.now() + ctx.config.invitationDays * DAY_MS).toISOString();
-  return withTransaction(ctx, (tx) => {
-    const workspace = getWorkspace(tx, tx.workspaceId);
-    const user = findUserByEmail(tx, email);
+  return withTransaction(ctx, async (tx) => {
+    const workspace = await getWorkspace(tx, tx.workspaceId);
+    const user = await findUserByEmail(tx, email);
     if (
       user &&
-      tx.db
-        .select({ id: memberships.id })
-        .from(memberships)
-        .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id)))
-        .get()
+      (
+        await tx.db
+          .select({ id: memberships.id })
+          .from(memberships)
+          .where(inWorkspace(tx, memberships.workspaceId, eq(memberships.userId, user.id)))
+      )[0]
     ) {
       throw new ConflictError('membership_exists', `${email} is already a member of this workspace`);
     }
-    const row = tx.db
+    const [row] = await tx.db
       .insert(invitations)
       .values({ workspaceId: tx.workspaceId, email, role: input.role, tokenHash: sha256Hex(token), invitedBy: caller.userId, expiresAt })
-      .returning()
-      .get();
-    recordAudit(tx, {
+      .returning();
+    if (!row) throw new Error('the insert returned no row');
+    await recordAudit(tx, {
       workspaceId: tx.workspaceId,
       action: 'invitation.created',
       target: { type: 'invitation', id: row.id },
@@ -231,10 +227,10 @@ export async function acceptInvitation(
   ctx: SystemContext,
   input: { token: string; name?: string | undefined; password?: string | undefined },
 ): Promise<InvitationAccepted> {
-  const first = usableInvitation(ctx, input.token);
+  const first = await usableInvitation(ctx, input.token);
   // Hash outside the transaction (it is slow); only needed when the account is new.
   let passwordHash: string | null = null;
-  if (!findUserByEmail(ctx, first.email)) {
+  if (!(await findUserByEmail(ctx, first.email))) {
     if (input.password === undefined) {
       throw new ValidationError('password_required', 'A password is needed to create your account', [
         { path: '/password', message: 'is required for a new account' },
@@ -244,48 +240,48 @@ export async function acceptInvitation(
     if (problem) throw new ValidationError('invalid_password', `The password ${problem}`, [{ path: '/password', message: problem }]);
     passwordHash = await hashPassword(input.password);
   }
-  return withTransaction(ctx, (tx) => {
-    const invitation = usableInvitation(tx, input.token);
+  return withTransaction(ctx, async (tx) => {
+    const invitation = await usableInvitation(tx, input.token);
     const wctx: WorkspaceContext = { ...tx, workspaceId: invitation.workspaceId };
-    const workspace = getWorkspace(tx, invitation.workspaceId);
-    let user = findUserByEmail(tx, invitation.email);
+    const workspace = await getWorkspace(tx, invitation.workspaceId);
+    let user = await findUserByEmail(tx, invitation.email);
     const created = !user;
     if (!user) {
       if (passwordHash === null)
         throw new ValidationError('password_required', 'A password is needed to create your account', [
           { path: '/password', message: 'is required for a new account' },
         ]);
-      user = tx.db
+      [user] = await tx.db
         .insert(users)
         .values({ email: invitation.email, name: input.name?.trim() || null, passwordHash })
-        .returning()
-        .get();
+        .returning();
+      if (!user) throw new Error('the insert returned no row');
     }
     const actor = { type: 'USER' as const, id: user.id, label: user.email };
     const audited = { ...wctx, actor };
     if (created) {
-      recordAudit(audited, { workspaceId: workspace.id, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email: user.email } });
+      await recordAudit(audited, { workspaceId: workspace.id, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email: user.email } });
     }
-    const existing = tx.db
+    const [existing] = await tx.db
       .select({ id: memberships.id })
       .from(memberships)
-      .where(inWorkspace(wctx, memberships.workspaceId, eq(memberships.userId, user.id)))
-      .get();
+      .where(inWorkspace(wctx, memberships.workspaceId, eq(memberships.userId, user.id)));
     if (existing) throw new ConflictError('membership_exists', `${user.email} is already a member of this workspace`);
-    const used = tx.db
+    const used = await tx.db
       .update(invitations)
       .set({ acceptedAt: nowIso() })
       .where(and(eq(invitations.id, invitation.id), isNull(invitations.acceptedAt)))
-      .run();
-    if (used.changes !== 1) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
-    const membership = tx.db.insert(memberships).values({ workspaceId: workspace.id, userId: user.id, role: invitation.role }).returning().get();
-    recordAudit(audited, {
+      .returning({ id: invitations.id });
+    if (used.length !== 1) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
+    const [membership] = await tx.db.insert(memberships).values({ workspaceId: workspace.id, userId: user.id, role: invitation.role }).returning();
+    if (!membership) throw new Error('the insert returned no row');
+    await recordAudit(audited, {
       workspaceId: workspace.id,
       action: 'invitation.accepted',
       target: { type: 'invitation', id: invitation.id },
       metadata: { userId: user.id, email: user.email, role: invitation.role, membershipId: membership.id },
     });
-    recordAudit(audited, {
+    await recordAudit(audited, {
       workspaceId: workspace.id,
       action: 'membership.created',
       target: { type: 'membership', id: membership.id },
@@ -300,12 +296,11 @@ export async function acceptInvitation(
 }
 
 /** The invitation a token names, if it can still be accepted (the same refusals as accepting). */
-function usableInvitation(ctx: Pick<SystemContext, 'db'>, token: string): typeof invitations.$inferSelect {
-  const row = ctx.db
+async function usableInvitation(ctx: Pick<SystemContext, 'db'>, token: string): Promise<typeof invitations.$inferSelect> {
+  const [row] = await ctx.db
     .select()
     .from(invitations)
-    .where(eq(invitations.tokenHash, sha256Hex(token)))
-    .get();
+    .where(eq(invitations.tokenHash, sha256Hex(token)));
   if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', 'No invitation has this token');
   if (row.acceptedAt) throw new AppError(410, 'invitation_used', 'This invitation has already been accepted');
   if (row.expiresAt <= nowIso()) throw new AppError(410, 'invitation_expired', 'This invitation has expired; ask for a new one');
@@ -313,22 +308,22 @@ function usableInvitation(ctx: Pick<SystemContext, 'db'>, token: string): typeof
 }
 
 /** Reads an invitation by its token without using it: the accept page asks for a name and password only when the account is new. */
-export function inspectInvitation(ctx: SystemContext, token: string): InvitationInspected {
-  const row = usableInvitation(ctx, token);
-  const workspace = getWorkspace(ctx, row.workspaceId);
+export async function inspectInvitation(ctx: SystemContext, token: string): Promise<InvitationInspected> {
+  const row = await usableInvitation(ctx, token);
+  const workspace = await getWorkspace(ctx, row.workspaceId);
   return {
     workspaceName: workspace.name,
     email: row.email,
     role: row.role,
     expiresAt: row.expiresAt,
-    accountExists: findUserByEmail(ctx, row.email) !== undefined,
+    accountExists: (await findUserByEmail(ctx, row.email)) !== undefined,
   };
 }
 
 /** `GET /memberships/invitations`: the workspace's pending invitations (never their tokens), newest first. */
-export function listInvitations(ctx: WorkspaceContext, page: PageRequest): Page<InvitationView & { createdAt: string }> {
+export async function listInvitations(ctx: WorkspaceContext, page: PageRequest): Promise<Page<InvitationView & { createdAt: string }>> {
   const after = decodeCursor(page.cursor);
-  const rows = ctx.db
+  const rows = await ctx.db
     .select({ id: invitations.id, email: invitations.email, role: invitations.role, expiresAt: invitations.expiresAt, createdAt: invitations.createdAt })
     .from(invitations)
     .where(
@@ -342,26 +337,23 @@ export function listInvitations(ctx: WorkspaceContext, page: PageRequest): Page<
       ),
     )
     .orderBy(desc(invitations.id))
-    .limit(page.limit + 1)
-    .all();
+    .limit(page.limit + 1);
   return toPage(rows, page.limit, (r) => r);
 }
 
 /** `DELETE /memberships/invitations/:id`: withdraws a pending invitation; its token stops working at once. */
-export function revokeInvitation(ctx: WorkspaceContext, id: number): void {
-  withTransaction(ctx, (tx) => {
-    const row = tx.db
+export async function revokeInvitation(ctx: WorkspaceContext, id: number): Promise<void> {
+  await withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
       .select({ id: invitations.id, email: invitations.email, acceptedAt: invitations.acceptedAt, revokedAt: invitations.revokedAt })
       .from(invitations)
-      .where(inWorkspace(tx, invitations.workspaceId, eq(invitations.id, id)))
-      .get();
+      .where(inWorkspace(tx, invitations.workspaceId, eq(invitations.id, id)));
     if (!row || row.revokedAt) throw new NotFoundError('invitation_not_found', `No invitation with id ${id}`);
     if (row.acceptedAt) throw new ConflictError('invitation_used', 'This invitation has already been accepted; remove the membership instead');
-    tx.db
+    await tx.db
       .update(invitations)
       .set({ revokedAt: nowIso() })
-      .where(and(eq(invitations.id, id), isNull(invitations.acceptedAt)))
-      .run();
-    recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.revoked', target: { type: 'invitation', id }, metadata: { email: row.email } });
+      .where(and(eq(invitations.id, id), isNull(invitations.acceptedAt)));
+    await recordAudit(tx, { workspaceId: tx.workspaceId, action: 'invitation.revoked', target: { type: 'invitation', id }, metadata: { email: row.email } });
   });
 }

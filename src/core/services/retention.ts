@@ -1,6 +1,6 @@
 import type { Statement } from 'better-sqlite3';
 import type { Config } from '../config.js';
-import type { Db } from '../db/connection.js';
+import type { SqliteStore } from '../db/store.js';
 
 /** Rows deleted per statement: small enough that a batch holds the write lock briefly. */
 export const PRUNE_BATCH = 500;
@@ -61,13 +61,14 @@ export class Pruner {
   private readonly statements: { rule: PruneRule; stmt: Statement<{ cutoff: string }> }[];
 
   constructor(
-    db: Db,
+    store: SqliteStore,
     private readonly config: Config,
   ) {
-    this.statements = RULES.map((rule) => ({ rule, stmt: db.$client.prepare<{ cutoff: string }>(rule.sql) }));
+    // On the writer connection: batches run synchronously in the group commit, which writes through it.
+    this.statements = RULES.map((rule) => ({ rule, stmt: store.writer.$client.prepare<{ cutoff: string }>(rule.sql) }));
   }
 
-  /** One batch of each kind (run it inside the caller's write transaction). */
+  /** One batch of each kind (run it inside the caller's write transaction on the store's writer). */
   batch(now = Date.now()): { deleted: PruneCounts; more: boolean } {
     const deleted = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0, sandboxRequests: 0 };
     let more = false;

@@ -58,26 +58,24 @@ export function runView(row: RunRow): RunView {
   };
 }
 
-export function getRun(ctx: WorkspaceContext, runId: number): RunView {
-  const row = ctx.db
+export async function getRun(ctx: WorkspaceContext, runId: number): Promise<RunView> {
+  const [row] = await ctx.db
     .select()
     .from(workflowRuns)
-    .where(inWorkspace(ctx, workflowRuns.workspaceId, eq(workflowRuns.id, runId)))
-    .get();
+    .where(inWorkspace(ctx, workflowRuns.workspaceId, eq(workflowRuns.id, runId)));
   if (!row) throw new NotFoundError('run_not_found', `No run with id ${runId}`);
   return runView(row);
 }
 
-export function listRuns(
+export async function listRuns(
   ctx: WorkspaceContext,
   workflowId: number,
   opts: { limit: number; cursor?: string | undefined; status?: RunStatus | undefined },
-): Page<RunView> {
-  const workflow = ctx.db
+): Promise<Page<RunView>> {
+  const [workflow] = await ctx.db
     .select({ id: workflows.id })
     .from(workflows)
-    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)))
-    .get();
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
   return selectPage(ctx, workflowRuns, { ...opts, workspaceScope: 'row' }, runView, ...runFilterConditions({ workflowId, status: opts.status }));
 }
@@ -104,7 +102,7 @@ export function runFilterConditions(filter: Omit<RunFilter, 'limit' | 'cursor'>)
  * another workspace (or of nothing) in a filter simply matches no run: the filters are
  * conditions on this workspace's runs, so nothing about other workspaces can be learnt.
  */
-export function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter): Page<RunView> {
+export async function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<RunView>> {
   return selectPage(ctx, workflowRuns, { ...filter, workspaceScope: runScope(filter) }, runView, ...runFilterConditions(filter));
 }
 
@@ -114,8 +112,8 @@ export function runScope(filter: Omit<RunFilter, 'limit' | 'cursor'>): PageReque
 }
 
 /** The workspace a run belongs to, for operator commands that name it by id alone. */
-export function runWorkspaceId(ctx: Pick<WorkspaceContext, 'db'>, runId: number): number {
-  const row = ctx.db.select({ workspaceId: workflowRuns.workspaceId }).from(workflowRuns).where(eq(workflowRuns.id, runId)).get();
+export async function runWorkspaceId(ctx: Pick<WorkspaceContext, 'db'>, runId: number): Promise<number> {
+  const [row] = await ctx.db.select({ workspaceId: workflowRuns.workspaceId }).from(workflowRuns).where(eq(workflowRuns.id, runId));
   if (!row) throw new NotFoundError('run_not_found', `No run with id ${runId}`);
   return row.workspaceId;
 }

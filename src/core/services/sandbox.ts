@@ -40,25 +40,26 @@ function view(row: typeof workspaces.$inferSelect, config: Pick<Config, 'sandbox
 }
 
 /** The live workspace a sandbox belongs to, or null when the workspace is live (or unknown). */
-export function sandboxOf(db: Db, workspaceId: number): number | null {
-  return db.select({ sandboxOf: workspaces.sandboxOf }).from(workspaces).where(eq(workspaces.id, workspaceId)).get()?.sandboxOf ?? null;
+export async function sandboxOf(db: Db, workspaceId: number): Promise<number | null> {
+  const [row] = await db.select({ sandboxOf: workspaces.sandboxOf }).from(workspaces).where(eq(workspaces.id, workspaceId));
+  return row?.sandboxOf ?? null;
 }
 
-export function isSandboxWorkspace(db: Db, workspaceId: number): boolean {
-  return sandboxOf(db, workspaceId) !== null;
+export async function isSandboxWorkspace(db: Db, workspaceId: number): Promise<boolean> {
+  return (await sandboxOf(db, workspaceId)) !== null;
 }
 
 /**
  * A memoised isSandboxWorkspace for hot paths (the inbound webhook): whether a workspace is a
  * sandbox never changes, and ids are never reused (AUTOINCREMENT).
  */
-export function sandboxLookup(db: Db): (workspaceId: number) => boolean {
+export function sandboxLookup(db: Db): (workspaceId: number) => Promise<boolean> {
   const known = new Map<number, boolean>();
-  return (workspaceId) => {
+  return async (workspaceId) => {
     let sandbox = known.get(workspaceId);
     if (sandbox === undefined) {
       if (known.size > 100_000) known.clear();
-      sandbox = isSandboxWorkspace(db, workspaceId);
+      sandbox = await isSandboxWorkspace(db, workspaceId);
       known.set(workspaceId, sandbox);
     }
     return sandbox;
@@ -66,8 +67,8 @@ export function sandboxLookup(db: Db): (workspaceId: number) => boolean {
 }
 
 /** The base address of a workspace: SVC_SANDBOX_URL for a sandbox, SVC_PUBLIC_URL otherwise. */
-export function baseUrlOf(ctx: { db: Db; config: Pick<Config, 'publicUrl' | 'sandboxUrl'>; workspaceId: number }): string {
-  return isSandboxWorkspace(ctx.db, ctx.workspaceId) ? ctx.config.sandboxUrl : ctx.config.publicUrl;
+export async function baseUrlOf(ctx: { db: Db; config: Pick<Config, 'publicUrl' | 'sandboxUrl'>; workspaceId: number }): Promise<string> {
+  return (await isSandboxWorkspace(ctx.db, ctx.workspaceId)) ? ctx.config.sandboxUrl : ctx.config.publicUrl;
 }
 
 /** host[:port] of a base address as a Host header names it (no default port). */
@@ -96,9 +97,9 @@ export function sandboxHostMatcher(config: Pick<Config, 'publicUrl' | 'sandboxUr
   };
 }
 
-export function getSandbox(ctx: SystemContext, workspaceId: number): SandboxView {
-  const liveId = sandboxOf(ctx.db, workspaceId) ?? workspaceId;
-  const row = ctx.db.select().from(workspaces).where(eq(workspaces.sandboxOf, liveId)).get();
+export async function getSandbox(ctx: SystemContext, workspaceId: number): Promise<SandboxView> {
+  const liveId = (await sandboxOf(ctx.db, workspaceId)) ?? workspaceId;
+  const [row] = await ctx.db.select().from(workspaces).where(eq(workspaces.sandboxOf, liveId)).limit(1);
   if (!row)
     throw new NotFoundError('sandbox_not_found', `Workspace ${liveId} has no sandbox yet; create it with POST /sandbox or "svc workspace sandbox ${liveId}"`);
   return view(row, ctx.config);
@@ -116,25 +117,31 @@ export interface SandboxResult {
  * automations, runs, deliveries, recorded requests, channel settings...) and keeps its id,
  * keys and sessions. Called with a sandbox's own id, it acts on that sandbox.
  */
-export function ensureSandbox(ctx: SystemContext, workspaceId: number, opts: { reset?: boolean } = {}): SandboxResult {
-  return withTransaction(ctx, (tx) => {
-    const given = tx.db.select().from(workspaces).where(eq(workspaces.id, workspaceId)).get();
+export async function ensureSandbox(ctx: SystemContext, workspaceId: number, opts: { reset?: boolean } = {}): Promise<SandboxResult> {
+  return withTransaction(ctx, async (tx) => {
+    const [given] = await tx.db.select().from(workspaces).where(eq(workspaces.id, workspaceId));
     if (!given) throw new NotFoundError('workspace_not_found', `No workspace with id ${workspaceId}`);
-    const live = given.sandboxOf === null ? given : tx.db.select().from(workspaces).where(eq(workspaces.id, given.sandboxOf)).get()!;
-    const existing = tx.db.select().from(workspaces).where(eq(workspaces.sandboxOf, live.id)).get();
+    const live = given.sandboxOf === null ? given : (await tx.db.select().from(workspaces).where(eq(workspaces.id, given.sandboxOf)))[0]!;
+    const [existing] = await tx.db.select().from(workspaces).where(eq(workspaces.sandboxOf, live.id)).limit(1);
     if (!existing) {
       const name = `${live.name.slice(0, 100 - SUFFIX.length)}${SUFFIX}`;
-      const row = tx.db.insert(workspaces).values({ name, plan: live.plan, sandboxOf: live.id }).returning().get();
+      const [row] = await tx.db.insert(workspaces).values({ name, plan: live.plan, sandboxOf: live.id }).returning();
+      if (!row) throw new Error('the insert returned no row');
       for (const id of [live.id, row.id]) {
-        recordAudit(tx, { workspaceId: id, action: 'sandbox.created', target: { type: 'workspace', id: row.id }, metadata: { liveWorkspaceId: live.id } });
+        await recordAudit(tx, {
+          workspaceId: id,
+          action: 'sandbox.created',
+          target: { type: 'workspace', id: row.id },
+          metadata: { liveWorkspaceId: live.id },
+        });
       }
       return { sandbox: view(row, tx.config), created: true, reset: false };
     }
     if (!opts.reset) return { sandbox: view(existing, tx.config), created: false, reset: false };
     const deleted = clearWorkspaceData(tx.db, existing.id);
-    tx.db.update(workspaces).set({ plan: live.plan, updatedAt: nowIso() }).where(eq(workspaces.id, existing.id)).run();
+    await tx.db.update(workspaces).set({ plan: live.plan, updatedAt: nowIso() }).where(eq(workspaces.id, existing.id));
     for (const id of [live.id, existing.id]) {
-      recordAudit(tx, { workspaceId: id, action: 'sandbox.reset', target: { type: 'workspace', id: existing.id }, metadata: { deleted } });
+      await recordAudit(tx, { workspaceId: id, action: 'sandbox.reset', target: { type: 'workspace', id: existing.id }, metadata: { deleted } });
     }
     return { sandbox: view({ ...existing, plan: live.plan }, tx.config), created: false, reset: true };
   });
@@ -147,7 +154,8 @@ export function ensureSandbox(ctx: SystemContext, workspaceId: number, opts: { r
  * Answers the number of rows deleted per table (first pass).
  */
 function clearWorkspaceData(db: Db, workspaceId: number): Record<string, number> {
-  // Inside the caller's transaction: only drizzle's own methods (no $client) are at hand.
+  // SQLite only (sqlite_master, pragma_table_info), so synchronous: drizzle's all() and run()
+  // on the handle of the caller's transaction (SQLite's writer), which a transaction body may use.
   const tables = db
     .all<{ name: string }>(sql`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND substr(name, 1, 2) != '__' ORDER BY name`)
     .map((t) => t.name)
@@ -164,8 +172,9 @@ function clearWorkspaceData(db: Db, workspaceId: number): Record<string, number>
 }
 
 /** Refuses what makes no sense in a sandbox (paying for a plan: the sandbox follows its live twin's). */
-export function assertNotSandbox(db: Db, workspaceId: number, what: string): void {
-  if (isSandboxWorkspace(db, workspaceId)) throw new AppError(422, 'not_in_sandbox', `${what} is not available in a sandbox; do it in the live workspace`);
+export async function assertNotSandbox(db: Db, workspaceId: number, what: string): Promise<void> {
+  if (await isSandboxWorkspace(db, workspaceId))
+    throw new AppError(422, 'not_in_sandbox', `${what} is not available in a sandbox; do it in the live workspace`);
 }
 
 export interface SandboxRequestView {
@@ -180,7 +189,7 @@ export interface SandboxRequestView {
 }
 
 /** The http_request steps the workspace's sandbox runs recorded instead of sending, newest first. */
-export function listSandboxRequests(ctx: WorkspaceContext, page: PageRequest): Page<SandboxRequestView> {
+export async function listSandboxRequests(ctx: WorkspaceContext, page: PageRequest): Promise<Page<SandboxRequestView>> {
   return selectPage(ctx, sandboxRequests, page, (r) => ({
     id: r.id,
     runId: r.runId,

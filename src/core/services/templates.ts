@@ -32,22 +32,22 @@ function view(row: TemplateRow): TemplateView {
   return { id: row.id, name: row.name, channel: row.channel, content: row.content, createdAt: row.createdAt, updatedAt: row.updatedAt };
 }
 
-function findRow(ctx: WorkspaceContext, id: number): TemplateRow | undefined {
-  return ctx.db
+async function findRow(ctx: WorkspaceContext, id: number): Promise<TemplateRow | undefined> {
+  const [row] = await ctx.db
     .select()
     .from(templates)
-    .where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, id)))
-    .get();
+    .where(inWorkspace(ctx, templates.workspaceId, eq(templates.id, id)));
+  return row;
 }
 
 /** The template, or undefined: for the run engine, which reports a missing template itself. */
-export function getTemplate(ctx: WorkspaceContext, id: number): TemplateView {
-  const row = findRow(ctx, id);
+export async function getTemplate(ctx: WorkspaceContext, id: number): Promise<TemplateView> {
+  const row = await findRow(ctx, id);
   if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
   return view(row);
 }
 
-export function listTemplates(ctx: WorkspaceContext, filter: PageRequest & { channel?: Channel | undefined }): Page<TemplateView> {
+export function listTemplates(ctx: WorkspaceContext, filter: PageRequest & { channel?: Channel | undefined }): Promise<Page<TemplateView>> {
   return selectPage(ctx, templates, filter, view, filter.channel ? eq(templates.channel, filter.channel) : undefined);
 }
 
@@ -165,13 +165,14 @@ function validChannel(channel: unknown): Channel {
   return channel as Channel;
 }
 
-export function createTemplate(ctx: WorkspaceContext, input: { name: string; channel: Channel; content: Record<string, unknown> }): TemplateView {
+export function createTemplate(ctx: WorkspaceContext, input: { name: string; channel: Channel; content: Record<string, unknown> }): Promise<TemplateView> {
   const name = validName(input.name);
   const channel = validChannel(input.channel);
   const content = validateContent(channel, input.content);
-  return withTransaction(ctx, (tx) => {
-    const row = tx.db.insert(templates).values({ workspaceId: ctx.workspaceId, name, channel, content }).returning().get();
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.created', target: { type: 'template', id: row.id }, metadata: { name, channel } });
+  return withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db.insert(templates).values({ workspaceId: ctx.workspaceId, name, channel, content }).returning();
+    if (!row) throw new Error('the insert returned no row');
+    await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.created', target: { type: 'template', id: row.id }, metadata: { name, channel } });
     return view(row);
   });
 }
@@ -180,11 +181,11 @@ export function createTemplate(ctx: WorkspaceContext, input: { name: string; cha
  * Updates the name and/or content. The channel may change only with content valid for
  * the new channel, so a stored template always matches its channel.
  */
-export function updateTemplate(ctx: WorkspaceContext, id: number, input: TemplateInput): TemplateView {
+export function updateTemplate(ctx: WorkspaceContext, id: number, input: TemplateInput): Promise<TemplateView> {
   const name = input.name === undefined ? undefined : validName(input.name);
   const channel = input.channel === undefined ? undefined : validChannel(input.channel);
-  return withTransaction(ctx, (tx) => {
-    const before = findRow(tx, id);
+  return withTransaction(ctx, async (tx) => {
+    const before = await findRow(tx, id);
     if (!before) throw new NotFoundError('template_not_found', `No template with id ${id}`);
     const set: Partial<TemplateRow> = {};
     if (name !== undefined) set.name = name;
@@ -197,27 +198,24 @@ export function updateTemplate(ctx: WorkspaceContext, id: number, input: Templat
       set.channel = channel;
     }
     if (input.content !== undefined) set.content = validateContent(set.channel ?? before.channel, input.content);
-    const row = tx.db
+    const [row] = await tx.db
       .update(templates)
       .set({ ...set, updatedAt: nowIso() })
       .where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id)))
-      .returning()
-      .get()!;
+      .returning();
+    if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
     const fields = Object.keys(input).filter((k) => input[k as keyof TemplateInput] !== undefined);
-    recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.updated', target: { type: 'template', id }, metadata: { fields } });
+    await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'template.updated', target: { type: 'template', id }, metadata: { fields } });
     return view(row);
   });
 }
 
-export function deleteTemplate(ctx: WorkspaceContext, id: number): void {
-  withTransaction(ctx, (tx) => {
-    const row = findRow(tx, id);
+export async function deleteTemplate(ctx: WorkspaceContext, id: number): Promise<void> {
+  await withTransaction(ctx, async (tx) => {
+    const row = await findRow(tx, id);
     if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
-    tx.db
-      .delete(templates)
-      .where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id)))
-      .run();
-    recordAudit(tx, {
+    await tx.db.delete(templates).where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id)));
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'template.deleted',
       target: { type: 'template', id },
@@ -234,14 +232,18 @@ const SEND_STEP_CHANNEL: Record<string, Channel> = { send_email: 'EMAIL', send_s
  * workspace, or a template of another channel. One error per such step, at
  * `${base}/<index>/templateId`. Checked when a workflow is activated.
  */
-export function sendStepTemplateErrors(ctx: WorkspaceContext, steps: readonly ({ type: string } & Record<string, unknown>)[], base = '/steps'): FieldError[] {
+export async function sendStepTemplateErrors(
+  ctx: WorkspaceContext,
+  steps: readonly ({ type: string } & Record<string, unknown>)[],
+  base = '/steps',
+): Promise<FieldError[]> {
   const errors: FieldError[] = [];
   for (const [index, step] of steps.entries()) {
     const channel = SEND_STEP_CHANNEL[step.type];
     if (!channel) continue;
     const path = `${base}/${index}/templateId`;
     const id = step.templateId;
-    const row = typeof id === 'number' && Number.isSafeInteger(id) ? findRow(ctx, id) : undefined;
+    const row = typeof id === 'number' && Number.isSafeInteger(id) ? await findRow(ctx, id) : undefined;
     if (!row) errors.push({ path, message: `names no template of this workspace (${JSON.stringify(id ?? null)})` });
     else if (row.channel !== channel)
       errors.push({ path, message: `is template ${row.id}, a ${row.channel} template; ${step.type} needs a ${channel} template` });

@@ -29,14 +29,14 @@ export function requirePassword(password: string): void {
   if (problem) throw new ValidationError('invalid_password', `The password ${problem}`, [{ path: '/password', message: problem }]);
 }
 
-export function findUserByEmail(ctx: Pick<SystemContext, 'db'>, email: string): typeof users.$inferSelect | undefined {
+export async function findUserByEmail(ctx: Pick<SystemContext, 'db'>, email: string): Promise<typeof users.$inferSelect | undefined> {
   const normalized = normalizeEmail(email);
   if (!normalized) return undefined;
-  return ctx.db.select().from(users).where(eq(users.email, normalized)).get();
+  return (await ctx.db.select().from(users).where(eq(users.email, normalized)))[0];
 }
 
-function requireUser(ctx: Pick<SystemContext, 'db'>, email: string): typeof users.$inferSelect {
-  const user = findUserByEmail(ctx, email);
+async function requireUser(ctx: Pick<SystemContext, 'db'>, email: string): Promise<typeof users.$inferSelect> {
+  const user = await findUserByEmail(ctx, email);
   if (!user) throw new NotFoundError('user_not_found', `No user with email ${email}`);
   return user;
 }
@@ -58,26 +58,26 @@ export async function createUser(ctx: SystemContext, input: CreateUserInput): Pr
   const email = requireEmail(input.email);
   if (input.password !== undefined) requirePassword(input.password);
   const passwordHash = input.password === undefined ? null : await hashPassword(input.password);
-  return withTransaction(ctx, (tx) => {
-    getWorkspace(tx, input.workspaceId);
-    let user = tx.db.select().from(users).where(eq(users.email, email)).get();
+  return withTransaction(ctx, async (tx) => {
+    await getWorkspace(tx, input.workspaceId);
+    let [user] = await tx.db.select().from(users).where(eq(users.email, email));
     const created = !user;
     if (!user) {
-      user = tx.db
+      [user] = await tx.db
         .insert(users)
         .values({ email, name: input.name ?? null, passwordHash, isSuperAdmin: input.isSuperAdmin ?? false })
-        .returning()
-        .get();
-      recordAudit(tx, { workspaceId: input.workspaceId, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email } });
+        .returning();
+      if (!user) throw new Error('the insert returned no row');
+      await recordAudit(tx, { workspaceId: input.workspaceId, action: 'user.created', target: { type: 'user', id: user.id }, metadata: { email } });
     }
-    const existing = tx.db
+    const [existing] = await tx.db
       .select()
       .from(memberships)
-      .where(and(eq(memberships.workspaceId, input.workspaceId), eq(memberships.userId, user.id)))
-      .get();
+      .where(and(eq(memberships.workspaceId, input.workspaceId), eq(memberships.userId, user.id)));
     if (existing) throw new ConflictError('membership_exists', `${email} is already a member of workspace ${input.workspaceId}`);
-    const membership = tx.db.insert(memberships).values({ workspaceId: input.workspaceId, userId: user.id, role: input.role }).returning().get();
-    recordAudit(tx, {
+    const [membership] = await tx.db.insert(memberships).values({ workspaceId: input.workspaceId, userId: user.id, role: input.role }).returning();
+    if (!membership) throw new Error('the insert returned no row');
+    await recordAudit(tx, {
       workspaceId: input.workspaceId,
       action: 'membership.created',
       target: { type: 'membership', id: membership.id },
@@ -93,16 +93,19 @@ export async function createUser(ctx: SystemContext, input: CreateUserInput): Pr
  * one workspace; `exceptFamily` spares the caller's own session. Returns how many
  * families ended.
  */
-export function endSessions(ctx: Pick<SystemContext, 'db'>, userId: number, opts: { workspaceId?: number; exceptFamily?: string | null } = {}): number {
+export async function endSessions(
+  ctx: Pick<SystemContext, 'db'>,
+  userId: number,
+  opts: { workspaceId?: number; exceptFamily?: string | null } = {},
+): Promise<number> {
   const conditions: SQL[] = [eq(sessions.userId, userId), isNull(sessions.revokedAt)];
   if (opts.workspaceId !== undefined) conditions.push(eq(sessions.workspaceId, opts.workspaceId));
   if (opts.exceptFamily) conditions.push(ne(sessions.familyId, opts.exceptFamily));
-  const ended = ctx.db
+  const ended = await ctx.db
     .update(sessions)
     .set({ revokedAt: nowIso() })
     .where(and(...conditions))
-    .returning({ familyId: sessions.familyId })
-    .all();
+    .returning({ familyId: sessions.familyId });
   return new Set(ended.map((r) => r.familyId)).size;
 }
 
@@ -110,20 +113,21 @@ export function endSessions(ctx: Pick<SystemContext, 'db'>, userId: number, opts
 export async function setPassword(ctx: SystemContext, email: string, password: string): Promise<UserView & { sessionsEnded: number }> {
   requirePassword(password);
   const passwordHash = await hashPassword(password);
-  return withTransaction(ctx, (tx) => {
-    const user = requireUser(tx, email);
-    tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id)).run();
-    const sessionsEnded = endSessions(tx, user.id);
-    recordAudit(tx, { workspaceId: null, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
+  return withTransaction(ctx, async (tx) => {
+    const user = await requireUser(tx, email);
+    await tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id));
+    const sessionsEnded = await endSessions(tx, user.id);
+    await recordAudit(tx, { workspaceId: null, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
     return { ...userView(user), sessionsEnded };
   });
 }
 
-export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: boolean): UserView {
-  return withTransaction(ctx, (tx) => {
-    const user = requireUser(tx, email);
-    const row = tx.db.update(users).set({ isSuperAdmin, updatedAt: nowIso() }).where(eq(users.id, user.id)).returning().get()!;
-    recordAudit(tx, {
+export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: boolean): Promise<UserView> {
+  return withTransaction(ctx, async (tx) => {
+    const user = await requireUser(tx, email);
+    const [row] = await tx.db.update(users).set({ isSuperAdmin, updatedAt: nowIso() }).where(eq(users.id, user.id)).returning();
+    if (!row) throw new Error('the update returned no row');
+    await recordAudit(tx, {
       workspaceId: null,
       action: isSuperAdmin ? 'user.super_admin_granted' : 'user.super_admin_revoked',
       target: { type: 'user', id: user.id },

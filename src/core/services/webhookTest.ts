@@ -35,12 +35,11 @@ export interface WebhookTestResult {
   } | null;
 }
 
-export function testWebhook(ctx: WorkspaceContext, workflowId: number, body: unknown): WebhookTestResult {
-  const wf = ctx.db
+export async function testWebhook(ctx: WorkspaceContext, workflowId: number, body: unknown): Promise<WebhookTestResult> {
+  const [wf] = await ctx.db
     .select()
     .from(workflows)
-    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)))
-    .get();
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!wf) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
   const active = wf.status === 'ACTIVE' && wf.triggerSource === 'WEBHOOK' && wf.webhookToken !== null;
   const result: WebhookTestResult = {
@@ -89,11 +88,11 @@ export function testWebhook(ctx: WorkspaceContext, workflowId: number, body: unk
   result.lookup = { kind: lookup.kind, path: path ?? lookup.kind, value: lookup.value };
 
   const column = lookup.kind === 'contactId' ? contacts.id : lookup.kind === 'email' ? contacts.email : contacts.phone;
-  const found = ctx.db
+  const [found] = await ctx.db
     .select({ id: contacts.id, email: contacts.email, phone: contacts.phone, firstName: contacts.firstName, lastName: contacts.lastName })
     .from(contacts)
     .where(inWorkspace(ctx, contacts.workspaceId, eq(column, lookup.value)))
-    .get();
+    .limit(1);
   if (found) {
     result.contact = { outcome: 'existing', ...found };
   } else if (lookup.kind !== 'contactId' && wf.createIfNotFound) {

@@ -6,9 +6,10 @@ import { inWorkspace, selectPage, withTransaction, type WorkspaceContext } from 
 import { safeEqual } from '../crypto.js';
 import type { WriteBatcher } from '../db/batcher.js';
 import type { Db } from '../db/connection.js';
+import type { SqliteStore } from '../db/store.js';
 import { COUNT_RUN_STARTED_SQL, countRunStarted } from '../db/runCounts.js';
 import { contacts, webhookEvents, workflowRuns, workflows, type ContactDefaults, type LookupKind, type StepDefinition } from '../db/schema.js';
-import { AppError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
+import { AppError, ConflictError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
 import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
 import { decryptSecret } from '../secrets.js';
@@ -94,7 +95,7 @@ export function extractLookup(target: Pick<WebhookTarget, 'lookup' | 'path'>, bo
   }
 }
 
-type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError };
+type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError } | { ok: false; contactGone: true };
 
 interface WorkflowRowRaw {
   id: number;
@@ -113,7 +114,12 @@ interface WorkflowRowRaw {
 const WORKFLOW_COLUMNS =
   'id, webhook_token, workspace_id, status, trigger_source, steps, webhook_lookup, webhook_path, create_if_not_found, contact_defaults, signing_secret';
 
-/** The hot path's SQL, prepared once: building queries per request cost more than running them. */
+/**
+ * The hot path's SQL, prepared once: building queries per request cost more than running them.
+ * Prepared on the writer connection, where the batch transactions run (reads inside a batch
+ * see the batch's own writes); the workflow reads outside a batch have their own on the
+ * reading connection.
+ */
 function prepareStatements(db: Db) {
   const c = db.$client;
   return {
@@ -189,13 +195,19 @@ export class WebhookReceiver {
   private readonly activeByToken = new Map<string, WebhookTarget>();
   private batchReads: { batchId: number; targets: Map<number, WebhookTarget | undefined> } = { batchId: -1, targets: new Map() };
   private readonly sql: ReturnType<typeof prepareStatements>;
+  private readonly read: Pick<
+    ReturnType<typeof prepareStatements>,
+    'workflowByToken' | 'workflowById' | 'firstByIdempotencyKey' | 'contactByEmail' | 'contactByPhone'
+  >;
 
   constructor(
-    private readonly db: Db,
+    private readonly store: SqliteStore,
     private readonly config: Config,
     private readonly batcher: WriteBatcher,
   ) {
-    this.sql = prepareStatements(db);
+    this.sql = prepareStatements(store.writer);
+    const { workflowByToken, workflowById, firstByIdempotencyKey, contactByEmail, contactByPhone } = prepareStatements(store.db);
+    this.read = { workflowByToken, workflowById, firstByIdempotencyKey, contactByEmail, contactByPhone };
   }
 
   /** The workflow behind a token, active or not; undefined when no workflow has it. */
@@ -205,7 +217,7 @@ export class WebhookReceiver {
       const cached = this.activeByToken.get(token);
       if (cached) return cached;
     }
-    const row = this.sql.workflowByToken.get(token);
+    const row = this.read.workflowByToken.get(token);
     if (!row) {
       this.activeByToken.delete(token);
       return undefined;
@@ -285,26 +297,60 @@ export class WebhookReceiver {
   }
 
   /** Checks signature, JSON and lookup, then resolves the contact and starts the run. */
-  async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }): Promise<Accepted> {
+  async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, attempt = 0): Promise<Accepted> {
     let checked: { text: string; lookup: LookupValue };
     try {
       checked = evaluateBody(target, req, this.config.defaultPhoneRegion);
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
       // Refuse only what the workflow as it is now refuses.
-      const fresh = this.freshTarget(target);
+      const fresh = this.freshTarget(target, this.read.workflowById);
       if (fresh === target) throw await this.refuse(target, err, req, err.code !== SIGNATURE_INVALID);
       if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
-      return this.receive(fresh, req);
+      return this.receive(fresh, req, attempt);
     }
+    // A contact to create is created first, in a transaction of its own: the batch's jobs are
+    // synchronous, and creating a contact is the contacts service's work (normalising, tags,
+    // audit).
+    const creating = this.createMissingContact(target, req, checked.lookup);
+    if (creating) await creating; // the hot path (the contact exists) does not wait a turn
     const outcome = await this.batcher.run(() => this.accept(target, req, checked.text, checked.lookup));
-    if (!outcome.ok) throw outcome.error;
-    return outcome.accepted;
+    if (outcome.ok) return outcome.accepted;
+    if ('error' in outcome) throw outcome.error;
+    // No contact after all: deleted in between, or the workflow changed before the batch
+    // (and with it what to create). Once more from the workflow as it is now.
+    if (attempt >= 2) throw new AppError(409, 'contact_changed', 'The contact changed while this request was accepted; send it again');
+    const fresh = this.freshTarget(target, this.read.workflowById);
+    if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
+    return this.receive(fresh, req, attempt + 1);
+  }
+
+  /**
+   * For a workflow that creates contacts: when no contact matches, the workflow is still as
+   * the request was checked against, and this is not a replay of an accepted request,
+   * creates it (two requests for one new email at once: the second finds the first's).
+   */
+  private createMissingContact(target: WebhookTarget, req: ReceivedRequest, lookup: LookupValue): Promise<unknown> | undefined {
+    if (lookup.kind === 'contactId' || !target.createIfNotFound) return;
+    const byValue = lookup.kind === 'email' ? this.read.contactByEmail : this.read.contactByPhone;
+    if (byValue.get(target.workspaceId, lookup.value)) return;
+    // Paused, deleted or changed since it was cached: the batch decides, and creates nothing.
+    if (this.freshTarget(target, this.read.workflowById) !== target) return;
+    if (req.idempotencyKey && this.read.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, idempotencySince())) return;
+    const ctx = {
+      db: this.store.db,
+      store: this.store,
+      config: this.config,
+      workspaceId: target.workspaceId,
+      actor: webhookActor(target.workflowId),
+      ip: null,
+    };
+    return resolveContact(ctx, target, lookup);
   }
 
   /** The target as its row is now; the same object when nothing changed. */
-  private freshTarget(target: WebhookTarget): WebhookTarget | undefined {
-    const row = this.sql.workflowById.get(target.workflowId);
+  private freshTarget(target: WebhookTarget, byId = this.sql.workflowById): WebhookTarget | undefined {
+    const row = byId.get(target.workflowId);
     if (!row) return undefined;
     const fresh = this.fromRow(row);
     if (row.webhook_token) {
@@ -344,8 +390,7 @@ export class WebhookReceiver {
       target = current;
     }
     if (req.idempotencyKey) {
-      const since = new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
-      const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, since);
+      const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, idempotencySince());
       if (first?.run_id != null && first.contact_id != null) {
         this.insertEvent(
           target,
@@ -356,7 +401,8 @@ export class WebhookReceiver {
         return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
-    const contactId = this.findContact(target, lookup) ?? this.createContact(target, lookup);
+    const contactId = this.findContact(target, lookup);
+    if (contactId === undefined && target.createIfNotFound && lookup.kind !== 'contactId') return { ok: false, contactGone: true };
     if (contactId === undefined) {
       const error = new NotFoundError(
         'contact_not_found',
@@ -381,11 +427,6 @@ export class WebhookReceiver {
           ? this.sql.contactByEmail.get(target.workspaceId, lookup.value)
           : this.sql.contactByPhone.get(target.workspaceId, lookup.value);
     return row?.id;
-  }
-
-  private createContact(target: WebhookTarget, lookup: LookupValue): number | undefined {
-    const ctx = { db: this.db, config: this.config, workspaceId: target.workspaceId, actor: webhookActor(target.workflowId), ip: null };
-    return resolveContact(ctx, target, lookup);
   }
 
   private insertEvent(
@@ -430,43 +471,67 @@ function sameRow(a: WorkflowRowRaw, b: WorkflowRowRaw): boolean {
   );
 }
 
+function idempotencySince(): string {
+  return new Date(Date.now() - IDEMPOTENCY_WINDOW_MS).toISOString();
+}
+
 function webhookActor(workflowId: number) {
   return { type: 'SYSTEM' as const, id: null, label: `webhook:workflow:${workflowId}` };
 }
 
 /** Finds the contact the lookup names, creating it when the workflow says so (email and phone only). */
-export function resolveContact(ctx: WorkspaceContext, target: Pick<WebhookTarget, 'createIfNotFound' | 'defaults'>, lookup: LookupValue): number | undefined {
+export async function resolveContact(
+  ctx: WorkspaceContext,
+  target: Pick<WebhookTarget, 'createIfNotFound' | 'defaults'>,
+  lookup: LookupValue,
+): Promise<number | undefined> {
   const column = lookup.kind === 'contactId' ? contacts.id : lookup.kind === 'email' ? contacts.email : contacts.phone;
-  const found = ctx.db
-    .select({ id: contacts.id })
-    .from(contacts)
-    .where(inWorkspace(ctx, contacts.workspaceId, eq(column, lookup.value)))
-    .get();
-  if (found) return found.id;
+  const find = async () =>
+    (
+      await ctx.db
+        .select({ id: contacts.id })
+        .from(contacts)
+        .where(inWorkspace(ctx, contacts.workspaceId, eq(column, lookup.value)))
+        .limit(1)
+    )[0]?.id;
+  const found = await find();
+  if (found !== undefined) return found;
   if (lookup.kind === 'contactId' || !target.createIfNotFound) return undefined;
   const d = target.defaults;
-  return createContact(ctx, {
-    [lookup.kind]: lookup.value,
-    ...(d.firstName !== undefined ? { firstName: d.firstName } : {}),
-    ...(d.lastName !== undefined ? { lastName: d.lastName } : {}),
-    ...(d.attributes !== undefined ? { attributes: d.attributes } : {}),
-    ...(d.tags !== undefined ? { tags: d.tags } : {}),
-  }).id;
+  try {
+    return (
+      await createContact(ctx, {
+        [lookup.kind]: lookup.value,
+        ...(d.firstName !== undefined ? { firstName: d.firstName } : {}),
+        ...(d.lastName !== undefined ? { lastName: d.lastName } : {}),
+        ...(d.attributes !== undefined ? { attributes: d.attributes } : {}),
+        ...(d.tags !== undefined ? { tags: d.tags } : {}),
+      })
+    ).id;
+  } catch (err) {
+    // Created by someone else since the read above (another request for the same new
+    // address): use theirs.
+    if (err instanceof ConflictError) {
+      const now = await find();
+      if (now !== undefined) return now;
+    }
+    throw err;
+  }
 }
 
 /** Inserts a QUEUED run with a snapshot of the workflow's steps. */
-export function startRun(
+export async function startRun(
   db: Db,
   target: Pick<WebhookTarget, 'workflowId' | 'workspaceId' | 'steps'>,
   contactId: number,
   trigger: Record<string, unknown>,
-): number {
-  const { lastInsertRowid } = db
+): Promise<number> {
+  const [run] = await db
     .insert(workflowRuns)
     .values({ workspaceId: target.workspaceId, workflowId: target.workflowId, contactId, definition: target.steps, trigger })
-    .run();
-  countRunStarted(db, target.workspaceId);
-  return Number(lastInsertRowid);
+    .returning({ id: workflowRuns.id });
+  await countRunStarted(db, target.workspaceId);
+  return run!.id;
 }
 
 export interface WebhookEventView {
@@ -529,19 +594,22 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
   };
 }
 
-export function listWebhookEvents(ctx: WorkspaceContext, workflowId: number, opts: { limit: number; cursor?: string | undefined }): Page<WebhookEventView> {
-  const workflow = ctx.db
+export async function listWebhookEvents(
+  ctx: WorkspaceContext,
+  workflowId: number,
+  opts: { limit: number; cursor?: string | undefined },
+): Promise<Page<WebhookEventView>> {
+  const [workflow] = await ctx.db
     .select({ id: workflows.id })
     .from(workflows)
-    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)))
-    .get();
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
   return selectPage(ctx, webhookEvents, { ...opts, workspaceScope: 'row' }, eventView, eq(webhookEvents.workflowId, workflowId));
 }
 
 /** The workspace an event belongs to, for operator commands that name it by id alone. */
-export function webhookEventWorkspaceId(ctx: { db: Db }, id: number): number {
-  const row = ctx.db.select({ workspaceId: webhookEvents.workspaceId }).from(webhookEvents).where(eq(webhookEvents.id, id)).get();
+export async function webhookEventWorkspaceId(ctx: { db: Db }, id: number): Promise<number> {
+  const [row] = await ctx.db.select({ workspaceId: webhookEvents.workspaceId }).from(webhookEvents).where(eq(webhookEvents.id, id));
   if (!row) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${id}`);
   return row.workspaceId;
 }
@@ -551,22 +619,20 @@ export function webhookEventWorkspaceId(ctx: { db: Db }, id: number): number {
  * and steps: fix a path, then replay what was refused. Bytes refused for a bad signature
  * are never replayed, nor events whose body was not read.
  */
-export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { runId: number; contactId: number } {
-  return withTransaction(ctx, (tx) => {
-    const event = tx.db
+export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): Promise<{ runId: number; contactId: number }> {
+  return withTransaction(ctx, async (tx) => {
+    const [event] = await tx.db
       .select()
       .from(webhookEvents)
-      .where(inWorkspace(tx, webhookEvents.workspaceId, eq(webhookEvents.id, eventId)))
-      .get();
+      .where(inWorkspace(tx, webhookEvents.workspaceId, eq(webhookEvents.id, eventId)));
     if (!event) throw new NotFoundError('webhook_event_not_found', `No webhook event with id ${eventId}`);
     if (!event.body) throw new ValidationError('event_not_replayable', 'This event was refused before its body was read; there is nothing to replay');
     if (!signatureHeld(event))
       throw new ValidationError('event_not_replayable', 'This event was refused before its signature was verified; it cannot be replayed');
-    const row = tx.db
+    const [row] = await tx.db
       .select()
       .from(workflows)
-      .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId)))
-      .get();
+      .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId)));
     if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${event.workflowId}`);
     let body: unknown;
     try {
@@ -587,10 +653,10 @@ export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): { ru
       defaults: row.contactDefaults,
     };
     const lookup = extractLookup(target, body as Record<string, unknown>, tx.config.defaultPhoneRegion);
-    const contactId = resolveContact(tx, target, lookup);
+    const contactId = await resolveContact(tx, target, lookup);
     if (contactId === undefined) throw new NotFoundError('contact_not_found', `No contact matches this ${lookup.kind}`);
-    const runId = startRun(tx.db, target, contactId, body as Record<string, unknown>);
-    recordAudit(tx, {
+    const runId = await startRun(tx.db, target, contactId, body as Record<string, unknown>);
+    await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
       action: 'webhook_event.replayed',
       target: { type: 'webhook_event', id: eventId },

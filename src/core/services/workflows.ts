@@ -92,25 +92,24 @@ export function mintWebhookToken(): string {
   return randomBase62(WEBHOOK_TOKEN_LENGTH);
 }
 
-function findRow(ctx: WorkspaceContext, id: number): WorkflowRow {
-  const row = ctx.db
+async function findRow(ctx: WorkspaceContext, id: number): Promise<WorkflowRow> {
+  const [row] = await ctx.db
     .select()
     .from(workflows)
-    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, id)))
-    .get();
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, id)));
   if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${id}`);
   return row;
 }
 
 /** `opts.maskUrl`: the caller may read but not write workflows (VIEWER); see maskWebhookUrl. */
-export function getWorkflow(ctx: WorkspaceContext, id: number, opts: { maskUrl?: boolean } = {}): WorkflowView {
-  const baseUrl = baseUrlOf(ctx);
-  const view = workflowView(findRow(ctx, id), baseUrl);
+export async function getWorkflow(ctx: WorkspaceContext, id: number, opts: { maskUrl?: boolean } = {}): Promise<WorkflowView> {
+  const baseUrl = await baseUrlOf(ctx);
+  const view = workflowView(await findRow(ctx, id), baseUrl);
   return opts.maskUrl ? maskWebhookUrl(view, baseUrl) : view;
 }
 
-export function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { maskUrl?: boolean } = {}): Page<WorkflowView> {
-  const baseUrl = baseUrlOf(ctx);
+export async function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { maskUrl?: boolean } = {}): Promise<Page<WorkflowView>> {
+  const baseUrl = await baseUrlOf(ctx);
   return selectPage(ctx, workflows, page, (r) => {
     const view = workflowView(r, baseUrl);
     return opts.maskUrl ? maskWebhookUrl(view, baseUrl) : view;
@@ -118,8 +117,8 @@ export function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { 
 }
 
 /** The workspace a workflow belongs to, for operator commands that name it by id alone. */
-export function workflowWorkspaceId(ctx: Pick<SystemContext, 'db'>, id: number): number {
-  const row = ctx.db.select({ workspaceId: workflows.workspaceId }).from(workflows).where(eq(workflows.id, id)).get();
+export async function workflowWorkspaceId(ctx: Pick<SystemContext, 'db'>, id: number): Promise<number> {
+  const [row] = await ctx.db.select({ workspaceId: workflows.workspaceId }).from(workflows).where(eq(workflows.id, id));
   if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${id}`);
   return row.workspaceId;
 }
@@ -178,9 +177,9 @@ function columnsFrom(ctx: WorkspaceContext, input: WorkflowInput): Partial<Workf
  * steps of an ACTIVE workflow change), a WEBHOOK workflow needs a lookup, and gets its
  * token on first activation (kept through pauses so senders' URLs keep working).
  */
-function activationColumns(ctx: WorkspaceContext, row: WorkflowRow, checkTemplates: boolean): Partial<WorkflowRow> {
+async function activationColumns(ctx: WorkspaceContext, row: WorkflowRow, checkTemplates: boolean): Promise<Partial<WorkflowRow>> {
   if (checkTemplates) {
-    const errors = sendStepTemplateErrors(ctx, row.steps);
+    const errors = await sendStepTemplateErrors(ctx, row.steps);
     if (errors.length)
       throw new ValidationError(
         'validation_failed',
@@ -197,62 +196,65 @@ function activationColumns(ctx: WorkspaceContext, row: WorkflowRow, checkTemplat
   return row.webhookToken ? {} : { webhookToken: mintWebhookToken() };
 }
 
-function auditChanges(ctx: WorkspaceContext, before: WorkflowRow | undefined, after: WorkflowRow, input: WorkflowInput): void {
+async function auditChanges(ctx: WorkspaceContext, before: WorkflowRow | undefined, after: WorkflowRow, input: WorkflowInput): Promise<void> {
   const target = { type: 'workflow', id: after.id };
   const base = { workspaceId: ctx.workspaceId, target };
-  if (!before) recordAudit(ctx, { ...base, action: 'workflow.created', metadata: { name: after.name, triggerSource: after.triggerSource } });
+  if (!before) await recordAudit(ctx, { ...base, action: 'workflow.created', metadata: { name: after.name, triggerSource: after.triggerSource } });
   else {
     const fields = Object.keys(input).filter((k) => k !== 'status');
-    if (fields.length) recordAudit(ctx, { ...base, action: 'workflow.updated', metadata: { fields } });
+    if (fields.length) await recordAudit(ctx, { ...base, action: 'workflow.updated', metadata: { fields } });
   }
   if (before?.status !== after.status && (before || after.status !== 'DRAFT')) {
     const action = after.status === 'ACTIVE' ? 'workflow.activated' : after.status === 'PAUSED' ? 'workflow.paused' : 'workflow.drafted';
-    recordAudit(ctx, { ...base, action, metadata: { from: before?.status ?? null, to: after.status } });
+    await recordAudit(ctx, { ...base, action, metadata: { from: before?.status ?? null, to: after.status } });
   }
   if (!before ? after.signingSecret !== null : input.webhook?.signingSecret !== undefined) {
-    recordAudit(ctx, { ...base, action: 'workflow.signing_secret_changed', metadata: { set: after.signingSecret !== null } });
+    await recordAudit(ctx, { ...base, action: 'workflow.signing_secret_changed', metadata: { set: after.signingSecret !== null } });
   }
 }
 
-export function createWorkflow(ctx: WorkspaceContext, input: WorkflowInput & { name: string }): WorkflowView {
+export async function createWorkflow(ctx: WorkspaceContext, input: WorkflowInput & { name: string }): Promise<WorkflowView> {
   const set = columnsFrom(ctx, input);
-  return withTransaction(ctx, (tx) => {
-    let row = tx.db
+  return withTransaction(ctx, async (tx) => {
+    const [inserted] = await tx.db
       .insert(workflows)
       .values({ workspaceId: ctx.workspaceId, name: set.name ?? input.name, ...set, status: 'DRAFT' })
-      .returning()
-      .get();
+      .returning();
+    if (!inserted) throw new Error('the insert returned no row');
+    let row = inserted;
     if (input.status && input.status !== 'DRAFT') {
-      const extra = input.status === 'ACTIVE' ? activationColumns(tx, row, true) : {};
-      row = tx.db
-        .update(workflows)
-        .set({ status: input.status, ...extra })
-        .where(eq(workflows.id, row.id))
-        .returning()
-        .get()!;
+      const extra = input.status === 'ACTIVE' ? await activationColumns(tx, row, true) : {};
+      row = (
+        await tx.db
+          .update(workflows)
+          .set({ status: input.status, ...extra })
+          .where(eq(workflows.id, row.id))
+          .returning()
+      )[0]!;
     }
-    auditChanges(tx, undefined, row, input);
-    return workflowView(row, baseUrlOf(ctx));
+    await auditChanges(tx, undefined, row, input);
+    return workflowView(row, await baseUrlOf(tx));
   });
 }
 
-export function updateWorkflow(ctx: WorkspaceContext, id: number, input: WorkflowInput): WorkflowView {
+export async function updateWorkflow(ctx: WorkspaceContext, id: number, input: WorkflowInput): Promise<WorkflowView> {
   const set = columnsFrom(ctx, input);
-  return withTransaction(ctx, (tx) => {
-    const before = findRow(tx, id);
+  return withTransaction(ctx, async (tx) => {
+    const before = await findRow(tx, id);
     const merged = { ...before, ...set, ...(input.status ? { status: input.status } : {}) };
-    const extra = merged.status === 'ACTIVE' ? activationColumns(tx, merged, input.status === 'ACTIVE' || input.steps !== undefined) : {};
-    const row = tx.db
-      .update(workflows)
-      .set({ ...set, ...(input.status ? { status: input.status } : {}), ...extra, updatedAt: nowIso() })
-      .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, id)))
-      .returning()
-      .get()!;
-    auditChanges(tx, before, row, input);
-    return workflowView(row, baseUrlOf(ctx));
+    const extra = merged.status === 'ACTIVE' ? await activationColumns(tx, merged, input.status === 'ACTIVE' || input.steps !== undefined) : {};
+    const row = (
+      await tx.db
+        .update(workflows)
+        .set({ ...set, ...(input.status ? { status: input.status } : {}), ...extra, updatedAt: nowIso() })
+        .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, id)))
+        .returning()
+    )[0]!;
+    await auditChanges(tx, before, row, input);
+    return workflowView(row, await baseUrlOf(tx));
   });
 }
 
-export function setWorkflowStatus(ctx: WorkspaceContext, id: number, status: WorkflowStatus): WorkflowView {
+export async function setWorkflowStatus(ctx: WorkspaceContext, id: number, status: WorkflowStatus): Promise<WorkflowView> {
   return updateWorkflow(ctx, id, { status });
 }

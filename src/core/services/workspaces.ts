@@ -26,44 +26,43 @@ export function validateWorkspaceName(name: string): string {
   return trimmed;
 }
 
-export function createWorkspace(ctx: SystemContext, input: { name: string; plan?: Plan }): WorkspaceView {
+export function createWorkspace(ctx: SystemContext, input: { name: string; plan?: Plan }): Promise<WorkspaceView> {
   const name = validateWorkspaceName(input.name);
-  return withTransaction(ctx, (tx) => {
-    const row = tx.db
+  return withTransaction(ctx, async (tx) => {
+    const [row] = await tx.db
       .insert(workspaces)
       .values({ name, plan: input.plan ?? 'STARTER' })
-      .returning()
-      .get();
-    recordAudit(tx, { workspaceId: row.id, action: 'workspace.created', target: { type: 'workspace', id: row.id }, metadata: { name, plan: row.plan } });
+      .returning();
+    if (!row) throw new Error('the insert returned no row');
+    await recordAudit(tx, { workspaceId: row.id, action: 'workspace.created', target: { type: 'workspace', id: row.id }, metadata: { name, plan: row.plan } });
     return view(row);
   });
 }
 
-export function listWorkspaces(ctx: Pick<SystemContext, 'db'>): WorkspaceView[] {
-  return ctx.db.select().from(workspaces).orderBy(desc(workspaces.id)).all().map(view);
+export async function listWorkspaces(ctx: Pick<SystemContext, 'db'>): Promise<WorkspaceView[]> {
+  return (await ctx.db.select().from(workspaces).orderBy(desc(workspaces.id))).map(view);
 }
 
-export function getWorkspace(ctx: Pick<SystemContext, 'db'>, id: number): WorkspaceView {
-  const row = ctx.db.select().from(workspaces).where(eq(workspaces.id, id)).get();
+export async function getWorkspace(ctx: Pick<SystemContext, 'db'>, id: number): Promise<WorkspaceView> {
+  const [row] = await ctx.db.select().from(workspaces).where(eq(workspaces.id, id));
   if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
   return view(row);
 }
 
-export function setWorkspacePlan(ctx: SystemContext, id: number, plan: Plan): WorkspaceView {
-  return withTransaction(ctx, (tx) => {
-    const before = getWorkspace(tx, id);
+export function setWorkspacePlan(ctx: SystemContext, id: number, plan: Plan): Promise<WorkspaceView> {
+  return withTransaction(ctx, async (tx) => {
+    const before = await getWorkspace(tx, id);
     if (before.sandboxOf !== null)
       throw new AppError(422, 'not_in_sandbox', `Workspace ${id} is a sandbox: it follows the plan of workspace ${before.sandboxOf}`);
     // A sandbox is on its live twin's plan, so what is tried there behaves the same live.
-    const rows = tx.db
+    const rows = await tx.db
       .update(workspaces)
       .set({ plan, updatedAt: nowIso() })
       .where(or(eq(workspaces.id, id), eq(workspaces.sandboxOf, id)))
-      .returning()
-      .all();
+      .returning();
     const row = rows.find((r) => r.id === id);
     if (!row) throw new NotFoundError('workspace_not_found', `No workspace with id ${id}`);
-    recordAudit(tx, { workspaceId: id, action: 'workspace.plan_changed', target: { type: 'workspace', id }, metadata: { from: before.plan, to: plan } });
+    await recordAudit(tx, { workspaceId: id, action: 'workspace.plan_changed', target: { type: 'workspace', id }, metadata: { from: before.plan, to: plan } });
     return view(row);
   });
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Config } from '../../core/config.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../../core/context.js';
-import type { Db } from '../../core/db/connection.js';
+import type { Store } from '../../core/db/store.js';
 import type { Plan, Role } from '../../core/db/schema.js';
 import { ForbiddenError, PlanError, UnauthorizedError } from '../../core/errors.js';
 import { takeOrThrow, WindowCounter, type WindowRule } from '../../core/rateLimit.js';
@@ -42,7 +42,7 @@ export function actorOf(principal: Principal): Actor {
     : { type: 'API_KEY', id: principal.apiKeyId, label: principal.label };
 }
 
-export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Config }): void {
+export function registerAuth(app: FastifyInstance, deps: { store: Store; config: Config }): void {
   const calls = new WindowCounter();
   const onSandboxAddress = sandboxHostMatcher(deps.config);
   const limits: Record<CallerLimit, WindowRule> = {
@@ -53,10 +53,10 @@ export function registerAuth(app: FastifyInstance, deps: { db: Db; config: Confi
   app.decorateRequest('workspaceCtx', function (this: FastifyRequest): WorkspaceContext {
     const p = this.principal;
     if (!p) throw new Error('workspaceCtx() on a route without authentication');
-    return { db: deps.db, config: deps.config, workspaceId: p.workspaceId, actor: actorOf(p), ip: this.ip };
+    return { db: deps.store.db, store: deps.store, config: deps.config, workspaceId: p.workspaceId, actor: actorOf(p), ip: this.ip };
   });
   app.decorateRequest('systemCtx', function (this: FastifyRequest, actor?: Actor): SystemContext {
-    return { db: deps.db, config: deps.config, actor: actor ?? { type: 'SYSTEM', id: null, label: null }, ip: this.ip };
+    return { db: deps.store.db, store: deps.store, config: deps.config, actor: actor ?? { type: 'SYSTEM', id: null, label: null }, ip: this.ip };
   });
 
   // Every route must say who may call it; a route that forgets is closed, not open.

@@ -19,11 +19,11 @@ export async function apiKeyRoutes(app: App): Promise<void> {
         response: { 201: MintedApiKey },
       },
     },
-    async (req, reply) => reply.code(201).send(mintApiKey(req.workspaceCtx(), req.body, req.principal!.role)),
+    async (req, reply) => reply.code(201).send(await mintApiKey(req.workspaceCtx(), req.body, req.principal!.role)),
   );
 
   app.delete('/api-keys/:id', { config: { access: admin }, schema: { params: IdParams } }, async (req, reply) => {
-    revokeApiKey(req.workspaceCtx(), req.params.id);
+    await revokeApiKey(req.workspaceCtx(), req.params.id);
     return reply.code(204).send();
   });
 }

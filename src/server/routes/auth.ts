@@ -121,7 +121,7 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
   );
 
   app.post('/auth/logout', { config: { access: 'public' } }, async (req, reply) => {
-    logout(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
+    await logout(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
     reply.clearCookie(REFRESH_COOKIE, { path: '/auth' });
     return reply.code(204).send();
   });

@@ -64,7 +64,7 @@ export async function automationRoutes(app: App): Promise<void> {
         response: { 201: Automation },
       },
     },
-    async (req, reply) => reply.code(201).send(createAutomation(req.workspaceCtx(), req.body)),
+    async (req, reply) => reply.code(201).send(await createAutomation(req.workspaceCtx(), req.body)),
   );
 
   app.get('/automations/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Automation } } }, async (req) =>
@@ -88,7 +88,7 @@ export async function automationRoutes(app: App): Promise<void> {
   );
 
   app.delete('/automations/:id', { config: { access: write }, schema: { params: IdParams } }, async (req, reply) => {
-    deleteAutomation(req.workspaceCtx(), req.params.id);
+    await deleteAutomation(req.workspaceCtx(), req.params.id);
     return reply.code(204).send();
   });
 
@@ -103,7 +103,7 @@ export async function automationRoutes(app: App): Promise<void> {
       },
     },
     async (req, reply) => {
-      const started = startAutomationRun(req.workspaceCtx(), req.params.id, req.body);
+      const started = await startAutomationRun(req.workspaceCtx(), req.params.id, req.body);
       app.engine?.poke();
       return reply.code(202).send(started);
     },

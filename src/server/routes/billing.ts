@@ -60,7 +60,7 @@ export async function billingRoutes(app: App, opts: { config: Config }): Promise
         return { received: true, ignored: true };
       }
       const checkoutId = toCheckoutId(session?.metadata?.checkoutId);
-      const outcome = completeStripeCheckout(req.systemCtx({ type: 'SYSTEM', id: null, label: 'stripe' }), { sessionId, checkoutId });
+      const outcome = await completeStripeCheckout(req.systemCtx({ type: 'SYSTEM', id: null, label: 'stripe' }), { sessionId, checkoutId });
       req.log.info({ type: event.type, sessionId, checkoutId, outcome }, 'stripe checkout session paid');
       return { received: true };
     });

@@ -97,7 +97,7 @@ export async function contactImportRoutes(app: App): Promise<void> {
         bytesTotal: declared,
         maxBytes: config.importMaxBytes,
       };
-      const job = startImport(ctx, opts);
+      const job = await startImport(ctx, opts);
       const body = req.body as Readable;
       const hooks = { onError: (err: unknown) => req.log.error({ err, importId: job.id }, 'contact import failed') };
       if (declared !== null && declared <= config.importSyncBytes) {

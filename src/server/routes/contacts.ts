@@ -57,7 +57,7 @@ export async function contactRoutes(app: App): Promise<void> {
         response: { 201: Contact },
       },
     },
-    async (req, reply) => reply.code(201).send(createContact(req.workspaceCtx(), req.body)),
+    async (req, reply) => reply.code(201).send(await createContact(req.workspaceCtx(), req.body)),
   );
 
   app.get('/contacts/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Contact } } }, async (req) =>
@@ -74,7 +74,7 @@ export async function contactRoutes(app: App): Promise<void> {
   );
 
   app.delete('/contacts/:id', { config: { access: write }, schema: { params: IdParams } }, async (req, reply) => {
-    deleteContact(req.workspaceCtx(), req.params.id);
+    await deleteContact(req.workspaceCtx(), req.params.id);
     return reply.code(204).send();
   });
 
@@ -95,7 +95,7 @@ export async function contactRoutes(app: App): Promise<void> {
     '/contacts/:id/tags/:tag',
     { config: { access: write }, schema: { params: Type.Object({ id: IdParams.properties.id, tag: TagName }) } },
     async (req, reply) => {
-      removeTag(req.workspaceCtx(), req.params.id, req.params.tag);
+      await removeTag(req.workspaceCtx(), req.params.id, req.params.tag);
       return reply.code(204).send();
     },
   );

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
-import type { Db } from '../../core/db/connection.js';
 import { schemaVersion } from '../../core/db/migrate.js';
+import type { Store } from '../../core/db/store.js';
 import { VERSION } from '../../core/version.js';
 import type { App } from '../app.js';
 import { Problem } from '../openapi.js';
@@ -18,14 +18,14 @@ const Versions = {
   schemaVersion: Type.Union([Type.String(), Type.Null()], { description: 'The latest migration applied to the database' }),
 };
 
-export async function healthRoutes(app: App, opts: { db: Db; readiness: Readiness }): Promise<void> {
+export async function healthRoutes(app: App, opts: { store: Store; readiness: Readiness }): Promise<void> {
   app.get(
     '/healthz',
     {
       config: { access: 'public' },
       schema: { response: { 200: Type.Object({ status: Type.Literal('ok'), ...Versions }) } },
     },
-    async () => ({ status: 'ok' as const, version: VERSION, schemaVersion: schemaVersion(opts.db) }),
+    async () => ({ status: 'ok' as const, version: VERSION, schemaVersion: schemaVersion(opts.store.db) }),
   );
 
   app.get(
@@ -44,7 +44,7 @@ export async function healthRoutes(app: App, opts: { db: Db; readiness: Readines
     },
     async (_req, reply) => {
       const report = await opts.readiness.check();
-      if (report.ready) return { status: 'ready' as const, version: VERSION, schemaVersion: schemaVersion(opts.db), checks: report.checks };
+      if (report.ready) return { status: 'ready' as const, version: VERSION, schemaVersion: schemaVersion(opts.store.db), checks: report.checks };
       return sendProblem(reply, { ...problem(503, report.code ?? 'not_ready', report.detail), checks: report.checks } as ReturnType<typeof problem>, {
         'retry-after': String(report.code === 'storage_full' ? STORAGE_FULL_RETRY_AFTER : 5),
         'cache-control': 'no-store',

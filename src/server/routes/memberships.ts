@@ -59,7 +59,7 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
     log: { warn: (o: object, m: string) => void; error: (o: object, m: string) => void },
   ): void {
     const tracked = deliverWithRetries(
-      { db: ctx.db, config: ctx.config },
+      ctx,
       { workspaceId: ctx.workspaceId, channel: 'EMAIL', to: email.to, rendered: email.rendered, secrets: email.secrets },
       { signal: closing.signal },
     )
@@ -75,7 +75,7 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
   // is the same whether or not the email has an account, and carries no token.
   app.post('/memberships', { config: { access: admin }, schema: { body: MembershipInput, response: { 202: InvitationSent } } }, async (req, reply) => {
     const ctx = req.workspaceCtx();
-    const { invitation, email } = inviteMember(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
+    const { invitation, email } = await inviteMember(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
     sendInvitationEmail(ctx, email, invitation.id, req.log);
     return reply.code(202).send(invitation);
   });
@@ -90,7 +90,7 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
   );
 
   app.delete('/memberships/:id', { config: { access: admin }, schema: { params: IdParams } }, async (req, reply) => {
-    removeMembership(req.workspaceCtx(), req.params.id, req.principal!.role);
+    await removeMembership(req.workspaceCtx(), req.params.id, req.principal!.role);
     return reply.code(204).send();
   });
 
@@ -99,7 +99,7 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
     { config: { access: admin }, schema: { body: MembershipInput, response: { 201: InvitationCreated } } },
     async (req, reply) => {
       const ctx = req.workspaceCtx();
-      const { invitation, email } = createInvitation(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
+      const { invitation, email } = await createInvitation(ctx, req.body, { role: req.principal!.role, userId: req.principal!.userId });
       sendInvitationEmail(ctx, email, invitation.id, req.log);
       return reply.code(201).send(invitation);
     },
@@ -118,7 +118,7 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
     '/memberships/invitations/:id',
     { config: { access: admin }, schema: { summary: 'Withdraw a pending invitation', params: IdParams } },
     async (req, reply) => {
-      revokeInvitation(req.workspaceCtx(), req.params.id);
+      await revokeInvitation(req.workspaceCtx(), req.params.id);
       return reply.code(204).send();
     },
   );

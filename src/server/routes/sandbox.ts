@@ -52,7 +52,7 @@ export async function sandboxRoutes(app: App): Promise<void> {
     },
     async (req, reply) => {
       const ctx = req.workspaceCtx();
-      const result = ensureSandbox(ctx, ctx.workspaceId, { reset: req.body.reset === true });
+      const result = await ensureSandbox(ctx, ctx.workspaceId, { reset: req.body.reset === true });
       return reply.code(result.created ? 201 : 200).send({ ...result.sandbox, created: result.created, reset: result.reset });
     },
   );

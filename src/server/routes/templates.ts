@@ -27,7 +27,7 @@ async function previewTemplate(
   id: number,
   input: { contactId?: number | undefined; trigger?: Record<string, unknown> | undefined },
 ) {
-  const template = getTemplate(ctx, id);
+  const template = await getTemplate(ctx, id);
   const trigger = input.trigger ?? {};
   if (jsonDepthExceeds(trigger, MAX_JSON_DEPTH)) {
     throw new ValidationError('validation_failed', 'The trigger is invalid', [
@@ -36,10 +36,10 @@ async function previewTemplate(
   }
   let contact: Record<string, unknown> = {};
   if (input.contactId !== undefined) {
-    const { id: contactId, email, phone, firstName, lastName, attributes, tags } = getContact(ctx, input.contactId);
+    const { id: contactId, email, phone, firstName, lastName, attributes, tags } = await getContact(ctx, input.contactId);
     contact = { id: contactId, email, phone, firstName, lastName, attributes, tags };
   }
-  const { id: workspaceId, name, plan } = getWorkspace(ctx, ctx.workspaceId);
+  const { id: workspaceId, name, plan } = await getWorkspace(ctx, ctx.workspaceId);
   const renderCtx: RenderContext = { contact, trigger, workspace: { id: workspaceId, name, plan }, run: null };
   try {
     return { channel: template.channel, rendered: await renderPool.render(template.content, renderCtx) };
@@ -73,7 +73,7 @@ export async function templateRoutes(app: App, opts: { renderPool: RenderPool })
         response: { 201: Template },
       },
     },
-    async (req, reply) => reply.code(201).send(createTemplate(req.workspaceCtx(), req.body)),
+    async (req, reply) => reply.code(201).send(await createTemplate(req.workspaceCtx(), req.body)),
   );
 
   app.get('/templates/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Template } } }, async (req) =>
@@ -97,7 +97,7 @@ export async function templateRoutes(app: App, opts: { renderPool: RenderPool })
   );
 
   app.delete('/templates/:id', { config: { access: write }, schema: { params: IdParams } }, async (req, reply) => {
-    deleteTemplate(req.workspaceCtx(), req.params.id);
+    await deleteTemplate(req.workspaceCtx(), req.params.id);
     return reply.code(204).send();
   });
 

@@ -38,14 +38,15 @@ function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
  */
 export async function webhookRoutes(
   app: App,
-  opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void; storage?: StorageHealth; isSandbox?: (workspaceId: number) => boolean },
+  opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void; storage?: StorageHealth; isSandbox?: (workspaceId: number) => Promise<boolean> },
 ): Promise<void> {
   const { config, receiver } = opts;
   // With a sandbox address of its own, a sandbox workflow's URL answers only there and a live
   // one's only on the main address: a sender pointed at the sandbox never starts a live run.
   const isSandbox = hasSandboxAddress(config) ? opts.isSandbox : undefined;
   const onSandboxAddress = sandboxHostMatcher(config);
-  const otherSide = (target: WebhookTarget, host: string): boolean => !!isSandbox && isSandbox(target.workspaceId) !== onSandboxAddress(host);
+  const otherSide = async (target: WebhookTarget, host: string): Promise<boolean> =>
+    !!isSandbox && (await isSandbox(target.workspaceId)) !== onSandboxAddress(host);
 
   await app.register(rateLimit, {
     global: false,
@@ -93,7 +94,7 @@ export async function webhookRoutes(
           { contentType: req.headers['content-type'] ?? null, contentLength: Number.isFinite(length) ? length : null },
           received(req, null),
         );
-        if (otherSide(target, req.host)) throw new AppError(404, 'webhook_not_found', 'No active webhook workflow has this URL');
+        if (await otherSide(target, req.host)) throw new AppError(404, 'webhook_not_found', 'No active webhook workflow has this URL');
         req.webhookTarget = target;
         return payload;
       },

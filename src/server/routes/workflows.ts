@@ -63,7 +63,7 @@ export async function workflowRoutes(app: App): Promise<void> {
         response: { 201: Workflow },
       },
     },
-    async (req, reply) => reply.code(201).send(createWorkflow(req.workspaceCtx(), req.body)),
+    async (req, reply) => reply.code(201).send(await createWorkflow(req.workspaceCtx(), req.body)),
   );
 
   app.get('/workflows/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Workflow } } }, async (req) =>
@@ -131,6 +131,6 @@ export async function workflowRoutes(app: App): Promise<void> {
   app.post(
     '/webhook-events/:id/replay',
     { config: { access: { ...write, limit: 'runs' } }, schema: { params: IdParams, response: { 202: RunStarted } } },
-    async (req, reply) => reply.code(202).send(replayWebhookEvent(req.workspaceCtx(), req.params.id)),
+    async (req, reply) => reply.code(202).send(await replayWebhookEvent(req.workspaceCtx(), req.params.id)),
   );
 }
