@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import autocannon from 'autocannon';
+import { prepareBaseline } from './baseline.js';
 import { fixedRate, json, peakRssMb, startProcess, stop } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -18,8 +19,8 @@ const RATE = Number(process.env.BENCH_RATE ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const PASSWORD = 'bench-password-123';
 
-async function serve(env: NodeJS.ProcessEnv) {
-  const svc = await startProcess(join(root, 'bin', 'svc'), ['serve', '--port', '0'], env, /svc listening on (\S+)/);
+async function serve(env: NodeJS.ProcessEnv, checkout = root) {
+  const svc = await startProcess(join(checkout, 'bin', 'svc'), ['serve', '--port', '0'], env, /svc listening on (\S+)/);
   return { svc, base: svc.match[1]! };
 }
 
@@ -68,24 +69,27 @@ function counts(dbFile: string): Record<string, number> {
   }
 }
 
-async function main(): Promise<void> {
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+
+/**
+ * Throughput of one build: RUNS runs queued by an ingest-only server on a fresh data folder,
+ * then timed while a server with the engine on drains them.
+ */
+async function throughput(checkout: string): Promise<{ runsPerSecond: number; failed: number; rss: number }> {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-engine-'));
   const dbFile = join(dataDir, 'svc.db');
   const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000' };
   try {
-    execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], {
+    execFileSync(join(checkout, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], {
       env,
       input: PASSWORD,
       stdio: ['pipe', 'ignore', 'inherit'],
     });
-
-    // 1. throughput: queue RUNS runs with an ingest-only server, then time a server with
-    //    the engine draining them.
-    let { svc, base } = await serve({ ...env, SVC_ENGINE: 'false' });
+    let { svc, base } = await serve({ ...env, SVC_ENGINE: 'false' }, checkout);
     const path = new URL(await setUpWorkflow(base)).pathname;
     await autocannon({ url: base + path, connections: 50, amount: RUNS, requests: requests(RUNS) });
     await stop(svc.child);
-    ({ svc, base } = await serve(env));
+    ({ svc, base } = await serve(env, checkout));
     const started = Date.now();
     let done = 0;
     while (done < RUNS) {
@@ -95,12 +99,41 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 50));
     }
     const seconds = (Date.now() - started) / 1000;
-    const c = counts(dbFile);
+    const rss = peakRssMb(svc.child.pid!);
+    await stop(svc.child);
+    return { runsPerSecond: Math.round(RUNS / seconds), failed: counts(dbFile).FAILED ?? 0, rss };
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const baseline = prepareBaseline();
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-engine-'));
+  const dbFile = join(dataDir, 'svc.db');
+  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000' };
+  try {
+    // 1. throughput, this build and the baseline in alternating rounds
+    const mine: Awaited<ReturnType<typeof throughput>>[] = [];
+    const theirs: typeof mine = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      mine.push(await throughput(root));
+      if (baseline) theirs.push(await throughput(baseline.dir));
+    }
+    const show = (results: typeof mine) => results.map((r) => `${r.runsPerSecond} runs/s (${r.failed} failed, peak RSS ${r.rss} MB)`).join('; ');
     console.log(
-      `engine: ${RUNS} queued runs of 3 steps (update_contact, send_email via outbox, add_tags), ${c.FAILED ?? 0} failed, ${process.env.SVC_WORKERS ?? 'default'} workers`,
+      `engine: ${RUNS} queued runs of 3 steps (update_contact, send_email via outbox, add_tags), ${process.env.SVC_WORKERS ?? 'default'} workers, drained from server start, ${ROUNDS} rounds`,
     );
-    console.log(`  drained in ${seconds.toFixed(1)} s (including server start): ${Math.round(RUNS / seconds)} completed runs/s   (target >= 1000)`);
-    console.log(`  peak RSS ${peakRssMb(svc.child.pid!)} MB`);
+    console.log(`  this build: ${show(mine)}   (target >= 4000)`);
+    if (baseline) console.log(`  baseline ${baseline.label}: ${show(theirs)}`);
+
+    execFileSync(join(root, 'bin', 'svc'), ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin'], {
+      env,
+      input: PASSWORD,
+      stdio: ['pipe', 'ignore', 'inherit'],
+    });
+    let { svc, base } = await serve({ ...env, SVC_ENGINE: 'false' });
+    const path = new URL(await setUpWorkflow(base)).pathname;
     await stop(svc.child);
 
     // 2. keeping up, at a fixed webhook rate

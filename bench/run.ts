@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { prepareBaseline } from './baseline.js';
 import { cpuMs, json, load, peakRssMb, startProcess, stop, type LoadResult } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -89,10 +90,10 @@ async function unfinished(base: string, token: string): Promise<number> {
 }
 
 /** `svc serve` (the built bundle, as a user runs it) on a fresh data folder, with the benchmark's contact and workflow. */
-async function startSvc(engine: boolean): Promise<{ child: ChildProcess; url: string; base: string; token: string; dataDir: string }> {
+async function startSvc(engine: boolean, checkout = root): Promise<{ child: ChildProcess; url: string; base: string; token: string; dataDir: string }> {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
   const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_ENGINE: String(engine) };
-  const svcBin = join(root, 'bin', 'svc');
+  const svcBin = join(checkout, 'bin', 'svc');
   execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
     env,
     input: PASSWORD,
@@ -118,50 +119,66 @@ async function startSvc(engine: boolean): Promise<{ child: ChildProcess; url: st
 }
 
 async function main(): Promise<void> {
+  const baseline = prepareBaseline();
   const headers = { 'content-type': 'application/json', 'x-service-signature': signature };
   // (a) the bare route; (b) an ingest-only svc, as a dedicated webhook node runs; (c) svc with
-  // its engine executing every accepted run on the same node (CPU counted until all finished).
+  // its engine executing every accepted run on the same node (CPU counted until all finished);
+  // then (b) and (c) of the baseline build, so that this build is compared with it in one run.
   const bare = await startProcess(process.execPath, ['--import', 'tsx', join(root, 'bench', 'bare.ts')], { ...process.env }, /listening (\S+)/);
-  const ingest = await startSvc(false);
-  const engine = await startSvc(true);
+  const servers = [
+    { name: 'svc', svc: await startSvc(false) },
+    { name: 'svc+eng', svc: await startSvc(true) },
+    ...(baseline
+      ? [
+          { name: 'base', svc: await startSvc(false, baseline.dir) },
+          { name: 'base+eng', svc: await startSvc(true, baseline.dir) },
+        ]
+      : []),
+  ];
+  const targets: Target[] = [
+    { name: 'bare', url: `${bare.match[1]}/bare`, headers: { 'content-type': 'application/json' }, pid: bare.child.pid! },
+    ...servers.map(({ name, svc }) => ({
+      name,
+      url: svc.url,
+      headers,
+      pid: svc.child.pid!,
+      settle: name.endsWith('+eng')
+        ? async () => {
+            while ((await unfinished(svc.base, svc.token)) > 0) await new Promise((r) => setTimeout(r, 100));
+          }
+        : undefined,
+    })),
+  ];
   try {
-    const {
-      results: [bareRounds, svcRounds, engineRounds],
-      cpuUs: [bareCpu, svcCpu, engineCpu],
-    } = await compare([
-      { name: 'bare', url: `${bare.match[1]}/bare`, headers: { 'content-type': 'application/json' }, pid: bare.child.pid! },
-      { name: 'svc', url: ingest.url, headers, pid: ingest.child.pid! },
-      {
-        name: 'svc+engine',
-        url: engine.url,
-        headers,
-        pid: engine.child.pid!,
-        settle: async () => {
-          while ((await unfinished(engine.base, engine.token)) > 0) await new Promise((r) => setTimeout(r, 100));
-        },
-      },
-    ]);
-    const ratios = bareRounds!.map((b, i) => svcRounds![i]!.rps / b.rps);
+    const { results, cpuUs } = await compare(targets);
+    const byName = (name: string) => targets.findIndex((t) => t.name === name);
+    const bareRounds = results[0]!;
+    const bareCpu = cpuUs[0]!;
     console.log(
       `webhook ingest: ${CONNECTIONS} connections, ${ROUNDS} alternating rounds of ${SECONDS} s after ${WARMUP} s warm-up, node ${process.version}, ${availableParallelism()} CPUs`,
     );
-    console.log(row('bare', summary(bareRounds!), peakRssMb(bare.child.pid!)));
-    console.log(row('svc', summary(svcRounds!), peakRssMb(ingest.child.pid!)));
-    console.log(row('svc+eng', summary(engineRounds!), peakRssMb(engine.child.pid!)));
+    if (baseline) console.log(`base = the baseline build ${baseline.label}, measured in the same rounds`);
+    for (const [i, t] of targets.entries()) console.log(row(t.name, summary(results[i]!), peakRssMb(t.pid)));
+    const ratios = bareRounds.map((b, i) => results[byName('svc')]![i]!.rps / b.rps);
     console.log(`ratio svc/bare per round: ${ratios.map((r) => r.toFixed(2)).join(', ')}`);
     console.log(`ratio svc/bare (median): ${median(ratios).toFixed(2)} (target >= 0.35)`);
     const us = (v: number[]) => v.map((x) => x.toFixed(0)).join(', ');
-    console.log(`server CPU per request, per round: bare ${us(bareCpu!)} µs; svc ${us(svcCpu!)} µs; svc+engine ${us(engineCpu!)} µs (until its runs finished)`);
-    const cpuRatio = (v: number[]) => median(v.map((x, i) => x / bareCpu![i]!)).toFixed(2);
-    console.log(`CPU per request vs bare (median of rounds): svc ${cpuRatio(svcCpu!)}x (target <= 2), svc+engine ${cpuRatio(engineCpu!)}x (target <= 3.5)`);
-    for (const [name, rounds] of [
-      ['svc', svcRounds!],
-      ['svc+engine', engineRounds!],
-    ] as const)
-      if (summary(rounds).errors || summary(rounds).non2xx) console.log(`WARNING: ${name} answered errors or non-2xx responses`);
+    console.log(`server CPU per request, per round (µs; +eng until its runs finished): ${targets.map((t, i) => `${t.name} ${us(cpuUs[i]!)}`).join('; ')}`);
+    const cpuRatio = (name: string, against = bareCpu) => median(cpuUs[byName(name)]!.map((x, i) => x / against[i]!)).toFixed(2);
+    console.log(`CPU per request vs bare (median of rounds): svc ${cpuRatio('svc')}x (target <= 2), svc+engine ${cpuRatio('svc+eng')}x (target <= 3.5)`);
+    if (baseline) {
+      console.log(`CPU per request vs bare, baseline: base ${cpuRatio('base')}x, base+engine ${cpuRatio('base+eng')}x`);
+      console.log(
+        `CPU per request vs the baseline (median of rounds): svc ${cpuRatio('svc', cpuUs[byName('base')])}x, svc+engine ${cpuRatio('svc+eng', cpuUs[byName('base+eng')])}x (target <= 1.10)`,
+      );
+    }
+    for (const [i, t] of targets.entries()) {
+      const s = summary(results[i]!);
+      if (s.errors || s.non2xx) console.log(`WARNING: ${t.name} answered errors or non-2xx responses`);
+    }
   } finally {
-    await Promise.all([stop(bare.child), stop(ingest.child), stop(engine.child)]);
-    for (const dir of [ingest.dataDir, engine.dataDir]) rmSync(dir, { recursive: true, force: true });
+    await Promise.all([stop(bare.child), ...servers.map(({ svc }) => stop(svc.child))]);
+    for (const { svc } of servers) rmSync(svc.dataDir, { recursive: true, force: true });
   }
 }
 
