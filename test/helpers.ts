@@ -3,10 +3,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
-import { initialiseDataFolder, openMigrated } from '../src/core/bootstrap.js';
+import { initialiseDataFolder, openStore } from '../src/core/bootstrap.js';
 import { loadConfig, type Config } from '../src/core/config.js';
 import type { Db } from '../src/core/db/connection.js';
-import type { SqliteStore } from '../src/core/db/store.js';
+import type { SQL } from 'drizzle-orm';
+import { queryRows } from '../src/core/db/dialect.js';
+import { findMigrationsDir, readJournal } from '../src/core/db/migrate.js';
+import { findPgMigrationsDir } from '../src/core/db/pgMigrate.js';
+import { isSqliteStore, type SqliteStore, type Store } from '../src/core/db/store.js';
+import { createTestDatabase } from './pg.js';
 import type { WorkspaceContext } from '../src/core/context.js';
 import type { Plan, Role } from '../src/core/db/schema.js';
 import { mintApiKey } from '../src/core/services/apiKeys.js';
@@ -17,6 +22,17 @@ import { freePort } from '../src/cli/serve.js';
 import type { EngineOptions } from '../src/engine/scheduler.js';
 
 export const OWNER_PASSWORD = 'owner-password-1';
+
+/**
+ * The store the test servers run on: SQLite (the default), or PostgreSQL with
+ * SVC_TEST_STORE=pg (`npm run test:pg` runs the service suites that way), each server on a
+ * database of its own on SVC_TEST_DATABASE_URL's server.
+ */
+export function testStore(): 'sqlite' | 'pg' {
+  const store = process.env.SVC_TEST_STORE ?? 'sqlite';
+  if (store !== 'sqlite' && store !== 'pg') throw new Error(`SVC_TEST_STORE must be sqlite or pg, not ${store}`);
+  return store;
+}
 
 export function tempDir(t: TestContext, prefix = 'svc-test-'): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
@@ -44,7 +60,7 @@ export interface TestServer {
   app: App;
   /** Reads; read-only outside a transaction (write through store.transaction, the services or the API). */
   db: Db;
-  store: SqliteStore;
+  store: Store;
   config: Config;
   dataDir: string;
   workspaceId: number;
@@ -83,6 +99,30 @@ export async function request(base: string, method: string, path: string, opts: 
   return { status: res.status, headers: res.headers, body: parsed, text };
 }
 
+/** The rows of a raw query on a test server's store, in SQL both dialects understand. */
+export function rowsOf<T extends Record<string, unknown>>(s: { store: Store }, query: SQL): Promise<T[]> {
+  return queryRows<T>(s.store, s.store.db, query);
+}
+
+/** The first column of the first row of a raw query, as a number (counts, sums, lengths). */
+export async function scalarOf(s: { store: Store }, query: SQL): Promise<number | null> {
+  const [row] = await rowsOf(s, query);
+  const value = row ? Object.values(row)[0] : null;
+  return value === null || value === undefined ? null : Number(value);
+}
+
+/** The schema version this build carries for the test server's store (what /healthz reports once migrated). */
+export function carriedSchemaVersionOf(s: { store: Store }): string {
+  const dir = s.store.dialect === 'pg' ? findPgMigrationsDir() : findMigrationsDir();
+  return readJournal(dir).at(-1)!.tag;
+}
+
+/** The SQLite store of a test server, for tests of what only SQLite has (its writer connection, its file). */
+export function sqliteStoreOf(s: { store: Store }): SqliteStore {
+  if (!isSqliteStore(s.store)) throw new Error('this test needs the SQLite store');
+  return s.store;
+}
+
 /**
  * A fresh server for one test: a new data folder with its own SQLite file, the first
  * workspace and OWNER created by the same code as `svc init`, and a real Fastify server
@@ -90,10 +130,21 @@ export async function request(base: string, method: string, path: string, opts: 
  */
 export async function build(
   t: TestContext,
-  opts: { plan?: Plan; env?: NodeJS.ProcessEnv; engine?: boolean | EngineOptions; onRoute?: AppDeps['onRoute'] } = {},
+  opts: {
+    plan?: Plan;
+    env?: NodeJS.ProcessEnv;
+    engine?: boolean | EngineOptions;
+    onRoute?: AppDeps['onRoute'];
+    /** 'sqlite': a test of what only SQLite has (its query plans, its file), on SQLite under SVC_TEST_STORE=pg too. */
+    store?: 'sqlite';
+  } = {},
 ): Promise<TestServer> {
   const dataDir = tempDir(t);
   const env = { ...(opts.env ?? {}) };
+  // SVC_TEST_STORE=pg: the same server on a database of its own on the PostgreSQL test server.
+  // A server with the engine stays on SQLite until the engine runs on PostgreSQL (README,
+  // "PostgreSQL"): its tests still run, on the store that can execute their runs.
+  if (testStore() === 'pg' && opts.store !== 'sqlite' && !opts.engine) env.SVC_DATABASE_URL = await createTestDatabase(t);
   const init = await initialiseDataFolder(
     { dataDir },
     env,
@@ -101,7 +152,7 @@ export async function build(
     { type: 'SYSTEM', id: null, label: 'test' },
   );
   const config = loadConfig({ dataDir, port: await freePort('127.0.0.1') }, env);
-  const { store } = openMigrated(config);
+  const { store } = await openStore(config);
   const app = await buildApp({
     config,
     store,
@@ -123,7 +174,7 @@ export async function build(
  */
 export function serverHandle(opts: {
   url: string;
-  store: SqliteStore;
+  store: Store;
   config: Config;
   dataDir: string;
   init: { workspace: { id: number }; user: { id: number; email: string } };

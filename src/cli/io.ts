@@ -1,10 +1,10 @@
 import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
-import { openCurrent } from '../core/bootstrap.js';
+import { openCurrentStore } from '../core/bootstrap.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../core/context.js';
 import type { Db } from '../core/db/connection.js';
-import type { SqliteStore } from '../core/db/store.js';
+import type { Store } from '../core/db/store.js';
 import type { Page } from '../core/pagination.js';
 
 export interface GlobalOptions {
@@ -39,22 +39,22 @@ export function cliActor(): Actor {
 export interface CliSession {
   config: Config;
   db: Db;
-  store: SqliteStore;
+  store: Store;
   ctx: SystemContext;
   inWorkspace(workspaceId: number): WorkspaceContext;
   close(): Promise<void>;
 }
 
-export function openSession(cmd: Command, env: NodeJS.ProcessEnv = process.env): CliSession {
+export async function openSession(cmd: Command, env: NodeJS.ProcessEnv = process.env): Promise<CliSession> {
   const config = loadConfig(configFlags(cmd), env);
-  const store = openCurrent(config);
+  const store = await openCurrentStore(config);
   const ctx: SystemContext = { db: store.db, store, config, actor: cliActor(), ip: null };
   return { config, db: store.db, store, ctx, inWorkspace: (workspaceId) => ({ ...ctx, workspaceId }), close: () => store.close() };
 }
 
 /** Runs fn with an open session and always closes the database afterwards. */
 export async function withSession<T>(cmd: Command, fn: (s: CliSession) => T | Promise<T>): Promise<T> {
-  const session = openSession(cmd);
+  const session = await openSession(cmd);
   try {
     return await fn(session);
   } finally {

@@ -2,9 +2,10 @@ import { existsSync } from 'node:fs';
 import { ConfigError, isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
 import type { Actor } from './context.js';
 import { openDatabase, type Db } from './db/connection.js';
-import { openSqliteStore, type SqliteStore } from './db/store.js';
+import { openPgStore, openSqliteStore, type SqliteStore, type Store } from './db/store.js';
+import { migratePg, pgMigrationStatus } from './db/pgMigrate.js';
 import { migrate, migrationStatus, type MigrationStatus } from './db/migrate.js';
-import type { Plan } from './db/schema.js';
+import { workspaces, type Plan } from './db/schema.js';
 import { generatePassword } from './crypto.js';
 import { createUser, requireEmail } from './services/users.js';
 import { createWorkspace, validateWorkspaceName } from './services/workspaces.js';
@@ -43,6 +44,17 @@ export function requireSqliteStore(config: Config): void {
   }
 }
 
+/**
+ * Opens the configured store, applying pending migrations: PostgreSQL when databaseUrl is
+ * set (under the migration lock, so nodes starting together never race), else the data
+ * folder's SQLite file.
+ */
+export async function openStore(config: Config, onApply?: (tag: string) => void): Promise<{ store: Store; applied: string[] }> {
+  if (!config.databaseUrl) return openMigrated(config, onApply);
+  const { applied } = await migratePg(config.databaseUrl, onApply ? { onApply } : {});
+  return { store: openPgStore(config.databaseUrl), applied };
+}
+
 /** Opens the data folder's database, applying pending migrations. */
 export function openMigrated(config: Config, onApply?: (tag: string) => void): { store: SqliteStore; applied: string[] } {
   requireSqliteStore(config);
@@ -56,6 +68,14 @@ export function openMigrated(config: Config, onApply?: (tag: string) => void): {
   return { store: openSqliteStore(config.dbFile, { synchronous: config.dbSynchronous }), applied };
 }
 
+/** Opens the configured store (PostgreSQL or the data folder's SQLite) and refuses one that needs migrating. */
+export async function openCurrentStore(config: Config): Promise<Store> {
+  if (!config.databaseUrl) return openCurrent(config);
+  const { pending } = await pgMigrationStatus(config.databaseUrl);
+  if (pending.length) throw new Error(`The database has ${pending.length} pending migration(s); run "svc migrate" first`);
+  return openPgStore(config.databaseUrl);
+}
+
 /** Opens an initialised data folder's database and refuses one that needs migrating. */
 export function openCurrent(config: Config): SqliteStore {
   requireSqliteStore(config);
@@ -67,6 +87,10 @@ export function openCurrent(config: Config): SqliteStore {
     db.$client.close();
   }
   return openSqliteStore(config.dbFile, { synchronous: config.dbSynchronous });
+}
+
+async function storeHasWorkspace(store: Store): Promise<boolean> {
+  return (await store.db.select({ id: workspaces.id }).from(workspaces).limit(1)).length > 0;
 }
 
 /** Asked before migrating, so it names no column a later migration adds. */
@@ -102,9 +126,9 @@ export async function initialiseDataFolder(flags: ConfigFlags, env: NodeJS.Proce
   if (problem) throw new ValidationError('invalid_password', `The password ${problem}`);
   writeInitialConfig(resolveDataDir(flags.dataDir, env));
   const config = loadConfig(flags, env);
-  const { store, applied } = openMigrated(config);
+  const { store, applied } = await openStore(config);
   try {
-    if (hasWorkspace(store.db)) throw new ConflictError('already_initialised', `${config.dataDir} is already initialised`);
+    if (await storeHasWorkspace(store)) throw new ConflictError('already_initialised', `${config.dataDir} is already initialised`);
     const password = input.password ?? generatePassword();
     const ctx = { db: store.db, store, config, actor, ip: null };
     const workspace = await createWorkspace(ctx, { name: input.workspaceName, ...(input.plan ? { plan: input.plan } : {}) });

@@ -40,3 +40,27 @@ export function jsonDepthExceeds(value: unknown, max: number): boolean {
 }
 
 export const MAX_JSON_DEPTH = 32;
+
+/**
+ * The JSON Pointer of the first string (or object key) in a parsed JSON value that holds
+ * U+0000, or undefined. No store keeps it (PostgreSQL's text and jsonb refuse it), so the API
+ * refuses it on both stores alike.
+ */
+export function nulPointer(value: unknown): string | undefined {
+  // Iterative: a body may nest deeper than the stack (depth limits come later, per field).
+  const stack: [unknown, string][] = [[value, '']];
+  while (stack.length) {
+    const [item, at] = stack.pop()!;
+    if (typeof item === 'string') {
+      if (item.includes('\u0000')) return at || '/';
+      continue;
+    }
+    if (item === null || typeof item !== 'object') continue;
+    for (const [key, child] of Object.entries(item)) {
+      const here = `${at}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      if (key.includes('\u0000')) return here;
+      stack.push([child, here]);
+    }
+  }
+  return undefined;
+}

@@ -4,8 +4,11 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type RouteOptions } from 'fastify';
 import type { Config } from '../core/config.js';
-import type { SqliteStore } from '../core/db/store.js';
+import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
+import { pgIntake, sqliteIntake } from '../core/db/intake.js';
 import { LoginThrottle } from '../core/services/auth.js';
+import { ValidationError } from '../core/errors.js';
+import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, sendProblem } from './plugins/errors.js';
 import { loggerOptions } from './plugins/logging.js';
@@ -42,7 +45,7 @@ import { consoleRoutes, readConsoleFiles } from './console.js';
 
 export interface AppDeps {
   config: Config;
-  store: SqliteStore;
+  store: Store;
   /** A logger to use instead of building one from config (tests pass a silent one). */
   logger?: FastifyBaseLogger | false;
   /** Where the built logger writes: stdout (default), or stderr when stdout is for `svc serve --json`. */
@@ -176,6 +179,15 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
   });
 
+  // Text with U+0000 fits neither store's columns on PostgreSQL: refused alike on both.
+  app.addHook('preValidation', async (req) => {
+    const body = req.body;
+    if (body === null || typeof body !== 'object' || Buffer.isBuffer(body) || typeof (body as { pipe?: unknown }).pipe === 'function') return;
+    const at = nulPointer(body);
+    if (at !== undefined)
+      throw new ValidationError('validation_failed', 'Text may not contain the NUL character (U+0000)', [{ path: at, message: 'must not contain U+0000' }]);
+  });
+
   // Disk full: failed writes answer 503 storage_full, /readyz says not ready, the log says so once a minute.
   const storage = new StorageHealth(config.dataDir, app.log);
   const readiness = new Readiness(deps.store, storage);
@@ -213,10 +225,15 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(messageRoutes, { renderPool });
   await app.register(templateRoutes, { renderPool });
 
-  const batcher = new WriteBatcher(deps.store);
-  batcher.storage = storage;
-  const receiver = new WebhookReceiver(deps.store, config, batcher);
-  const engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
+  // SQLite's hot paths share one group commit on the writer connection; PostgreSQL's intake
+  // has its own (db/intake.ts). The engine and retention run on SQLite only so far.
+  const sqlite = isSqliteStore(deps.store) ? deps.store : undefined;
+  if (!sqlite && deps.engine) throw new Error('the run engine does not run on PostgreSQL yet; start this node with the engine off');
+  const batcher = sqlite ? new WriteBatcher(sqlite) : undefined;
+  if (batcher) batcher.storage = storage;
+  const intake = sqlite && batcher ? sqliteIntake(sqlite, batcher) : pgIntake(deps.store as PgStore);
+  const receiver = new WebhookReceiver(deps.store, config, intake);
+  const engine = sqlite && batcher && deps.engine ? new Engine(sqlite, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
   app.decorate('engine', engine);
   readiness.attach({ batcher, engine });
   await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.store.db) });
@@ -225,9 +242,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   // What the retention settings no longer keep is pruned at start and every 10 minutes, in
   // small batches through the group commit, so requests go on between batches.
-  const pruner = new Pruner(deps.store, config);
+  const pruner = sqlite && batcher ? new Pruner(sqlite, config) : undefined;
   let pruning: Promise<void> | undefined;
   const prune = () => {
+    if (!pruner || !batcher) return;
     pruning ??= pruneAll(pruner, (work) => batcher.run(work))
       .then((deleted) => {
         if (Object.values(deleted).some((n) => n > 0)) app.log.info({ deleted }, 'pruned what the retention settings no longer keep');
@@ -244,7 +262,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     clearInterval(pruneTimer);
     await pruning;
     await engine?.stop();
-    await batcher.close();
+    await batcher?.close();
+    await intake.close();
     await metrics?.close();
   });
   return app;

@@ -5,7 +5,9 @@ import type { AddressInfo } from 'node:net';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Config } from '../core/config.js';
 import type { StorageHealth } from '../core/db/storage.js';
-import type { SqliteStore } from '../core/db/store.js';
+import { sql, type SQL } from 'drizzle-orm';
+import { queryRows } from '../core/db/dialect.js';
+import { isSqliteStore, type Store } from '../core/db/store.js';
 import { UnauthorizedError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
 import { deliveryTotals } from '../engine/counters.js';
@@ -26,7 +28,7 @@ const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 export interface MetricsSources {
   config: Config;
   /** Read only: the counts and pragmas go through its reading connection. */
-  store: SqliteStore;
+  store: Store;
   storage: StorageHealth;
   /** The run engine, once built (undefined on an ingest-only node). */
   engine: () => Engine | undefined;
@@ -75,40 +77,46 @@ export class Metrics {
 
     new Gauge({ name: 'svc_build_info', help: 'The running version of svc', labelNames: ['version'], registers }).set({ version: VERSION }, 1);
 
-    // The reading connection: the writer may be inside a transaction, between its awaits,
-    // whose rows a scrape must not count before they commit.
-    const c = store.db.$client;
-    const countStatus = c.prepare<[string, number], { n: number }>('SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ? LIMIT ?)');
-    const countDue = c.prepare<[string, number], { n: number }>(
-      "SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ? LIMIT ?)",
-    );
-    const oldestDue = c.prepare<[string], { at: string | null }>("SELECT min(run_at) AS at FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ?");
+    // Through the reading handle: the writer may be inside a transaction, between its
+    // awaits, whose rows a scrape must not count before they commit.
+    const rows = <T extends Record<string, unknown>>(query: SQL) => queryRows<T>(store, store.db, query);
+    const count = async (query: SQL) => Number((await rows<{ n: number }>(query))[0]?.n ?? 0);
 
     new Gauge({
       name: 'svc_runs',
       help: `Runs not yet finished, by status (counts stop at ${RUN_COUNT_CAP})`,
       labelNames: ['status'],
       registers,
-      collect() {
-        for (const status of ['QUEUED', 'RUNNING', 'WAITING']) this.set({ status }, countStatus.get(status, RUN_COUNT_CAP)?.n ?? 0);
+      async collect() {
+        for (const status of ['QUEUED', 'RUNNING', 'WAITING']) {
+          this.set(
+            { status },
+            await count(sql`SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ${status} LIMIT ${RUN_COUNT_CAP}) capped`),
+          );
+        }
       },
     });
     new Gauge({
       name: 'svc_runs_queue_depth',
       help: `QUEUED runs due now, waiting for a claim (counts stop at ${RUN_COUNT_CAP})`,
       registers,
-      collect() {
-        this.set(countDue.get(new Date().toISOString(), RUN_COUNT_CAP)?.n ?? 0);
+      async collect() {
+        const now = new Date().toISOString();
+        this.set(
+          await count(sql`SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ${now} LIMIT ${RUN_COUNT_CAP}) capped`),
+        );
       },
     });
     new Gauge({
       name: 'svc_runs_claim_lag_seconds',
       help: 'Age of the oldest QUEUED run due now (0 when none waits)',
       registers,
-      collect() {
+      async collect() {
         const now = Date.now();
-        const at = oldestDue.get(new Date(now).toISOString())?.at;
-        this.set(at ? Math.max(0, (now - Date.parse(at)) / 1000) : 0);
+        const [row] = await rows<{ at: string | null }>(
+          sql`SELECT min(run_at) AS at FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ${new Date(now).toISOString()}`,
+        );
+        this.set(row?.at ? Math.max(0, (now - Date.parse(row.at)) / 1000) : 0);
       },
     });
 
@@ -151,43 +159,47 @@ export class Metrics {
     );
     engineGauge('svc_engine_queued_tasks', 'Batches of claimed runs waiting for a free worker thread', (s) => s.queuedTasks);
 
-    const pragma = (name: string) => Number(c.pragma(name, { simple: true }));
-    new Gauge({
-      name: 'svc_sqlite_page_count',
-      help: 'Pages in the SQLite database file',
-      registers,
-      collect: function () {
-        this.set(pragma('page_count'));
-      },
-    });
-    new Gauge({
-      name: 'svc_sqlite_page_size_bytes',
-      help: 'Size of one SQLite page',
-      registers,
-      collect: function () {
-        this.set(pragma('page_size'));
-      },
-    });
-    new Gauge({
-      name: 'svc_sqlite_freelist_pages',
-      help: 'Unused pages in the SQLite database file',
-      registers,
-      collect: function () {
-        this.set(pragma('freelist_count'));
-      },
-    });
-    new Gauge({
-      name: 'svc_sqlite_wal_bytes',
-      help: 'Size of the SQLite write-ahead log file',
-      registers,
-      collect() {
-        try {
-          this.set(statSync(`${config.dbFile}-wal`).size);
-        } catch {
-          this.set(0);
-        }
-      },
-    });
+    // SQLite's file, on a SQLite node (PostgreSQL reports on its own server).
+    if (isSqliteStore(store)) {
+      const c = store.db.$client;
+      const pragma = (name: string) => Number(c.pragma(name, { simple: true }));
+      new Gauge({
+        name: 'svc_sqlite_page_count',
+        help: 'Pages in the SQLite database file',
+        registers,
+        collect: function () {
+          this.set(pragma('page_count'));
+        },
+      });
+      new Gauge({
+        name: 'svc_sqlite_page_size_bytes',
+        help: 'Size of one SQLite page',
+        registers,
+        collect: function () {
+          this.set(pragma('page_size'));
+        },
+      });
+      new Gauge({
+        name: 'svc_sqlite_freelist_pages',
+        help: 'Unused pages in the SQLite database file',
+        registers,
+        collect: function () {
+          this.set(pragma('freelist_count'));
+        },
+      });
+      new Gauge({
+        name: 'svc_sqlite_wal_bytes',
+        help: 'Size of the SQLite write-ahead log file',
+        registers,
+        collect() {
+          try {
+            this.set(statSync(`${config.dbFile}-wal`).size);
+          } catch {
+            this.set(0);
+          }
+        },
+      });
+    }
     new Gauge({
       name: 'svc_storage_full',
       help: '1 while writes fail for lack of disk space (requests answer 503 storage_full)',

@@ -1,10 +1,13 @@
 import type { WriteBatcher } from '../core/db/batcher.js';
-import { migrationStatus } from '../core/db/migrate.js';
+import { sql } from 'drizzle-orm';
+import { execute, storeMigrationStatus } from '../core/db/dialect.js';
 import type { StorageHealth } from '../core/db/storage.js';
-import type { SqliteStore } from '../core/db/store.js';
+import { isSqliteStore, type Store } from '../core/db/store.js';
 import type { Engine } from '../engine/scheduler.js';
 import type { App } from './app.js';
 import { problem, sendProblem } from './plugins/errors.js';
+
+const TOUCH = 'UPDATE svc_migrations SET applied_at = applied_at WHERE id = (SELECT max(id) FROM svc_migrations)';
 
 export interface ReadinessReport {
   ready: boolean;
@@ -30,16 +33,18 @@ export class Readiness {
   private migrated = false;
   private batcher: WriteBatcher | undefined;
   private engine: Engine | undefined;
+  private attached = false;
   private touch: { run(): unknown } | undefined;
 
   constructor(
-    private readonly store: SqliteStore,
+    private readonly store: Store,
     private readonly storage: StorageHealth,
   ) {}
 
-  attach(parts: { batcher: WriteBatcher; engine: Engine | undefined }): void {
+  attach(parts: { batcher: WriteBatcher | undefined; engine: Engine | undefined }): void {
     this.batcher = parts.batcher;
     this.engine = parts.engine;
+    this.attached = true;
   }
 
   markStarted(): void {
@@ -54,10 +59,10 @@ export class Readiness {
     return this.closing;
   }
 
-  private migrations(): ReadinessReport['checks']['migrations'] {
+  private async migrations(): Promise<ReadinessReport['checks']['migrations']> {
     if (this.migrated) return 'applied';
     try {
-      this.migrated = migrationStatus(this.store.db).pending.length === 0;
+      this.migrated = (await storeMigrationStatus(this.store)).pending.length === 0;
       return this.migrated ? 'applied' : 'pending';
     } catch {
       return 'unknown';
@@ -65,13 +70,17 @@ export class Readiness {
   }
 
   private async writeCheck(): Promise<boolean> {
-    if (!this.batcher) return false;
+    if (!this.attached) return false;
     try {
       // A real write (the row is rewritten as it is), so a full disk or a read-only file fails it.
-      // Prepared on the writer connection, on which the group commit runs its jobs.
-      this.touch ??= this.store.writer.$client.prepare('UPDATE svc_migrations SET applied_at = applied_at WHERE id = (SELECT max(id) FROM svc_migrations)');
-      const touch = this.touch;
-      await this.batcher.run(() => touch.run());
+      if (isSqliteStore(this.store) && this.batcher) {
+        // Prepared on the writer connection, on which the group commit runs its jobs.
+        this.touch ??= this.store.writer.$client.prepare(TOUCH);
+        const touch = this.touch;
+        await this.batcher.run(() => touch.run());
+      } else {
+        await this.store.transaction((tx) => execute(this.store, tx, sql.raw(TOUCH)));
+      }
       return true;
     } catch {
       return false;
@@ -79,7 +88,7 @@ export class Readiness {
   }
 
   async check(): Promise<ReadinessReport> {
-    const migrations = this.migrations();
+    const migrations = await this.migrations();
     const engine = this.engine ? (this.engine.stats().up ? 'up' : 'down') : 'off';
     const writable = !this.closing && this.started && migrations === 'applied' ? await this.writeCheck() : false;
     // Read after the write check: a write that succeeds with room free clears "full".

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import type { EngineOptions } from '../../src/engine/scheduler.js';
-import { build, waitForRun, type TestServer } from '../helpers.js';
+import { build, waitForRun, type TestServer, sqliteStoreOf } from '../helpers.js';
 import { slowService, type SlowService } from '../slowService.js';
 
 /**
@@ -136,7 +136,7 @@ test('with 20,000 slow runs of workspace A queued, a webhook run of workspace B 
   const pathB = await workflow(s, b.token, [{ type: 'add_tags', tags: ['quick'] }]);
   // One real run of A, then 19,999 copies of it queued in one statement.
   const [first] = await postMany(s, pathA, 1, 'seed');
-  await s.store.exclusive((w) =>
+  await sqliteStoreOf(s).exclusive((w) =>
     w.$client
       .prepare(
         `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 19999)

@@ -5,10 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { asc, count, eq, inArray } from 'drizzle-orm';
+import { asc, count, eq, inArray, sql } from 'drizzle-orm';
+import { allTables } from '../../src/core/db/dialect.js';
 import { apiKeys, auditLogs, type Plan, type Role } from '../../src/core/db/schema.js';
 import { setWorkspacePlan, createWorkspace } from '../../src/core/services/workspaces.js';
-import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
+import { build, rowsOf, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
 
 const KEY_RE = /^svc_live_[0-9A-Za-z]{38}$/;
 const ISO_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
@@ -59,12 +60,10 @@ function assertUnauthorized(res: HttpResult, code?: string): void {
 }
 
 /** Every text cell of every table, to prove a secret is not stored anywhere. */
-function allStoredText(s: TestServer): string[] {
-  const client = s.db.$client;
-  const tables = client.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[];
+async function allStoredText(s: TestServer): Promise<string[]> {
   const cells: string[] = [];
-  for (const { name } of tables) {
-    for (const row of client.prepare(`SELECT * FROM "${name}"`).all() as Record<string, unknown>[]) {
+  for (const name of await allTables(s.store, s.db)) {
+    for (const row of await rowsOf(s, sql`SELECT * FROM ${sql.identifier(name)}`)) {
       for (const v of Object.values(row)) if (v !== null && v !== undefined) cells.push(Buffer.isBuffer(v) ? v.toString('latin1') : String(v));
     }
   }
@@ -135,7 +134,7 @@ test('the raw key is never returned again and is stored only as a hash', async (
     assert.notEqual(value, minted.key, `api_keys.${column} holds the raw key`);
   }
   // ... and no table anywhere stores the key or its secret part.
-  for (const cell of allStoredText(s)) {
+  for (const cell of await allStoredText(s)) {
     assert.ok(!cell.includes(minted.key), 'the raw key is stored');
     assert.ok(!cell.includes(secretPart), 'the secret part of the key is stored');
   }

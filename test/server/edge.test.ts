@@ -246,3 +246,30 @@ test('without a trusted proxy (the default), X-Forwarded-For is ignored by the l
   const ip = await lastLoginIp(s);
   assert.match(String(ip), /^(::ffff:)?127\.0\.0\.1$/);
 });
+
+test('text holding U+0000 is refused with 422 and the pointer to it, on every store, before anything is written', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const cases: [string, string, unknown, string][] = [
+    ['POST', '/contacts', { email: 'nul@example.com', firstName: 'a\u0000b' }, '/firstName'],
+    ['POST', '/contacts', { email: 'nul@example.com', attributes: { plan: { tier: 'x\u0000' } } }, '/attributes/plan/tier'],
+    ['POST', '/contacts', { email: 'nul@example.com', attributes: { 'a/b\u0000': 1 } }, '/attributes/a~1b\u0000'],
+    ['POST', '/contacts', { email: 'nul@example.com', tags: ['ok', 'n\u0000'] }, '/tags/1'],
+    ['POST', '/templates', { name: 'n', channel: 'EMAIL', content: { subject: 'Hi\u0000', text: 'x' } }, '/content/subject'],
+  ];
+  for (const [method, path, body, pointer] of cases) {
+    const res = await s.request(method, path, { token, body });
+    assertProblem(res, 422, 'validation_failed');
+    assert.deepEqual(
+      res.body.errors.map((e: { path: string }) => e.path),
+      [pointer],
+      `${method} ${path} ${JSON.stringify(body)}`,
+    );
+  }
+  // Nothing of them was stored; the same contact without the character is.
+  assert.equal((await s.request('GET', '/contacts?email=nul@example.com', { token })).body.data.length, 0);
+  assert.equal((await s.request('POST', '/contacts', { token, body: { email: 'nul@example.com', firstName: 'ab' } })).status, 201);
+  // A well-formed JSON escape of another control character is kept as it is.
+  const tab = await s.request('POST', '/contacts', { token, body: { email: 'tab@example.com', firstName: 'a\tb' } });
+  assert.equal(tab.status, 201, tab.text);
+  assert.equal(tab.body.firstName, 'a\tb');
+});

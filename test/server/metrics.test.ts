@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { freePort } from '../../src/cli/serve.js';
 import { ConfigError, loadConfig } from '../../src/core/config.js';
+import { sql } from 'drizzle-orm';
+import { execute } from '../../src/core/db/dialect.js';
 import { assertProblem, build, request, waitForRun, type TestServer } from '../helpers.js';
 import { assertLoopbackOnly, parseMetrics, sampleValue, type Family } from '../prometheus.js';
 
@@ -67,9 +69,6 @@ test('with SVC_METRICS_TOKEN the public /metrics needs exactly that bearer token
     'svc_deliveries_total',
     'svc_engine_threads',
     'svc_engine_utilization',
-    'svc_sqlite_page_count',
-    'svc_sqlite_page_size_bytes',
-    'svc_sqlite_wal_bytes',
     'svc_storage_full',
     'process_cpu_user_seconds_total',
     'process_resident_memory_bytes',
@@ -78,9 +77,16 @@ test('with SVC_METRICS_TOKEN the public /metrics needs exactly that bearer token
     assert.ok(families.has(name), `${name} is exposed`);
   }
   assert.equal(families.get('svc_http_request_duration_seconds')!.type, 'HISTOGRAM');
-  assert.ok(sampleValue(families, 'svc_sqlite_page_count') > 0);
-  assert.equal(sampleValue(families, 'svc_sqlite_page_size_bytes'), 4096);
-  assert.ok(sampleValue(families, 'svc_sqlite_wal_bytes') >= 0);
+  // The SQLite file's gauges on a SQLite node; PostgreSQL reports on its own server.
+  const sqliteGauges = ['svc_sqlite_page_count', 'svc_sqlite_page_size_bytes', 'svc_sqlite_wal_bytes'];
+  if (s.store.dialect === 'sqlite') {
+    for (const name of sqliteGauges) assert.ok(families.has(name), `${name} is exposed`);
+    assert.ok(sampleValue(families, 'svc_sqlite_page_count') > 0);
+    assert.equal(sampleValue(families, 'svc_sqlite_page_size_bytes'), 4096);
+    assert.ok(sampleValue(families, 'svc_sqlite_wal_bytes') >= 0);
+  } else {
+    for (const name of sqliteGauges) assert.ok(!families.has(name), `${name} is not exposed on PostgreSQL`);
+  }
   assert.equal(sampleValue(families, 'svc_storage_full'), 0);
   // This node runs no engine: its gauges say so rather than failing.
   assert.equal(sampleValue(families, 'svc_engine_threads'), 0);
@@ -159,11 +165,11 @@ test('runs by status, queue depth and claim lag come from the database (no engin
   assert.equal(sampleValue(families, 'svc_runs_claim_lag_seconds'), 0);
   for (const email of ['a@example.com', 'b@example.com', 'c@example.com']) assert.equal((await s.request('POST', path, { body: { email } })).status, 202);
   // One run queued a minute ago, one that waits until tomorrow.
-  await s.store.exclusive((w) => {
-    w.$client.prepare('UPDATE workflow_runs SET run_at = ? WHERE id = (SELECT min(id) FROM workflow_runs)').run(new Date(Date.now() - 60_000).toISOString());
-    w.$client
-      .prepare("UPDATE workflow_runs SET status = 'WAITING', run_at = ? WHERE id = (SELECT max(id) FROM workflow_runs)")
-      .run(new Date(Date.now() + 86_400_000).toISOString());
+  await s.store.transaction(async (tx) => {
+    const minuteAgo = new Date(Date.now() - 60_000).toISOString();
+    const tomorrow = new Date(Date.now() + 86_400_000).toISOString();
+    await execute(s.store, tx, sql`UPDATE workflow_runs SET run_at = ${minuteAgo} WHERE id = (SELECT min(id) FROM workflow_runs)`);
+    await execute(s.store, tx, sql`UPDATE workflow_runs SET status = 'WAITING', run_at = ${tomorrow} WHERE id = (SELECT max(id) FROM workflow_runs)`);
   });
   families = await scrape(s);
   assert.equal(sampleValue(families, 'svc_runs', { status: 'QUEUED' }), 2);
@@ -175,7 +181,7 @@ test('runs by status, queue depth and claim lag come from the database (no engin
 });
 
 test('a scrape reads no table: counts use the indexes and stop at a cap', async (t) => {
-  const s = await build(t, { env: { SVC_METRICS_TOKEN: TOKEN } });
+  const s = await build(t, { env: { SVC_METRICS_TOKEN: TOKEN }, store: 'sqlite' });
   const plans = ['QUEUED', 'WAITING', 'RUNNING'].map((status) =>
     (
       s.db.$client.prepare('EXPLAIN QUERY PLAN SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ? LIMIT ?)').all(status, 10) as {

@@ -14,7 +14,7 @@ import { auditLogs, deliveryAttempts, webhookEvents, workflowRuns } from '../../
 import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
 import { runFilterConditions, runScope } from '../../src/core/services/runs.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
-import { build, type TestServer } from '../helpers.js';
+import { build, type TestServer, sqliteStoreOf } from '../helpers.js';
 
 const N = 100_000;
 
@@ -31,11 +31,11 @@ function assertSeeks(lines: string[], label: string): void {
 }
 
 async function seeded(t: Parameters<typeof build>[0]) {
-  const s = await build(t);
+  const s = await build(t, { store: 'sqlite' });
   const sys = { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
   const other = await createWorkspace(sys, { name: 'Other', plan: 'PRO' });
   // The seeders write straight through the writer connection, each in its own transaction.
-  await s.store.exclusive((w) => {
+  await sqliteStoreOf(s).exclusive((w) => {
     seedContacts(w.$client, s.workspaceId, N, { prefix: 'big' });
     seedContacts(w.$client, other.id, 1000, { prefix: 'small' });
   });
@@ -150,7 +150,7 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
 });
 
 test('the search index and the counters follow creates, edits, tag changes and deletes', async (t) => {
-  const s = await build(t);
+  const s = await build(t, { store: 'sqlite' });
   const token = await s.login(s.owner.email, s.owner.password);
   const made = await s.request('POST', '/contacts', {
     token,
@@ -191,7 +191,7 @@ test('the search index and the counters follow creates, edits, tag changes and d
 });
 
 test('runs, webhook events, delivery attempts and audit entries: every list and filter seeks in id order', async (t) => {
-  const s = await build(t);
+  const s = await build(t, { store: 'sqlite' });
   const ctx: WorkspaceContext = {
     db: s.db,
     store: s.store,
@@ -200,7 +200,7 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
     ip: null,
     workspaceId: s.workspaceId,
   };
-  const wf = await s.store.exclusive((w) => {
+  const wf = await sqliteStoreOf(s).exclusive((w) => {
     const id = seedWorkflow(w.$client, s.workspaceId);
     seedActivity(w.$client, s.workspaceId, id, 20_000);
     return id;

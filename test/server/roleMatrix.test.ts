@@ -8,10 +8,11 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
-import { and, eq, inArray, max, notExists } from 'drizzle-orm';
+import { and, eq, inArray, max, notExists, sql } from 'drizzle-orm';
+import { allTables } from '../../src/core/db/dialect.js';
 import { apiKeys, deliveryAttempts, invitations, memberships, webhookEvents, type Role } from '../../src/core/db/schema.js';
 import { createUser } from '../../src/core/services/users.js';
-import { assertProblem, build, type HttpResult, type TestServer } from '../helpers.js';
+import { assertProblem, build, rowsOf, type HttpResult, type TestServer } from '../helpers.js';
 
 type Min = Role | 'SUPER';
 
@@ -54,31 +55,24 @@ const RANK: Record<Role, number> = { VIEWER: 1, MEMBER: 2, ADMIN: 3, OWNER: 4 };
 let seq = 0;
 const uniq = (): string => `${Date.now().toString(36)}${++seq}`;
 
-/** A hash of every row of every table (minus key usage stamps, which any authenticated request may touch). */
-function snapshot(s: TestServer): { counts: Record<string, number>; hash: string; audit: number } {
-  const client = s.db.$client;
-  // Every table with rows of its own: a full-text index's virtual table is read through its
-  // shadow tables, and WITHOUT ROWID ones (its config) have no rowid to order by.
-  const tables = (
-    client.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").all() as {
-      name: string;
-      sql: string;
-    }[]
-  )
-    .filter((r) => !/WITHOUT\s+ROWID|^CREATE\s+VIRTUAL/i.test(r.sql))
-    .map((r) => r.name);
+/**
+ * A hash of every row of every table (minus key usage stamps, which any authenticated request
+ * may touch), on either store: each table's rows as sorted JSON lines, so that no row order
+ * (SQLite's rowid, PostgreSQL's heap) enters it.
+ */
+async function snapshot(s: TestServer): Promise<{ counts: Record<string, number>; hash: string; audit: number }> {
   const counts: Record<string, number> = {};
   const h = createHash('sha256');
-  for (const table of tables) {
-    const rows = client.prepare(`SELECT * FROM "${table}" ORDER BY rowid`).all() as Record<string, unknown>[];
+  for (const table of await allTables(s.store, s.db)) {
+    const rows = await rowsOf(s, sql`SELECT * FROM ${sql.identifier(table)}`);
     counts[table] = rows.length;
-    for (const row of rows) {
+    const lines = rows.map((row) => {
       delete row.last_used_at;
-      h.update(table + JSON.stringify(row, (_k, v) => (Buffer.isBuffer(v) ? v.toString('hex') : typeof v === 'bigint' ? String(v) : v)));
-    }
+      return JSON.stringify(row, (_k, v) => (Buffer.isBuffer(v) ? v.toString('hex') : typeof v === 'bigint' ? String(v) : v));
+    });
+    for (const line of lines.sort()) h.update(table + line);
   }
-  const audit = (client.prepare('SELECT COUNT(*) AS c FROM audit_logs').get() as { c: number }).c;
-  return { counts, hash: h.digest('hex'), audit };
+  return { counts, hash: h.digest('hex'), audit: counts.audit_logs ?? 0 };
 }
 
 /**
@@ -477,7 +471,7 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
       const p = await c.prepare(caller);
       const exp = expected(c, caller, p.idAddressed);
       await settle(s);
-      const before = exp.kind === 'status' ? snapshot(s) : undefined;
+      const before = exp.kind === 'status' ? await snapshot(s) : undefined;
       const res = await s.request(c.method, p.path, { token: caller.token, ...(p.body !== undefined ? { body: p.body } : {}) });
       checked++;
       const label = `${c.method} ${p.path} [${c.name}] as ${caller.name}`;
@@ -488,7 +482,7 @@ test('role matrix: every authenticated endpoint with every caller (API.md sectio
           assertProblem(res, exp.status, exp.code);
           if (exp.status === 401) assert.match(res.headers.get('www-authenticate') ?? '', /^Bearer/i, `${label}: WWW-Authenticate`);
           await settle(s);
-          const after = snapshot(s);
+          const after = await snapshot(s);
           assert.deepEqual(after.counts, before!.counts, `${label}: row counts changed`);
           assert.equal(after.audit, before!.audit, `${label}: audit log grew`);
           assert.equal(after.hash, before!.hash, `${label}: database content changed`);
@@ -507,11 +501,11 @@ test('audit log is refused for plan reasons on Starter, for role reasons first',
   const starter = await s.otherWorkspace('STARTER');
   const viewer = await s.userWithRole('VIEWER', starter.workspaceId);
   const viewerKey = await s.mintKey('VIEWER', starter.workspaceId);
-  const before = snapshot(s);
+  const before = await snapshot(s);
   assertProblem(await s.request('GET', '/audit-logs', { token: starter.token }), 403, 'plan_upgrade_required');
   assertProblem(await s.request('GET', '/audit-logs', { token: viewer.token }), 403, 'forbidden');
   assertProblem(await s.request('GET', '/audit-logs', { token: viewerKey }), 403, 'forbidden');
-  const after = snapshot(s);
+  const after = await snapshot(s);
   assert.equal(after.audit, before.audit, 'refusals are not state changes');
   assert.equal(after.hash, before.hash);
   // A Pro ADMIN is allowed.

@@ -3,7 +3,7 @@
  * migrations/*.sql) so that services can be shared between them (issue 12). Both are
  * migrated from scratch and read back from their catalogs: the same tables, columns
  * (nullability, default or not, primary key), indexes, unique constraints, foreign keys and
- * triggers, by name. Column types differ by design (integer ids are bigint, JSON is jsonb,
+ * triggers, by name. Column types differ by design (integer ids are bigint, JSON is json (which keeps keys in order, as SQLite's text does),
  * flags are boolean) and are checked against that mapping only. The one documented
  * difference is the substring search: SQLite's FTS5 table and the trigger that feeds it on
  * update, PostgreSQL's trigram index.
@@ -32,7 +32,7 @@ const ONLY_POSTGRES = ['index contacts.contacts_search_idx (<expression>) gin'];
 /** The PostgreSQL types a SQLite column's declared type may become (schema.pg.ts, top). */
 const TYPE_MAP: Record<string, string[]> = {
   integer: ['bigint', 'integer', 'boolean'],
-  text: ['text', 'jsonb'],
+  text: ['text', 'json'],
   blob: ['bytea'],
   real: ['double precision'],
 };

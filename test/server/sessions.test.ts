@@ -187,7 +187,10 @@ test('svc user passwd ends every session of the user, on a running server', asyn
   const a = await login(s, u.email, u.password);
   const b = await login(s, u.email, u.password);
   const owner = await login(s, s.owner.email, s.owner.password);
-  const r = await runCli(s.dataDir, ['user', 'passwd', u.email, '--password-stdin', '--json'], { stdin: 'changed-by-the-operator\n' });
+  const r = await runCli(s.dataDir, ['user', 'passwd', u.email, '--password-stdin', '--json'], {
+    stdin: 'changed-by-the-operator\n',
+    ...(s.config.databaseUrl ? { env: { SVC_DATABASE_URL: s.config.databaseUrl } } : {}),
+  });
   assert.equal(r.code, 0, r.stderr);
   assert.deepEqual(r.json(), { id: u.id, email: u.email });
   for (const session of [a, b, { token: u.token, cookie: undefined }]) {

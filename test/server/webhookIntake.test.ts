@@ -8,7 +8,9 @@
 import assert from 'node:assert/strict';
 import { createHash, createHmac } from 'node:crypto';
 import { test, type TestContext } from 'node:test';
-import { assertProblem, build, type HttpResult, type TestServer } from '../helpers.js';
+import { sql } from 'drizzle-orm';
+import { queryRows } from '../../src/core/db/dialect.js';
+import { assertProblem, build, rowsOf, scalarOf, type HttpResult, type TestServer } from '../helpers.js';
 
 async function setup(t: TestContext, env: Record<string, string> = {}): Promise<{ s: TestServer; token: string }> {
   const s = await build(t, { env });
@@ -53,13 +55,14 @@ interface StoredEvent {
   body_sha256: string | null;
 }
 
-function storedEvents(s: TestServer, workflowId: number): StoredEvent[] {
-  return s.db.$client
-    .prepare('SELECT id, status_code, code, length(body) AS stored, body_size, body_sha256 FROM webhook_events WHERE workflow_id = ? ORDER BY id')
-    .all(workflowId) as StoredEvent[];
+function storedEvents(s: TestServer, workflowId: number): Promise<StoredEvent[]> {
+  return rowsOf<StoredEvent & Record<string, unknown>>(
+    s,
+    sql`SELECT id, status_code, code, length(body) AS stored, body_size, body_sha256 FROM webhook_events WHERE workflow_id = ${workflowId} ORDER BY id`,
+  );
 }
 
-const runCount = (s: TestServer) => s.db.$client.prepare('SELECT count(*) FROM workflow_runs').pluck().get() as number;
+const runCount = (s: TestServer) => scalarOf(s, sql`SELECT count(*) AS n FROM workflow_runs`);
 
 async function createContact(s: TestServer, token: string, email: string): Promise<number> {
   const res = await s.request('POST', '/contacts', { token, body: { email } });
@@ -91,16 +94,16 @@ test('with a secret set, a wrong signature is 401 whatever the Idempotency-Key; 
   // A valid key with a valid signature is accepted; the key check did not swallow good keys.
   const ok = await post(s, hook.path, raw, { 'x-service-signature': sign(SECRET, raw), 'idempotency-key': 'order-1' });
   assert.equal(ok.status, 202, ok.text);
-  assert.equal(runCount(s), 1, 'no refused request started a run');
+  assert.equal(await runCount(s), 1, 'no refused request started a run');
 
   // Each refusal was recorded with its own status and code.
-  const rows = storedEvents(s, hook.id);
+  const rows = await storedEvents(s, hook.id);
   assert.deepEqual(
     rows.map((r) => r.code ?? String(r.status_code)),
     [...BAD_KEYS.flatMap(() => ['signature_invalid', 'signature_invalid', 'invalid_idempotency_key']), '202'],
   );
   // An over-long key is not stored at full length.
-  const longest = s.db.$client.prepare('SELECT max(length(idempotency_key)) FROM webhook_events').pluck().get() as number;
+  const longest = (await scalarOf(s, sql`SELECT max(length(idempotency_key)) AS n FROM webhook_events`))!;
   assert.ok(longest <= 255, `stored key of ${longest} characters`);
 });
 
@@ -112,7 +115,7 @@ test('without a secret, an invalid Idempotency-Key is 400 before the body is par
     assertProblem(await post(s, hook.path, '[1]', { 'idempotency-key': key }), 400, 'invalid_idempotency_key');
   }
   assertProblem(await post(s, hook.path, '{"email":', { 'idempotency-key': 'fine' }), 400, 'invalid_json');
-  assert.equal(runCount(s), 0);
+  assert.equal(await runCount(s), 0);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -133,11 +136,11 @@ test('replay: events that passed the signature check (or had no secret) replay; 
   await post(s, signed.path, raw, { 'x-service-signature': sign(SECRET, raw), 'idempotency-key': 'a b' });
   const [verifiedBadKey, forged, forgedBadKey] = await events(s, token, signed.id);
   assert.deepEqual([forgedBadKey.code, forged.code, verifiedBadKey.code], ['signature_invalid', 'signature_invalid', 'invalid_idempotency_key']);
-  assert.equal(runCount(s), 0);
+  assert.equal(await runCount(s), 0);
 
   assertProblem(await replay(forgedBadKey.id), 422, 'event_not_replayable');
   assertProblem(await replay(forged.id), 422, 'event_not_replayable');
-  assert.equal(runCount(s), 0, 'an unverified body starts no run');
+  assert.equal(await runCount(s), 0, 'an unverified body starts no run');
 
   const again = await replay(verifiedBadKey.id);
   assert.equal(again.status, 202, again.text);
@@ -158,18 +161,17 @@ test('replay: events that passed the signature check (or had no secret) replay; 
 
   // A row stored before this change (no body_size) that was refused for its key may never
   // have been checked against the secret: it is not replayable either.
-  const legacy = await s.store.exclusive(
-    (w) =>
-      w.$client
-        .prepare(
-          `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, source_ip, content_type, body)
-           VALUES (?, ?, 400, 'invalid_idempotency_key', '127.0.0.1', 'application/json', ?) RETURNING id`,
-        )
-        .pluck()
-        .get(s.workspaceId, signed.id, Buffer.from(raw)) as number,
+  const [inserted] = await s.store.transaction((tx) =>
+    queryRows<{ id: number }>(
+      s.store,
+      tx,
+      sql`INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, source_ip, content_type, body)
+          VALUES (${s.workspaceId}, ${signed.id}, 400, 'invalid_idempotency_key', '127.0.0.1', 'application/json', ${Buffer.from(raw)}) RETURNING id`,
+    ),
   );
+  const legacy = inserted!.id;
   assertProblem(await replay(legacy), 422, 'event_not_replayable');
-  assert.equal(runCount(s), 2);
+  assert.equal(await runCount(s), 2);
 });
 
 // ---------------------------------------------------------------------------------------
@@ -184,7 +186,7 @@ test('a body refused before its signature was verified is stored as size, SHA-25
   const forged = await post(s, hook.path, big, { 'x-service-signature': sign('forged-secret-forged-secret', big) });
   assertProblem(forged, 401, 'signature_invalid');
 
-  const [row] = storedEvents(s, hook.id);
+  const [row] = await storedEvents(s, hook.id);
   assert.deepEqual({ stored: row!.stored, size: row!.body_size, sha: row!.body_sha256 }, { stored: 1024, size: Buffer.byteLength(big), sha: sha256(big) });
   const [event] = await events(s, token, hook.id);
   assert.equal(event.statusCode, 401);
@@ -199,7 +201,7 @@ test('a body refused before its signature was verified is stored as size, SHA-25
     const body = JSON.stringify({ email: 'ann@example.com', i, pad: 'q'.repeat(200 * 1024) });
     assertProblem(await post(s, hook.path, body, { 'x-service-signature': sign(SECRET, 'something else') }), 401);
   }
-  const total = s.db.$client.prepare('SELECT sum(length(body)) FROM webhook_events WHERE workflow_id = ?').pluck().get(hook.id) as number;
+  const total = (await scalarOf(s, sql`SELECT sum(length(body)) AS n FROM webhook_events WHERE workflow_id = ${hook.id}`))!;
   assert.ok(total <= 21 * 1024, `stored ${total} bytes for 21 forged posts`);
 
   // A multi-byte character cut at the 1 KiB boundary still lists (no 5xx).
@@ -218,7 +220,7 @@ test('a body refused before its signature was verified is stored as size, SHA-25
   assert.equal(smallEvent.bodySize, Buffer.byteLength(small));
   assert.equal(smallEvent.bodySha256, sha256(small));
   assertProblem(await s.request('POST', `/webhook-events/${smallEvent.id}/replay`, { token }), 422, 'event_not_replayable');
-  assert.equal(runCount(s), 0);
+  assert.equal(await runCount(s), 0);
 });
 
 test('verified bodies are kept whole; refusals before the body is read keep none; unknown tokens store nothing', async (t) => {
@@ -247,7 +249,7 @@ test('verified bodies are kept whole; refusals before the body is read keep none
   } as RequestInit);
   assert.equal(chunked.status, 413);
 
-  const rows = storedEvents(s, hook.id);
+  const rows = await storedEvents(s, hook.id);
   assert.deepEqual(
     rows.map((r) => [r.status_code, r.stored, r.body_size, r.body_sha256]),
     [
@@ -271,10 +273,11 @@ test('verified bodies are kept whole; refusals before the body is read keep none
   );
   assert.deepEqual(listed[4].body, JSON.parse(accepted));
 
-  const before = s.db.$client.prepare('SELECT count(*) FROM webhook_events').pluck().get() as number;
+  const countEvents = () => scalarOf(s, sql`SELECT count(*) AS n FROM webhook_events`);
+  const before = await countEvents();
   assertProblem(await post(s, `/v1/webhooks/in/${'Z'.repeat(30)}`, accepted), 404, 'webhook_not_found');
   assertProblem(await post(s, `/v1/webhooks/in/${'Z'.repeat(500)}`, accepted), 404, 'webhook_not_found');
-  assert.equal(s.db.$client.prepare('SELECT count(*) FROM webhook_events').pluck().get(), before, 'a refusal of an unknown token is not stored');
+  assert.equal(await countEvents(), before, 'a refusal of an unknown token is not stored');
 });
 
 // ---------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { type AnyPgColumn, bigint, boolean, customType, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core';
+import { type AnyPgColumn, bigint, boolean, customType, index, integer, json, pgTable, primaryKey, text, uniqueIndex } from 'drizzle-orm/pg-core';
 import {
   ACTOR_TYPES,
   type AutomationGraph,
@@ -146,7 +146,7 @@ export const auditLogs = pgTable(
     targetType: text('target_type'),
     targetId: text('target_id'),
     ip: text('ip'),
-    metadata: jsonb('metadata').$type<Record<string, unknown>>().notNull().default({}),
+    metadata: json('metadata').$type<Record<string, unknown>>().notNull().default({}),
   },
   (t) => [
     index('audit_logs_workspace_idx').on(t.workspaceId, t.id),
@@ -171,7 +171,7 @@ export const contacts = pgTable(
     phone: text('phone'),
     firstName: text('first_name'),
     lastName: text('last_name'),
-    attributes: jsonb('attributes').$type<Record<string, unknown>>().notNull().default({}),
+    attributes: json('attributes').$type<Record<string, unknown>>().notNull().default({}),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -244,12 +244,12 @@ export const workflows = pgTable(
     name: text('name').notNull(),
     status: text('status', { enum: WORKFLOW_STATUSES }).notNull().default('DRAFT'),
     triggerSource: text('trigger_source', { enum: TRIGGER_SOURCES }).notNull().default('MANUAL'),
-    steps: jsonb('steps').$type<StepDefinition[]>().notNull().default([]),
+    steps: json('steps').$type<StepDefinition[]>().notNull().default([]),
     webhookToken: text('webhook_token'),
     webhookLookup: text('webhook_lookup', { enum: LOOKUP_KINDS }),
     webhookPath: text('webhook_path'),
     createIfNotFound: boolean('create_if_not_found').notNull().default(false),
-    contactDefaults: jsonb('contact_defaults').$type<ContactDefaults>().notNull().default({}),
+    contactDefaults: json('contact_defaults').$type<ContactDefaults>().notNull().default({}),
     /** AES-256-GCM ciphertext of the signing secret (see core/secrets.ts); null when unsigned. */
     signingSecret: text('signing_secret'),
     createdAt: createdAt(),
@@ -271,9 +271,9 @@ export const workflowRuns = pgTable(
     contactId: bigintNumber('contact_id').references(() => contacts.id, { onDelete: 'set null' }),
     status: text('status', { enum: RUN_STATUSES }).notNull().default('QUEUED'),
     /** The steps as they were when the run started, so later edits do not change it. */
-    definition: jsonb('definition').$type<StepDefinition[]>().notNull(),
-    stepStates: jsonb('step_states').$type<StepState[]>().notNull().default([]),
-    trigger: jsonb('trigger').$type<Record<string, unknown>>().notNull(),
+    definition: json('definition').$type<StepDefinition[]>().notNull(),
+    stepStates: json('step_states').$type<StepState[]>().notNull().default([]),
+    trigger: json('trigger').$type<Record<string, unknown>>().notNull(),
     /** When the run may next be picked up (now when queued, later while waiting). */
     runAt: text('run_at').notNull().default(now),
     leaseOwner: text('lease_owner'),
@@ -339,7 +339,7 @@ export const templates = pgTable(
       .references(() => workspaces.id, { onDelete: 'cascade' }),
     name: text('name').notNull(),
     channel: text('channel', { enum: CHANNELS }).notNull(),
-    content: jsonb('content').$type<TemplateContent>().notNull(),
+    content: json('content').$type<TemplateContent>().notNull(),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -356,7 +356,7 @@ export const channelSettings = pgTable(
     channel: text('channel', { enum: CHANNELS }).notNull(),
     provider: text('provider', { enum: PROVIDERS }).notNull(),
     /** Non-secret settings (host, port, base URL, sender). */
-    settings: jsonb('settings').$type<Record<string, unknown>>().notNull().default({}),
+    settings: json('settings').$type<Record<string, unknown>>().notNull().default({}),
     /** AES-256-GCM ciphertext (core/secrets.ts) of a JSON object of credentials. */
     credentials: text('credentials'),
     updatedAt: updatedAt(),
@@ -382,7 +382,7 @@ export const deliveryAttempts = pgTable(
     runId: bigintNumber('run_id'),
     stepIndex: integer('step_index'),
     templateId: bigintNumber('template_id'),
-    rendered: jsonb('rendered').$type<Record<string, unknown>>().notNull(),
+    rendered: json('rendered').$type<Record<string, unknown>>().notNull(),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -443,7 +443,7 @@ export const automations = pgTable(
       .references(() => workspaces.id, { onDelete: 'cascade' }),
     name: text('name').notNull(),
     status: text('status', { enum: WORKFLOW_STATUSES }).notNull().default('DRAFT'),
-    graph: jsonb('graph').$type<AutomationGraph>().notNull(),
+    graph: json('graph').$type<AutomationGraph>().notNull(),
     createdAt: createdAt(),
     updatedAt: updatedAt(),
   },
@@ -466,7 +466,7 @@ export const contactImports = pgTable(
     skipped: bigintNumber('skipped').notNull().default(0),
     errorCount: bigintNumber('error_count').notNull().default(0),
     /** The first 100 refused rows. */
-    errors: jsonb('errors').$type<ImportRowError[]>().notNull().default([]),
+    errors: json('errors').$type<ImportRowError[]>().notNull().default([]),
     /** Lines of the file committed so far (a client that resends can start after them). */
     lines: bigintNumber('lines').notNull().default(0),
     bytesRead: bigintNumber('bytes_read').notNull().default(0),
@@ -496,7 +496,7 @@ export const sandboxRequests = pgTable(
     stepIndex: integer('step_index'),
     method: text('method').notNull(),
     url: text('url').notNull(),
-    headers: jsonb('headers').$type<Record<string, string>>().notNull().default({}),
+    headers: json('headers').$type<Record<string, string>>().notNull().default({}),
     body: text('body'),
     createdAt: createdAt(),
   },

@@ -49,6 +49,12 @@ export function isSqliteStore(store: Store): store is SqliteStore {
   return store.dialect === 'sqlite';
 }
 
+/** PostgreSQL's store adds its pool, for the hot paths that run their own statements. */
+export interface PgStore extends Store {
+  readonly dialect: 'pg';
+  readonly pool: pg.Pool;
+}
+
 /**
  * The handle services use as ctx.db: each property is looked up on the open transaction of
  * the current call chain when there is one, else on the reading handle.
@@ -258,12 +264,13 @@ let typesSet = false;
 
 /**
  * The pg driver's readers made to match SQLite's values: bigint (ids, counts) as numbers
- * (ids stay far below 2^53), and jsonb as its text, which the JSON columns of schema.ts parse.
+ * (ids stay far below 2^53), and json (and jsonb) as its text, which the JSON columns of schema.ts parse.
  */
 function setPgTypes(): void {
   if (typesSet) return;
   typesSet = true;
   pg.types.setTypeParser(pg.types.builtins.INT8, (v: string) => Number(v));
+  pg.types.setTypeParser(pg.types.builtins.JSON, (v: string) => v);
   pg.types.setTypeParser(pg.types.builtins.JSONB, (v: string) => v);
 }
 
@@ -285,14 +292,15 @@ export interface PgStoreOptions {
   applicationName?: string;
 }
 
-export function openPgStore(url: string, opts: PgStoreOptions = {}): Store {
+export function openPgStore(url: string, opts: PgStoreOptions = {}): PgStore {
   setPgTypes();
   const pool = new pg.Pool({ connectionString: url, max: opts.poolSize ?? 10, application_name: opts.applicationName ?? 'svc' });
   // An idle client that loses its connection (the server restarted) emits here; the pool drops it.
   pool.on('error', () => {});
   const db = drizzlePg(pool) as unknown as Db;
-  const store: Store = {
+  const store: PgStore = {
     dialect: 'pg',
+    pool,
     db: routed(() => store, db),
     async transaction(fn) {
       const open = openOf(store);

@@ -4,7 +4,8 @@ import { parse as parseCsv } from 'csv-parse';
 import { and, desc, eq, lt } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
-import type { SqliteStore } from '../db/store.js';
+import { rawSql } from '../db/dialect.js';
+import { isSqliteStore } from '../db/store.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
@@ -421,21 +422,20 @@ async function applyBatch(
     else valid.push({ line: row.line, values: n.values, attributes: row.input.attributes, tags: n.tags });
   }
 
-  // The batch's reads and writes are synchronous statements on the transaction's connection
-  // (the writer): the only awaits are the transaction itself and the job's progress.
+  // The batch's statements are written by hand (multi-row inserts): on SQLite prepared once
+  // and run synchronously on the transaction's connection (the writer), on PostgreSQL awaited.
   return withTransaction(ctx, async (tx) => {
-    const client = tx.db.$client;
+    const raw = rawSql(tx.store, tx.db);
     const byEmail = new Map<string, Entry>();
     const byPhone = new Map<string, Entry>();
     const emails = [...new Set(valid.map((r) => r.values.email).filter((e): e is string => !!e))];
     const phones = [...new Set(valid.map((r) => r.values.phone).filter((p): p is string => !!p))];
-    const load = (column: 'email' | 'phone', values: string[]) => {
+    const load = async (column: 'email' | 'phone', values: string[]) => {
       for (const part of chunks(values, 500)) {
-        const found = client
-          .prepare(
-            `SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} IN (${part.map(() => '?').join(', ')})`,
-          )
-          .all(ctx.workspaceId, ...part) as StoredContact[];
+        const found = await raw.all<StoredContact>(
+          `SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} IN (${part.map(() => '?').join(', ')})`,
+          [ctx.workspaceId, ...part],
+        );
         for (const c of found) {
           const entry = (c.email ? byEmail.get(c.email) : undefined) ??
             (c.phone ? byPhone.get(c.phone) : undefined) ?? {
@@ -454,15 +454,15 @@ async function applyBatch(
         }
       }
     };
-    load('email', emails);
-    load('phone', phones);
+    await load('email', emails);
+    await load('phone', phones);
     const loaded = new Map<number, Entry>();
     for (const e of [...byEmail.values(), ...byPhone.values()]) loaded.set(e.id!, e);
     for (const part of chunks([...loaded.keys()], 500)) {
-      const tags = client.prepare(`SELECT contact_id, tag_key FROM contact_tags WHERE contact_id IN (${part.map(() => '?').join(', ')})`).all(...part) as {
-        contact_id: number;
-        tag_key: string;
-      }[];
+      const tags = await raw.all<{ contact_id: number; tag_key: string }>(
+        `SELECT contact_id, tag_key FROM contact_tags WHERE contact_id IN (${part.map(() => '?').join(', ')})`,
+        part,
+      );
       for (const t of tags) loaded.get(t.contact_id)!.tags.add(t.tag_key);
     }
 
@@ -556,39 +556,31 @@ async function applyBatch(
     const at = nowIso();
     const insertSql = (k: number) =>
       `INSERT INTO contacts (workspace_id, email, phone, first_name, last_name, attributes, created_at, updated_at) VALUES ${Array(k).fill('(?, ?, ?, ?, ?, ?, ?, ?)').join(', ')} RETURNING id, email, phone`;
-    const fullInsert = client.prepare(insertSql(ROWS_PER_INSERT));
     for (const part of chunks(created, ROWS_PER_INSERT)) {
       const args: unknown[] = [];
       for (const c of part) args.push(ctx.workspaceId, c.email, c.phone, c.firstName, c.lastName, JSON.stringify(c.attributes), at, at);
-      const ids = (part.length === ROWS_PER_INSERT ? fullInsert : client.prepare(insertSql(part.length))).all(...args) as {
-        id: number;
-        email: string | null;
-        phone: string | null;
-      }[];
+      const ids = await raw.all<{ id: number; email: string | null; phone: string | null }>(insertSql(part.length), args);
       // Every new contact has an email or a phone, each unique in the workspace: that finds it.
       for (const r of ids) (r.email ? byEmail.get(r.email) : byPhone.get(r.phone!))!.id = r.id;
     }
     const createdIds = new Set(created.map((e) => e.id));
-    const update = client.prepare(
-      'UPDATE contacts SET email = ?, phone = ?, first_name = ?, last_name = ?, attributes = ?, updated_at = ? WHERE id = ? AND workspace_id = ?',
-    );
+    const update = 'UPDATE contacts SET email = ?, phone = ?, first_name = ?, last_name = ?, attributes = ?, updated_at = ? WHERE id = ? AND workspace_id = ?';
     const tagRows: [number, string, string][] = [];
     const seen = new Set<Entry>();
     for (const entry of [...byEmail.values(), ...byPhone.values()]) {
       if (seen.has(entry) || !entry.dirty) continue;
       seen.add(entry);
       if (entry.id !== null && !createdIds.has(entry.id)) {
-        update.run(entry.email, entry.phone, entry.firstName, entry.lastName, JSON.stringify(entry.attributes), at, entry.id, ctx.workspaceId);
+        await raw.run(update, [entry.email, entry.phone, entry.firstName, entry.lastName, JSON.stringify(entry.attributes), at, entry.id, ctx.workspaceId]);
       }
       for (const [key, name] of entry.added) tagRows.push([entry.id!, key, name]);
     }
     const tagSql = (k: number) =>
       `INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name, created_at) VALUES ${Array(k).fill('(?, ?, ?, ?, ?)').join(', ')} ON CONFLICT DO NOTHING`;
-    const fullTags = client.prepare(tagSql(ROWS_PER_INSERT));
     for (const part of chunks(tagRows, ROWS_PER_INSERT)) {
       const args: unknown[] = [];
       for (const [id, key, name] of part) args.push(id, ctx.workspaceId, key, name, at);
-      (part.length === ROWS_PER_INSERT ? fullTags : client.prepare(tagSql(part.length))).run(...args);
+      await raw.run(tagSql(part.length), args);
     }
     await saveProgress(tx, jobId, result, progress);
     return result;
@@ -604,11 +596,9 @@ async function saveProgress(tx: WorkspaceContext, jobId: number, batch: BatchRes
   if (!job) throw new NotFoundError('import_not_found', `No import with id ${jobId}`);
   const room = Math.max(0, IMPORT_ERRORS_KEPT - job.errors.length);
   const at = nowIso();
-  tx.db.$client
-    .prepare(
-      'UPDATE contact_imports SET created = created + ?, updated = updated + ?, skipped = skipped + ?, error_count = error_count + ?, errors = ?, lines = ?, bytes_read = ?, updated_at = ?, heartbeat_at = ? WHERE id = ?',
-    )
-    .run(
+  await rawSql(tx.store, tx.db).run(
+    'UPDATE contact_imports SET created = created + ?, updated = updated + ?, skipped = skipped + ?, error_count = error_count + ?, errors = ?, lines = ?, bytes_read = ?, updated_at = ?, heartbeat_at = ? WHERE id = ?',
+    [
       batch.created,
       batch.updated,
       batch.skipped,
@@ -619,7 +609,8 @@ async function saveProgress(tx: WorkspaceContext, jobId: number, batch: BatchRes
       at,
       at,
       jobId,
-    );
+    ],
+  );
 }
 
 export interface RunImportHooks {
@@ -664,8 +655,8 @@ export async function runImport(
   // A bigger page cache on the connection the batches write through while the import runs
   // (they touch the same index pages again and again); restored at the end. 16 MiB keeps a
   // million-row import under 300 MB.
-  const store = ctx.store as SqliteStore;
-  const cacheBefore = await store.exclusive((w) => {
+  const sqlite = isSqliteStore(ctx.store) ? ctx.store : undefined;
+  const cacheBefore = await sqlite?.exclusive((w) => {
     const before = w.$client.pragma('cache_size', { simple: true }) as number;
     if (before > -IMPORT_CACHE_KIB && before < IMPORT_CACHE_KIB) w.$client.pragma(`cache_size = -${IMPORT_CACHE_KIB}`);
     return before;
@@ -702,7 +693,7 @@ export async function runImport(
     }
   } finally {
     clearInterval(heartbeat);
-    await store.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
+    await sqlite?.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
   }
   return finish(ctx, jobId, failure, bytes.bytes);
 }

@@ -2,6 +2,7 @@ import { and, asc, desc, eq, gt, inArray, lt, or, sql, type SQL } from 'drizzle-
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type WorkspaceContext } from '../context.js';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
+import { contactSearch, escapeLike } from '../db/dialect.js';
 import { contacts, contactTags, tagCounts } from '../db/schema.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
@@ -238,10 +239,6 @@ export interface ContactFilter {
   q?: string | undefined;
 }
 
-function escapeLike(s: string): string {
-  return s.replace(/[\\%_]/g, (c) => `\\${c}`);
-}
-
 /**
  * The trigram index matches substrings of 3 characters or more. A shorter `q` (one or two
  * characters) cannot use it: it is matched with LIKE while walking the workspace's contacts
@@ -249,11 +246,6 @@ function escapeLike(s: string): string {
  * and reads the whole workspace when they are rare.
  */
 export const SEARCH_MIN_INDEXED_LENGTH = 3;
-
-/** An FTS5 query: the workspace's marker in `ws`, and the text as one quoted phrase in the contact columns. */
-function ftsQuery(ctx: WorkspaceContext, q: string): string {
-  return `ws : "w${ctx.workspaceId}w" AND {email phone first_name last_name} : "${q.replace(/"/g, '""')}"`;
-}
 
 /**
  * The query a page of GET /contacts runs (exported so that tests can EXPLAIN it): newest
@@ -286,13 +278,9 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter) {
     conditions.push(sql`EXISTS (SELECT 1 FROM ${contactTags} WHERE ${contactTags.contactId} = ${contacts.id} AND ${contactTags.tagKey} = ${tagKey})`);
   }
   if (indexedQ !== undefined && driver === 'q') {
-    const below = before ? sql` AND rowid < ${before}` : sql``;
-    const limit = alone ? sql` LIMIT ${take}` : sql``;
-    conditions.push(
-      sql`${contacts.id} IN (SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)}${below} ORDER BY rowid DESC${limit})`,
-    );
+    conditions.push(sql`${contacts.id} IN (${contactSearch.ids(ctx.store, ctx.workspaceId, indexedQ, before, alone ? take : undefined)})`);
   } else if (indexedQ !== undefined) {
-    conditions.push(sql`EXISTS (SELECT 1 FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(ctx, indexedQ)} AND rowid = ${contacts.id})`);
+    conditions.push(contactSearch.matches(ctx.store, ctx.workspaceId, indexedQ, contacts.id));
   }
   if (shortQ !== undefined) {
     const pattern = `%${escapeLike(shortQ.toLowerCase())}%`;

@@ -3,6 +3,7 @@ import { recordAudit } from '../audit.js';
 import { nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/connection.js';
+import { execute, tablesWithWorkspaceId } from '../db/dialect.js';
 import { sandboxRequests, workspaces, type Plan } from '../db/schema.js';
 import { AppError, NotFoundError } from '../errors.js';
 import type { Page } from '../pagination.js';
@@ -138,7 +139,7 @@ export async function ensureSandbox(ctx: SystemContext, workspaceId: number, opt
       return { sandbox: view(row, tx.config), created: true, reset: false };
     }
     if (!opts.reset) return { sandbox: view(existing, tx.config), created: false, reset: false };
-    const deleted = clearWorkspaceData(tx.db, existing.id);
+    const deleted = await clearWorkspaceData(tx, existing.id);
     await tx.db.update(workspaces).set({ plan: live.plan, updatedAt: nowIso() }).where(eq(workspaces.id, existing.id));
     for (const id of [live.id, existing.id]) {
       await recordAudit(tx, { workspaceId: id, action: 'sandbox.reset', target: { type: 'workspace', id: existing.id }, metadata: { deleted } });
@@ -153,18 +154,12 @@ export async function ensureSandbox(ctx: SystemContext, workspaceId: number, opt
  * the count triggers of the first (contacts, tags, runs) may touch the counter tables again.
  * Answers the number of rows deleted per table (first pass).
  */
-function clearWorkspaceData(db: Db, workspaceId: number): Record<string, number> {
-  // SQLite only (sqlite_master, pragma_table_info), so synchronous: drizzle's all() and run()
-  // on the handle of the caller's transaction (SQLite's writer), which a transaction body may use.
-  const tables = db
-    .all<{ name: string }>(sql`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND substr(name, 1, 2) != '__' ORDER BY name`)
-    .map((t) => t.name)
-    .filter((name) => !KEPT_ON_RESET.has(name))
-    .filter((name) => db.all<{ name: string }>(sql`SELECT name FROM pragma_table_info(${name})`).some((c) => c.name === 'workspace_id'));
+async function clearWorkspaceData(tx: Pick<SystemContext, 'db' | 'store'>, workspaceId: number): Promise<Record<string, number>> {
+  const tables = (await tablesWithWorkspaceId(tx.store, tx.db)).filter((name) => !KEPT_ON_RESET.has(name));
   const deleted: Record<string, number> = {};
   for (let pass = 0; pass < 2; pass++) {
     for (const name of tables) {
-      const { changes } = db.run(sql`DELETE FROM ${sql.identifier(name)} WHERE workspace_id = ${workspaceId}`);
+      const changes = await execute(tx.store, tx.db, sql`DELETE FROM ${sql.identifier(name)} WHERE workspace_id = ${workspaceId}`);
       if (pass === 0 && changes > 0) deleted[name] = changes;
     }
   }

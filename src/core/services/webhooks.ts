@@ -4,10 +4,10 @@ import { recordAudit } from '../audit.js';
 import type { Config } from '../config.js';
 import { inWorkspace, selectPage, withTransaction, type WorkspaceContext } from '../context.js';
 import { safeEqual } from '../crypto.js';
-import type { WriteBatcher } from '../db/batcher.js';
 import type { Db } from '../db/connection.js';
-import type { SqliteStore } from '../db/store.js';
-import { COUNT_RUN_STARTED_SQL, countRunStarted } from '../db/runCounts.js';
+import { stmt, type Intake, type IntakeJob, type WorkflowRowRaw } from '../db/intake.js';
+import type { Store } from '../db/store.js';
+import { countRunStarted } from '../db/runCounts.js';
 import { contacts, webhookEvents, workflowRuns, workflows, type ContactDefaults, type LookupKind, type StepDefinition } from '../db/schema.js';
 import { AppError, ConflictError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
 import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
@@ -97,54 +97,6 @@ export function extractLookup(target: Pick<WebhookTarget, 'lookup' | 'path'>, bo
 
 type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError } | { ok: false; contactGone: true };
 
-interface WorkflowRowRaw {
-  id: number;
-  webhook_token: string | null;
-  workspace_id: number;
-  status: string;
-  trigger_source: string;
-  steps: string;
-  webhook_lookup: LookupKind | null;
-  webhook_path: string | null;
-  create_if_not_found: number;
-  contact_defaults: string;
-  signing_secret: string | null;
-}
-
-const WORKFLOW_COLUMNS =
-  'id, webhook_token, workspace_id, status, trigger_source, steps, webhook_lookup, webhook_path, create_if_not_found, contact_defaults, signing_secret';
-
-/**
- * The hot path's SQL, prepared once: building queries per request cost more than running them.
- * Prepared on the writer connection, where the batch transactions run (reads inside a batch
- * see the batch's own writes); the workflow reads outside a batch have their own on the
- * reading connection.
- */
-function prepareStatements(db: Db) {
-  const c = db.$client;
-  return {
-    workflowByToken: c.prepare<[string], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE webhook_token = ?`),
-    workflowById: c.prepare<[number], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE id = ?`),
-    contactByEmail: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ?'),
-    contactByPhone: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ?'),
-    contactById: c.prepare<[number, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND id = ?'),
-    // No RETURNING: it makes SQLite journal the statement (see countRunStarted); the id is the rowid.
-    insertRun: c.prepare<[number, number, number, string, string]>(
-      'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?)',
-    ),
-    countRunStarted: c.prepare<[number]>(COUNT_RUN_STARTED_SQL),
-    insertEvent: c.prepare(
-      `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
-       VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @bodySize, @bodySha256, @replayOf)`,
-    ),
-    firstByIdempotencyKey: c.prepare<[number, string, string], { id: number; run_id: number | null; contact_id: number | null }>(
-      `SELECT id, run_id, contact_id FROM webhook_events
-        WHERE workflow_id = ? AND idempotency_key = ? AND status_code = 202 AND replay_of IS NULL AND received_at > ?
-        ORDER BY id DESC LIMIT 1`,
-    ),
-  };
-}
-
 /** What the route knows before it reads the body. */
 export interface RequestHead {
   contentType: string | null;
@@ -186,38 +138,31 @@ function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffe
  * given only after the workflow row, re-read inside the committing transaction, is found
  * unchanged (or the request is re-checked against the new row there), and every refusal
  * is re-checked against a fresh read first. So an activation, pause, secret rotation or
- * path change made by any process (the CLI, another server) applies to the next request.
- * Writes go through the group-commit batcher; a 202 is only answered after COMMIT.
+ * path change made by any process (the CLI, another server or node) applies to the next
+ * request. Writes go through the store's group commit (db/intake.ts); a 202 is only
+ * answered after COMMIT. The writes are generators that yield one statement at a time, so
+ * the same rules run synchronously on SQLite and awaited on PostgreSQL.
  */
 export class WebhookReceiver {
   private readonly secrets = new Map<string, string>();
   private readonly parsed = new Map<number, { row: WorkflowRowRaw; target: WebhookTarget; stepsJson: string }>();
   private readonly activeByToken = new Map<string, WebhookTarget>();
-  private batchReads: { batchId: number; targets: Map<number, WebhookTarget | undefined> } = { batchId: -1, targets: new Map() };
-  private readonly sql: ReturnType<typeof prepareStatements>;
-  private readonly read: Pick<
-    ReturnType<typeof prepareStatements>,
-    'workflowByToken' | 'workflowById' | 'firstByIdempotencyKey' | 'contactByEmail' | 'contactByPhone'
-  >;
+  private batchReads: { batch: unknown; targets: Map<number, WebhookTarget | undefined> } = { batch: undefined, targets: new Map() };
 
   constructor(
-    private readonly store: SqliteStore,
+    private readonly store: Store,
     private readonly config: Config,
-    private readonly batcher: WriteBatcher,
-  ) {
-    this.sql = prepareStatements(store.writer);
-    const { workflowByToken, workflowById, firstByIdempotencyKey, contactByEmail, contactByPhone } = prepareStatements(store.db);
-    this.read = { workflowByToken, workflowById, firstByIdempotencyKey, contactByEmail, contactByPhone };
-  }
+    private readonly intake: Intake,
+  ) {}
 
   /** The workflow behind a token, active or not; undefined when no workflow has it. */
-  target(token: string, opts: { fresh?: boolean } = {}): WebhookTarget | undefined {
+  async target(token: string, opts: { fresh?: boolean } = {}): Promise<WebhookTarget | undefined> {
     if (!TOKEN_RE.test(token)) return undefined;
     if (!opts.fresh) {
       const cached = this.activeByToken.get(token);
       if (cached) return cached;
     }
-    const row = this.read.workflowByToken.get(token);
+    const row = await this.intake.read.workflowByToken(token);
     if (!row) {
       this.activeByToken.delete(token);
       return undefined;
@@ -272,10 +217,10 @@ export class WebhookReceiver {
       if (head.contentLength !== null && head.contentLength > this.config.webhookBodyLimit) return this.tooLarge();
       return undefined;
     };
-    let target = this.target(token);
+    let target = await this.target(token);
     let error = check(target);
     if (error && target?.active) {
-      target = this.target(token, { fresh: true });
+      target = await this.target(token, { fresh: true });
       error = check(target);
     }
     if (!error) return target!;
@@ -292,7 +237,7 @@ export class WebhookReceiver {
    * body's size, SHA-256 and first 1 KiB are kept.
    */
   async refuse(target: WebhookTarget, error: AppError, req: ReceivedRequest, verified = false): Promise<AppError> {
-    await this.batcher.run(() => this.insertEvent(target, req, { statusCode: error.status, code: error.code }, verified));
+    await this.intake.run(() => this.insertEvent(target, req, { statusCode: error.status, code: error.code }, verified));
     return error;
   }
 
@@ -304,23 +249,21 @@ export class WebhookReceiver {
     } catch (err) {
       if (!(err instanceof AppError)) throw err;
       // Refuse only what the workflow as it is now refuses.
-      const fresh = this.freshTarget(target, this.read.workflowById);
+      const fresh = await this.freshTarget(target);
       if (fresh === target) throw await this.refuse(target, err, req, err.code !== SIGNATURE_INVALID);
       if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
       return this.receive(fresh, req, attempt);
     }
-    // A contact to create is created first, in a transaction of its own: the batch's jobs are
-    // synchronous, and creating a contact is the contacts service's work (normalising, tags,
-    // audit).
-    const creating = this.createMissingContact(target, req, checked.lookup);
-    if (creating) await creating; // the hot path (the contact exists) does not wait a turn
-    const outcome = await this.batcher.run(() => this.accept(target, req, checked.text, checked.lookup));
+    // A contact to create is created first, in a transaction of its own: creating a contact
+    // is the contacts service's work (normalising, tags, audit).
+    await this.createMissingContact(target, req, checked.lookup);
+    const outcome = await this.intake.run((batch) => this.accept(batch, target, req, checked.text, checked.lookup));
     if (outcome.ok) return outcome.accepted;
     if ('error' in outcome) throw outcome.error;
     // No contact after all: deleted in between, or the workflow changed before the batch
     // (and with it what to create). Once more from the workflow as it is now.
     if (attempt >= 2) throw new AppError(409, 'contact_changed', 'The contact changed while this request was accepted; send it again');
-    const fresh = this.freshTarget(target, this.read.workflowById);
+    const fresh = await this.freshTarget(target);
     if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
     return this.receive(fresh, req, attempt + 1);
   }
@@ -330,13 +273,12 @@ export class WebhookReceiver {
    * the request was checked against, and this is not a replay of an accepted request,
    * creates it (two requests for one new email at once: the second finds the first's).
    */
-  private createMissingContact(target: WebhookTarget, req: ReceivedRequest, lookup: LookupValue): Promise<unknown> | undefined {
+  private async createMissingContact(target: WebhookTarget, req: ReceivedRequest, lookup: LookupValue): Promise<void> {
     if (lookup.kind === 'contactId' || !target.createIfNotFound) return;
-    const byValue = lookup.kind === 'email' ? this.read.contactByEmail : this.read.contactByPhone;
-    if (byValue.get(target.workspaceId, lookup.value)) return;
+    if ((await this.intake.read.contactId(target.workspaceId, lookup.kind, lookup.value)) !== undefined) return;
     // Paused, deleted or changed since it was cached: the batch decides, and creates nothing.
-    if (this.freshTarget(target, this.read.workflowById) !== target) return;
-    if (req.idempotencyKey && this.read.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, idempotencySince())) return;
+    if ((await this.freshTarget(target)) !== target) return;
+    if (req.idempotencyKey && (await this.intake.read.firstByIdempotencyKey(target.workflowId, req.idempotencyKey, idempotencySince()))) return;
     const ctx = {
       db: this.store.db,
       store: this.store,
@@ -345,13 +287,16 @@ export class WebhookReceiver {
       actor: webhookActor(target.workflowId),
       ip: null,
     };
-    return resolveContact(ctx, target, lookup);
+    await resolveContact(ctx, target, lookup);
   }
 
-  /** The target as its row is now; the same object when nothing changed. */
-  private freshTarget(target: WebhookTarget, byId = this.sql.workflowById): WebhookTarget | undefined {
-    const row = byId.get(target.workflowId);
-    if (!row) return undefined;
+  /** The target as its row (read outside a batch) is now; the same object when nothing changed. */
+  private async freshTarget(target: WebhookTarget): Promise<WebhookTarget | undefined> {
+    const row = await this.intake.read.workflowById(target.workflowId);
+    return row && this.remember(row);
+  }
+
+  private remember(row: WorkflowRowRaw): WebhookTarget {
     const fresh = this.fromRow(row);
     if (row.webhook_token) {
       if (fresh.active) this.activeByToken.set(row.webhook_token, fresh);
@@ -361,38 +306,45 @@ export class WebhookReceiver {
   }
 
   /** The target as its row is now, read once per batch transaction. */
-  private currentInBatch(target: WebhookTarget): WebhookTarget | undefined {
-    const batchId = this.batcher.batchId;
-    if (this.batchReads.batchId !== batchId) this.batchReads = { batchId, targets: new Map() };
+  private *currentInBatch(batch: unknown, target: WebhookTarget): IntakeJob<WebhookTarget | undefined> {
+    if (this.batchReads.batch !== batch) this.batchReads = { batch, targets: new Map() };
     const targets = this.batchReads.targets;
-    if (!targets.has(target.workflowId)) targets.set(target.workflowId, this.freshTarget(target));
+    if (!targets.has(target.workflowId)) {
+      const row = yield* stmt((s) => s.workflowById(target.workflowId));
+      const fresh = row && this.remember(row);
+      // Another batch (PostgreSQL runs several at once) may have taken the cache meanwhile.
+      if (this.batchReads.batch !== batch) this.batchReads = { batch, targets: new Map() };
+      this.batchReads.targets.set(target.workflowId, fresh);
+      return fresh;
+    }
     return targets.get(target.workflowId);
   }
 
   /** Runs inside the batch transaction: everything here commits together or not at all. */
-  private accept(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, triggerJson: string, lookup: LookupValue): Outcome {
+  private *accept(batch: unknown, target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, triggerJson: string, lookup: LookupValue): IntakeJob<Outcome> {
     // Re-read the workflow under the write lock (cheap inside a transaction): the run must
     // follow the configuration as it is at commit time.
-    const current = this.currentInBatch(target);
+    const current = yield* this.currentInBatch(batch, target);
     if (current !== target) {
       if (!current?.active) {
         const error = notFound();
-        if (current) this.insertEvent(current, req, { statusCode: error.status, code: error.code }, false);
+        if (current) yield* this.insertEvent(current, req, { statusCode: error.status, code: error.code }, false);
         return { ok: false, error };
       }
       try {
         ({ text: triggerJson, lookup } = evaluateBody(current, req, this.config.defaultPhoneRegion));
       } catch (err) {
         if (!(err instanceof AppError)) throw err;
-        this.insertEvent(current, req, { statusCode: err.status, code: err.code }, err.code !== SIGNATURE_INVALID);
+        yield* this.insertEvent(current, req, { statusCode: err.status, code: err.code }, err.code !== SIGNATURE_INVALID);
         return { ok: false, error: err };
       }
       target = current;
     }
     if (req.idempotencyKey) {
-      const first = this.sql.firstByIdempotencyKey.get(target.workflowId, req.idempotencyKey, idempotencySince());
+      const key = req.idempotencyKey;
+      const first = yield* stmt((s) => s.firstByIdempotencyKey(target.workflowId, key, idempotencySince()));
       if (first?.run_id != null && first.contact_id != null) {
-        this.insertEvent(
+        yield* this.insertEvent(
           target,
           req,
           { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id },
@@ -401,45 +353,35 @@ export class WebhookReceiver {
         return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
-    const contactId = this.findContact(target, lookup);
+    const contactId = yield* stmt((s) => s.contactId(target.workspaceId, lookup.kind, lookup.value));
     if (contactId === undefined && target.createIfNotFound && lookup.kind !== 'contactId') return { ok: false, contactGone: true };
     if (contactId === undefined) {
       const error = new NotFoundError(
         'contact_not_found',
         `No contact matches this ${lookup.kind}${lookup.kind === 'contactId' ? '' : ' and create-if-not-found is off'}`,
       );
-      this.insertEvent(target, req, { statusCode: 404, code: error.code }, true);
+      yield* this.insertEvent(target, req, { statusCode: 404, code: error.code }, true);
       return { ok: false, error };
     }
     const stepsJson = this.parsed.get(target.workflowId)?.stepsJson ?? JSON.stringify(target.steps);
     // The trigger is stored as the received text (already checked to be a JSON object).
-    const runId = Number(this.sql.insertRun.run(target.workspaceId, target.workflowId, contactId, stepsJson, triggerJson).lastInsertRowid);
-    this.sql.countRunStarted.run(target.workspaceId);
-    this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId }, true);
+    const { workspaceId, workflowId } = target;
+    const runId = yield* stmt((s) => s.insertRun(workspaceId, workflowId, contactId, stepsJson, triggerJson));
+    yield* this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId }, true);
     return { ok: true, accepted: { runId, contactId, replayed: false } };
   }
 
-  private findContact(target: WebhookTarget, lookup: LookupValue): number | undefined {
-    const row =
-      lookup.kind === 'contactId'
-        ? this.sql.contactById.get(target.workspaceId, lookup.value)
-        : lookup.kind === 'email'
-          ? this.sql.contactByEmail.get(target.workspaceId, lookup.value)
-          : this.sql.contactByPhone.get(target.workspaceId, lookup.value);
-    return row?.id;
-  }
-
-  private insertEvent(
+  private *insertEvent(
     target: WebhookTarget,
     req: ReceivedRequest,
     result: { statusCode: number; code: string | null; runId?: number; contactId?: number; replayOf?: number },
     verified: boolean,
-  ): void {
+  ): IntakeJob<void> {
     const raw = req.raw;
     // An unauthenticated sender may post 1 MiB 120 times a minute: what was not verified
     // is kept as evidence (size, hash, a prefix to recognise it), not as a copy.
     const whole = raw === null || verified;
-    this.sql.insertEvent.run({
+    const row = {
       workspaceId: target.workspaceId,
       workflowId: target.workflowId,
       statusCode: result.statusCode,
@@ -453,7 +395,8 @@ export class WebhookReceiver {
       bodySize: raw?.length ?? null,
       bodySha256: whole ? null : createHash('sha256').update(raw).digest('hex'),
       replayOf: result.replayOf ?? null,
-    });
+    };
+    yield* stmt((s) => s.insertEvent(row));
   }
 }
 

@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import { schemaVersion } from '../../core/db/migrate.js';
+import { storeSchemaVersion } from '../../core/db/dialect.js';
 import type { Store } from '../../core/db/store.js';
 import { VERSION } from '../../core/version.js';
 import type { App } from '../app.js';
@@ -25,7 +25,7 @@ export async function healthRoutes(app: App, opts: { store: Store; readiness: Re
       config: { access: 'public' },
       schema: { response: { 200: Type.Object({ status: Type.Literal('ok'), ...Versions }) } },
     },
-    async () => ({ status: 'ok' as const, version: VERSION, schemaVersion: schemaVersion(opts.store.db) }),
+    async () => ({ status: 'ok' as const, version: VERSION, schemaVersion: await storeSchemaVersion(opts.store) }),
   );
 
   app.get(
@@ -44,7 +44,7 @@ export async function healthRoutes(app: App, opts: { store: Store; readiness: Re
     },
     async (_req, reply) => {
       const report = await opts.readiness.check();
-      if (report.ready) return { status: 'ready' as const, version: VERSION, schemaVersion: schemaVersion(opts.store.db), checks: report.checks };
+      if (report.ready) return { status: 'ready' as const, version: VERSION, schemaVersion: await storeSchemaVersion(opts.store), checks: report.checks };
       return sendProblem(reply, { ...problem(503, report.code ?? 'not_ready', report.detail), checks: report.checks } as ReturnType<typeof problem>, {
         'retry-after': String(report.code === 'storage_full' ? STORAGE_FULL_RETRY_AFTER : 5),
         'cache-control': 'no-store',

@@ -1,0 +1,177 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { Db } from './connection.js';
+import { DatabaseTooNewError, migrationStatus, readJournal, schemaVersion, type MigrationStatus } from './migrate.js';
+import { findPgMigrationsDir } from './pgMigrate.js';
+import type { Store } from './store.js';
+
+/**
+ * The few statements that services need and the two dialects spell differently (see
+ * docs/stores.md): raw statements, the schema's own description, and contact search. Each
+ * takes the store for its dialect and the handle to run on (a transaction's, or ctx.db).
+ */
+
+interface PgHandle {
+  execute(query: SQL): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>;
+}
+
+/** Runs a raw statement; answers the rows it changed. */
+export async function execute(store: Pick<Store, 'dialect'>, db: Db, query: SQL): Promise<number> {
+  if (store.dialect === 'pg') return (await (db as unknown as PgHandle).execute(query)).rowCount ?? 0;
+  return db.run(query).changes;
+}
+
+/** Runs a raw query; answers its rows. */
+export async function queryRows<T extends Record<string, unknown>>(store: Pick<Store, 'dialect'>, db: Db, query: SQL): Promise<T[]> {
+  if (store.dialect === 'pg') return (await (db as unknown as PgHandle).execute(query)).rows as T[];
+  return db.all<T>(query);
+}
+
+/** The tables that have a workspace_id column, by name, from the database's own description. */
+export async function tablesWithWorkspaceId(store: Pick<Store, 'dialect'>, db: Db): Promise<string[]> {
+  const rows =
+    store.dialect === 'pg'
+      ? await queryRows<{ name: string }>(
+          store,
+          db,
+          sql`SELECT table_name AS name FROM information_schema.columns
+               WHERE table_schema = current_schema() AND column_name = 'workspace_id' ORDER BY table_name`,
+        )
+      : await queryRows<{ name: string }>(
+          store,
+          db,
+          sql`SELECT m.name AS name FROM sqlite_master m
+               WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND substr(m.name, 1, 2) != '__'
+                 AND EXISTS (SELECT 1 FROM pragma_table_info(m.name) c WHERE c.name = 'workspace_id')
+               ORDER BY m.name`,
+        );
+  return rows.map((r) => r.name);
+}
+
+/** LIKE's wildcards and its escape character, escaped with a backslash. */
+export function escapeLike(s: string): string {
+  return s.replace(/[\\%_]/g, (c) => `\\${c}`);
+}
+
+/**
+ * Substring search in a workspace's contacts (email, phone, first and last name, each field
+ * matched on its own, case-insensitively), through the index each store has for it:
+ * SQLite's FTS5 trigram table `contacts_fts`, PostgreSQL's pg_trgm GIN index on the
+ * expression of migrations/pg/0001 (a query must use that exact expression to use it).
+ */
+export const contactSearch = {
+  /** The ids of matching contacts, newest first, below the cursor, at most `limit` when given: a subquery to drive a list. */
+  ids(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, before: number | undefined, limit: number | undefined): SQL {
+    const limitSql = limit !== undefined ? sql` LIMIT ${limit}` : sql``;
+    if (store.dialect === 'pg') {
+      const below = before ? sql` AND id < ${before}` : sql``;
+      return sql`SELECT id FROM contacts WHERE workspace_id = ${workspaceId} AND ${pgMatch(q)}${below} ORDER BY id DESC${limitSql}`;
+    }
+    const below = before ? sql` AND rowid < ${before}` : sql``;
+    return sql`SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)}${below} ORDER BY rowid DESC${limitSql}`;
+  },
+  /** A condition on the row `contacts.id = idColumn`: whether it matches (checked per row, for a list driven by another filter). */
+  matches(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, id: unknown): SQL {
+    if (store.dialect === 'pg') return pgMatch(q);
+    return sql`EXISTS (SELECT 1 FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)} AND rowid = ${id})`;
+  },
+};
+
+const pgSearchable = sql.raw(
+  `(coalesce("email", '') || E'\\n' || coalesce("phone", '') || E'\\n' || coalesce("first_name", '') || E'\\n' || coalesce("last_name", ''))`,
+);
+
+/**
+ * The substring condition on the indexed expression. A newline in q would span two fields,
+ * and PostgreSQL text cannot hold NUL: such a q matches nothing, as in FTS5.
+ */
+function pgMatch(q: string): SQL {
+  if (q.includes('\n') || q.includes('\u0000')) return sql`false`;
+  return sql`${pgSearchable} ILIKE ${`%${escapeLike(q)}%`}`;
+}
+
+/** An FTS5 query: the workspace's marker in `ws`, and the text as one quoted phrase in the contact columns. */
+function ftsQuery(workspaceId: number, q: string): string {
+  return `ws : "w${workspaceId}w" AND {email phone first_name last_name} : "${q.replace(/"/g, '""')}"`;
+}
+
+/** The tag of the latest migration applied to the store's database (null: none). */
+export async function storeSchemaVersion(store: Store): Promise<string | null> {
+  if (store.dialect === 'sqlite') return schemaVersion(store.db);
+  const rows = await queryRows<{ tag: string }>(store, store.db, sql`SELECT tag FROM svc_migrations ORDER BY id DESC LIMIT 1`);
+  return rows[0]?.tag ?? null;
+}
+
+/** Which of this build's migrations the store's database has, and which it still needs. */
+export async function storeMigrationStatus(store: Store): Promise<MigrationStatus> {
+  if (store.dialect === 'sqlite') return migrationStatus(store.db);
+  const known = readJournal(findPgMigrationsDir()).map((e) => e.tag);
+  const applied = (await queryRows<{ tag: string }>(store, store.db, sql`SELECT tag FROM svc_migrations ORDER BY id`)).map((r) => r.tag);
+  const unknown = applied.filter((t) => !known.includes(t));
+  if (unknown.length) throw new DatabaseTooNewError(unknown);
+  return { applied, pending: known.filter((t) => !applied.includes(t)) };
+}
+
+/**
+ * Every table of svc's schema with rows of its own, by name: not SQLite's internal tables, its
+ * full-text index (a virtual table, read through its shadow tables) or the WITHOUT ROWID
+ * config table of that index.
+ */
+export async function allTables(store: Pick<Store, 'dialect'>, db: Db): Promise<string[]> {
+  if (store.dialect === 'pg') {
+    const rows = await queryRows<{ name: string }>(
+      store,
+      db,
+      sql`SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`,
+    );
+    return rows.map((r) => r.name);
+  }
+  const rows = await queryRows<{ name: string; sql: string }>(
+    store,
+    db,
+    sql`SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`,
+  );
+  return rows.filter((r) => !/WITHOUT\s+ROWID|^CREATE\s+VIRTUAL/i.test(r.sql)).map((r) => r.name);
+}
+
+/**
+ * Statements written once with `?` placeholders, for the bulk paths (import) that build their
+ * SQL by hand: prepared and cached per connection on SQLite (run synchronously; the promise
+ * only hands the result on), numbered `$n` parameters through drizzle on PostgreSQL.
+ */
+export interface RawSql {
+  all<T>(text: string, params: unknown[]): Promise<T[]>;
+  run(text: string, params: unknown[]): Promise<void>;
+}
+
+type Prepared = { all(...params: unknown[]): unknown[]; run(...params: unknown[]): unknown };
+const prepared = new WeakMap<object, Map<string, Prepared>>();
+
+export function rawSql(store: Pick<Store, 'dialect'>, db: Db): RawSql {
+  if (store.dialect === 'pg') {
+    const toSql = (text: string, params: unknown[]): SQL => {
+      const parts = text.split('?');
+      if (parts.length !== params.length + 1) throw new Error(`${parts.length - 1} placeholders for ${params.length} parameters`);
+      return sql.join(parts.flatMap((part, i) => (i < params.length ? [sql.raw(part), sql`${params[i]}`] : [sql.raw(part)])));
+    };
+    return {
+      all: <T>(text: string, params: unknown[]) => queryRows(store, db, toSql(text, params)) as Promise<T[]>,
+      run: async (text, params) => void (await execute(store, db, toSql(text, params))),
+    };
+  }
+  const client = db.$client;
+  const cache = prepared.get(client) ?? new Map<string, Prepared>();
+  prepared.set(client, cache);
+  const statement = (text: string) => {
+    let s = cache.get(text);
+    if (!s) {
+      if (cache.size > 200) cache.clear();
+      s = client.prepare(text) as unknown as Prepared;
+      cache.set(text, s);
+    }
+    return s;
+  };
+  return {
+    all: async <T>(text: string, params: unknown[]) => statement(text).all(...params) as T[],
+    run: async (text, params) => void statement(text).run(...params),
+  };
+}
