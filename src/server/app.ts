@@ -37,7 +37,7 @@ import { settingsRoutes } from './routes/settings.js';
 import { WriteBatcher } from '../core/db/batcher.js';
 import { Engine, type EngineOptions } from '../engine/scheduler.js';
 import { WebhookReceiver } from '../core/services/webhooks.js';
-import { pruneAll, Pruner } from '../core/services/retention.js';
+import { pruneAll, pruneAllPg, Pruner } from '../core/services/retention.js';
 import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
 import { Readiness, registerReadiness } from './readiness.js';
@@ -226,7 +226,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(templateRoutes, { renderPool });
 
   // SQLite's hot paths share one group commit on the writer connection; PostgreSQL's intake
-  // has its own (db/intake.ts). The engine and retention run on SQLite only so far.
+  // has its own (db/intake.ts). The engine runs on SQLite only so far.
   const sqlite = isSqliteStore(deps.store) ? deps.store : undefined;
   if (!sqlite && deps.engine) throw new Error('the run engine does not run on PostgreSQL yet; start this node with the engine off');
   const batcher = sqlite ? new WriteBatcher(sqlite) : undefined;
@@ -245,8 +245,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const pruner = sqlite && batcher ? new Pruner(sqlite, config) : undefined;
   let pruning: Promise<void> | undefined;
   const prune = () => {
-    if (!pruner || !batcher) return;
-    pruning ??= pruneAll(pruner, (work) => batcher.run(work))
+    pruning ??= (pruner && batcher ? pruneAll(pruner, (work) => batcher.run(work)) : pruneAllPg(deps.store, config))
       .then((deleted) => {
         if (Object.values(deleted).some((n) => n > 0)) app.log.info({ deleted }, 'pruned what the retention settings no longer keep');
       })

@@ -140,10 +140,11 @@ export async function allTables(store: Pick<Store, 'dialect'>, db: Db): Promise<
  */
 export interface RawSql {
   all<T>(text: string, params: unknown[]): Promise<T[]>;
-  run(text: string, params: unknown[]): Promise<void>;
+  /** Answers the rows the statement changed. */
+  run(text: string, params: unknown[]): Promise<number>;
 }
 
-type Prepared = { all(...params: unknown[]): unknown[]; run(...params: unknown[]): unknown };
+type Prepared = { all(...params: unknown[]): unknown[]; run(...params: unknown[]): { changes: number } };
 const prepared = new WeakMap<object, Map<string, Prepared>>();
 
 export function rawSql(store: Pick<Store, 'dialect'>, db: Db): RawSql {
@@ -155,7 +156,7 @@ export function rawSql(store: Pick<Store, 'dialect'>, db: Db): RawSql {
     };
     return {
       all: <T>(text: string, params: unknown[]) => queryRows(store, db, toSql(text, params)) as Promise<T[]>,
-      run: async (text, params) => void (await execute(store, db, toSql(text, params))),
+      run: (text, params) => execute(store, db, toSql(text, params)),
     };
   }
   const client = db.$client;
@@ -172,6 +173,6 @@ export function rawSql(store: Pick<Store, 'dialect'>, db: Db): RawSql {
   };
   return {
     all: async <T>(text: string, params: unknown[]) => statement(text).all(...params) as T[],
-    run: async (text, params) => void statement(text).run(...params),
+    run: async (text, params) => statement(text).run(...params).changes,
   };
 }

@@ -1,6 +1,7 @@
 import type { Statement } from 'better-sqlite3';
 import type { Config } from '../config.js';
-import type { SqliteStore } from '../db/store.js';
+import { rawSql } from '../db/dialect.js';
+import type { SqliteStore, Store } from '../db/store.js';
 
 /** Rows deleted per statement: small enough that a batch holds the write lock briefly. */
 export const PRUNE_BATCH = 500;
@@ -80,6 +81,35 @@ export class Pruner {
       if (n >= PRUNE_BATCH) more = true;
     }
     return { deleted, more };
+  }
+}
+
+/** Names "svc retention pruning" in pg_locks: one node of a cluster prunes at a time. */
+export const PRUNE_LOCK_KEY = 7_140_002;
+
+/**
+ * PostgreSQL: the same rules, a batch of each kind per transaction, until nothing is left.
+ * Each transaction first tries the pruning lock; when another node holds it, that node is
+ * pruning and this one stops (it tries again at its next turn).
+ */
+export async function pruneAllPg(store: Store, config: Config, now = Date.now()): Promise<PruneCounts> {
+  const total = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0, sandboxRequests: 0 };
+  for (;;) {
+    const more = await store.transaction(async (tx) => {
+      const raw = rawSql(store, tx);
+      const [lock] = await raw.all<{ held: boolean }>('SELECT pg_try_advisory_xact_lock(?) AS held', [PRUNE_LOCK_KEY]);
+      if (!lock?.held) return false;
+      let again = false;
+      for (const rule of RULES) {
+        const cutoff = rule.cutoff(config, now);
+        if (cutoff === null) continue;
+        const n = await raw.run(rule.sql.replace('@cutoff', '?'), [cutoff]);
+        total[rule.what] += n;
+        if (n >= PRUNE_BATCH) again = true;
+      }
+      return again;
+    });
+    if (!more) return total;
   }
 }
 
