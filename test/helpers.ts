@@ -11,7 +11,7 @@ import { queryRows } from '../src/core/db/dialect.js';
 import { findMigrationsDir, readJournal } from '../src/core/db/migrate.js';
 import { findPgMigrationsDir } from '../src/core/db/pgMigrate.js';
 import { isSqliteStore, type SqliteStore, type Store } from '../src/core/db/store.js';
-import { createTestDatabase } from './pg.js';
+import { createDatabase } from './pg.js';
 import type { WorkspaceContext } from '../src/core/context.js';
 import type { Plan, Role } from '../src/core/db/schema.js';
 import { mintApiKey } from '../src/core/services/apiKeys.js';
@@ -142,9 +142,12 @@ export async function build(
   const dataDir = tempDir(t);
   const env = { ...(opts.env ?? {}) };
   // SVC_TEST_STORE=pg: the same server on a database of its own on the PostgreSQL test server.
-  // A server with the engine stays on SQLite until the engine runs on PostgreSQL (README,
-  // "PostgreSQL"): its tests still run, on the store that can execute their runs.
-  if (testStore() === 'pg' && opts.store !== 'sqlite' && !opts.engine) env.SVC_DATABASE_URL = await createTestDatabase(t);
+  let dropDatabase: (() => Promise<void>) | undefined;
+  if (testStore() === 'pg' && opts.store !== 'sqlite') {
+    const database = await createDatabase();
+    env.SVC_DATABASE_URL = database.url;
+    dropDatabase = database.drop;
+  }
   const init = await initialiseDataFolder(
     { dataDir },
     env,
@@ -164,6 +167,8 @@ export async function build(
   t.after(async () => {
     await app.close();
     await store.close();
+    // Dropped once nothing uses it (a drop ends the connections still open).
+    await dropDatabase?.();
   });
   return { app, ...serverHandle({ url: address, store, config, dataDir, init }) };
 }

@@ -40,10 +40,16 @@ async function admin<T>(server: string, fn: (client: pg.Client) => Promise<T>): 
  * its URL.
  */
 export async function createTestDatabase(t: Pick<TestContext, 'after'>): Promise<string> {
+  const { url, drop } = await createDatabase();
+  t.after(drop);
+  return url;
+}
+
+/** A new, empty database on the test server; the caller drops it (after closing what uses it). */
+export async function createDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
   const server = testDatabaseServer();
   if (!server) throw new Error('SVC_TEST_DATABASE_URL is not set');
   const name = `svc_test_${process.pid}_${randomBytes(4).toString('hex')}`;
   await admin(server, (c) => c.query(`CREATE DATABASE ${name}`));
-  t.after(() => admin(server, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)));
-  return withDatabase(server, name);
+  return { url: withDatabase(server, name), drop: () => admin(server, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
 }

@@ -1,4 +1,4 @@
-// `npm run test:pg`: the service suites again, each server on a PostgreSQL database of its own
+// `npm run test:pg`: the service and engine suites again, each server on a PostgreSQL database of its own
 // (SVC_TEST_STORE=pg), on the server SVC_TEST_DATABASE_URL names (.ci/run sets it). Outside CI
 // without that variable it says so and does nothing; under CI=true it fails instead.
 import { spawnSync } from 'node:child_process';

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { loadConfig } from '../core/config.js';
 import { backupDatabase, restoreBackup, type BackupProgress } from '../core/services/backup.js';
-import { configFlags, globals, output } from './io.js';
+import { CliError, configFlags, globals, output } from './io.js';
 
 function megabytes(bytes: number): string {
   return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
@@ -30,6 +30,7 @@ export function registerBackup(program: Command): void {
     .requiredOption('--to <file>', 'the backup file to write (must not exist)')
     .action(async (opts: { to: string }, cmd: Command) => {
       const config = loadConfig(configFlags(cmd));
+      if (config.databaseUrl) throw new CliError('svc backup copies the SQLite file of the data folder; with databaseUrl set, back up PostgreSQL with pg_dump');
       const line = progressLine(!globals(cmd).json && !!process.stderr.isTTY);
       let result: Awaited<ReturnType<typeof backupDatabase>>;
       try {

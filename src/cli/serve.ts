@@ -1,6 +1,6 @@
 import { createServer, type AddressInfo } from 'node:net';
 import type { Command } from 'commander';
-import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openMigrated, type InitResult } from '../core/bootstrap.js';
+import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openStore, type InitResult } from '../core/bootstrap.js';
 import { loadConfig, resolveDataDir, type Config, type ConfigFlags } from '../core/config.js';
 import { startBackupSchedule, type BackupSchedule } from '../core/services/backupSchedule.js';
 import { acquireServeLock } from '../core/serverLock.js';
@@ -59,13 +59,13 @@ export function registerServe(program: Command): void {
         if (loaded.port === 0) flags.port = await freePort(loaded.host);
         return loadConfig(flags);
       };
-      if (needsInitialisation(flags, process.env)) {
+      if (await needsInitialisation(flags, process.env)) {
         initialised = await initialiseDataFolder(flags, process.env, { workspaceName: DEFAULT_WORKSPACE_NAME, email: DEFAULT_OWNER_EMAIL }, cliActor());
         config = await withPort();
         if (!json) process.stdout.write(`${describeInit(initialised, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
       config ??= await withPort();
-      const { store, applied } = openMigrated(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
+      const { store, applied } = await openStore(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
       // Loaded here, not at the top: the other commands need none of the HTTP server.
       const { buildApp } = await import('../server/app.js');
       const app = await buildApp({ config, store, engine: config.engine, ...(json ? { logTo: 'stderr' as const } : {}) });

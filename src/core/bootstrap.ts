@@ -98,12 +98,24 @@ function hasWorkspace(db: Db): boolean {
   return db.$client.prepare('SELECT 1 FROM workspaces LIMIT 1').get() !== undefined;
 }
 
-/** True for an empty (or half-initialised) data folder: no config, no database, or no workspace yet. */
-export function needsInitialisation(flags: ConfigFlags, env: NodeJS.ProcessEnv): boolean {
+/**
+ * True for an empty (or half-initialised) data folder: no config, no database, or no
+ * workspace yet (on PostgreSQL: no workspace in the database the config names).
+ */
+export async function needsInitialisation(flags: ConfigFlags, env: NodeJS.ProcessEnv): Promise<boolean> {
   const dataDir = resolveDataDir(flags.dataDir, env);
   if (!isInitialised(dataDir)) return true;
   const config = loadConfig(flags, env);
-  requireSqliteStore(config);
+  if (config.databaseUrl) {
+    const { applied } = await pgMigrationStatus(config.databaseUrl);
+    if (!applied.length) return true;
+    const store = openPgStore(config.databaseUrl, { poolSize: 1 });
+    try {
+      return !(await storeHasWorkspace(store));
+    } finally {
+      await store.close();
+    }
+  }
   if (!existsSync(config.dbFile)) return true;
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   try {

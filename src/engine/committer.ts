@@ -1,5 +1,8 @@
+import type pg from 'pg';
 import type { Db } from '../core/db/connection.js';
+import { PgGroupCommit } from '../core/db/pgGroupCommit.js';
 import { processWriteLock } from '../core/db/writeLock.js';
+import { type EngineOp, type EngineSql, pgEngineSql, sqliteEngineSql } from './sql.js';
 
 /** A run's claim: its id and the token its lease was taken with. */
 export interface LeasedRun {
@@ -10,12 +13,23 @@ export interface LeasedRun {
 /** Runs' commits applied in one transaction at most. */
 const MAX_ENTRIES_PER_COMMIT = 64;
 
+/** Written instead when a run's writes fail to apply (a unique clash, say). */
+export type OnFailure = (err: unknown) => EngineOp;
+
+/** How a thread's runs commit their writes, on either store. */
+export interface RunCommits {
+  /** Applies the run's writes at the next group commit; resolves false when its lease was lost. */
+  commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean>;
+  /** Writes that record what already happened outside (a provider's answer): never dropped. */
+  always(op: EngineOp): Promise<boolean>;
+}
+
 interface Entry {
   /** Whose writes these are; null for writes that stand whatever happened to the lease. */
   lease: LeasedRun | null;
-  ops: (() => void)[];
+  ops: EngineOp[];
   /** Written instead when the ops fail to apply (a unique clash, say); rethrows when absent. */
-  onFailure: ((err: unknown) => void) | undefined;
+  onFailure: OnFailure | undefined;
   resolve: (held: boolean) => void;
   reject: (err: unknown) => void;
 }
@@ -30,28 +44,23 @@ interface Entry {
  * and then the part is dropped and its promise resolves `false`, so the run stops without
  * writing and, above all, without calling out again.
  */
-export class RunCommitter {
+export class RunCommitter implements RunCommits {
   private queue: Entry[] = [];
   private scheduled = false;
-  private readonly leaseHeld;
+  constructor(
+    private readonly db: Db,
+    private readonly sql: EngineSql = sqliteEngineSql(db),
+  ) {}
 
-  constructor(private readonly db: Db) {
-    this.leaseHeld = db.$client.prepare<[number, string], { id: number }>(
-      "SELECT id FROM workflow_runs WHERE id = ? AND lease_owner = ? AND status = 'RUNNING'",
-    );
-  }
-
-  /** Applies the run's writes at the next group commit; resolves false when its lease was lost. */
-  commit(lease: LeasedRun, ops: (() => void)[], onFailure?: (err: unknown) => void): Promise<boolean> {
+  commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
     return this.enqueue(lease, ops, onFailure);
   }
 
-  /** Writes that record what already happened outside (a provider's answer): never dropped. */
-  always(op: () => void): Promise<boolean> {
+  always(op: EngineOp): Promise<boolean> {
     return this.enqueue(null, [op], undefined);
   }
 
-  private enqueue(lease: LeasedRun | null, ops: (() => void)[], onFailure: ((err: unknown) => void) | undefined): Promise<boolean> {
+  private enqueue(lease: LeasedRun | null, ops: EngineOp[], onFailure: OnFailure | undefined): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => {
       this.queue.push({ lease, ops, onFailure, resolve, reject });
       if (!this.scheduled) {
@@ -80,14 +89,14 @@ export class RunCommitter {
       client.exec('BEGIN IMMEDIATE');
       try {
         for (const entry of entries) {
-          const ok = entry.lease === null || this.leaseHeld.get(entry.lease.id, entry.lease.token) !== undefined;
+          const ok = entry.lease === null || (this.sql.leaseHeld(entry.lease.id, entry.lease.token) as boolean);
           held.push(ok);
           failures.push(undefined);
           if (!ok) continue;
           try {
-            client.transaction(() => entry.ops.forEach((op) => op()))();
+            client.transaction(() => entry.ops.forEach((op) => op(this.sql)))();
           } catch (err) {
-            if (entry.onFailure) client.transaction(() => entry.onFailure!(err))();
+            if (entry.onFailure) client.transaction(() => entry.onFailure!(err)(this.sql))();
             else failures[failures.length - 1] = err;
           }
         }
@@ -103,5 +112,47 @@ export class RunCommitter {
       lock?.release();
     }
     entries.forEach((entry, i) => (failures[i] !== undefined ? entry.reject(failures[i]) : entry.resolve(held[i]!)));
+  }
+}
+
+/**
+ * PostgreSQL: the same contract on a pooled connection. Runs committing in the same turn share
+ * one transaction (PgGroupCommit), each in a savepoint of its own; a run's part first locks its
+ * row while the lease token still holds (FOR UPDATE: no other node can take the run over
+ * between the check and the writes), and is dropped when it does not.
+ */
+export class PgRunCommitter implements RunCommits {
+  private readonly group: PgGroupCommit;
+
+  constructor(pool: pg.Pool) {
+    this.group = new PgGroupCommit(pool, { maxBatch: MAX_ENTRIES_PER_COMMIT, concurrency: 2 });
+  }
+
+  commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
+    return this.group.run(async (client) => {
+      const sql = pgEngineSql(client);
+      if (!(await sql.leaseHeld(lease.id, lease.token))) return false;
+      await client.query('SAVEPOINT run_ops');
+      try {
+        for (const op of ops) await op(sql);
+        await client.query('RELEASE SAVEPOINT run_ops');
+      } catch (err) {
+        await client.query('ROLLBACK TO SAVEPOINT run_ops');
+        if (!onFailure) throw err;
+        await onFailure(err)(sql);
+      }
+      return true;
+    });
+  }
+
+  always(op: EngineOp): Promise<boolean> {
+    return this.group.run(async (client) => {
+      await op(pgEngineSql(client));
+      return true;
+    });
+  }
+
+  close(): Promise<void> {
+    return this.group.close();
   }
 }

@@ -5,7 +5,9 @@ import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
 import { normalizeEmail, normalizePhone } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
-import { RunCommitter, type LeasedRun } from './committer.js';
+import type { LeasedRun, RunCommits } from './committer.js';
+import type { AttemptMark, ContactRow, EngineOp, EngineSql, RunRow } from './sql.js';
+import { then } from '../core/db/statements.js';
 import { countDelivery } from './counters.js';
 import { retryDelayMs } from './deliver.js';
 import { HttpRequestError, httpPolicyFrom, safeRequest, type HttpPolicy } from './http.js';
@@ -31,29 +33,6 @@ import { evaluateCondition, renderContent, renderString, type RenderContext } fr
 /** A run is deferred by rate-limit answers at most this often before they count as tries. */
 const MAX_DEFERRALS = 50;
 
-interface RunRow {
-  id: number;
-  workspace_id: number;
-  workflow_id: number;
-  contact_id: number | null;
-  status: string;
-  definition: string;
-  step_states: string;
-  trigger: string;
-  lease_owner: string | null;
-  /** 1 when the run's workspace is a sandbox: nothing it does may leave the machine. */
-  sandbox: number;
-}
-
-interface ContactRow {
-  id: number;
-  email: string | null;
-  phone: string | null;
-  first_name: string | null;
-  last_name: string | null;
-  attributes: string;
-}
-
 type Outcome =
   | { kind: 'completed' }
   | { kind: 'branch'; value: boolean }
@@ -62,53 +41,6 @@ type Outcome =
   | { kind: 'wait'; until: number; error?: string };
 
 const CHANNEL_OF: Record<string, Channel> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
-
-function prepare(db: Db) {
-  const c = db.$client;
-  return {
-    run: c.prepare<[number], RunRow>(
-      `SELECT id, workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", lease_owner,
-         EXISTS (SELECT 1 FROM workspaces w WHERE w.id = workflow_runs.workspace_id AND w.sandbox_of IS NOT NULL) AS sandbox
-       FROM workflow_runs WHERE id = ?`,
-    ),
-    contact: c.prepare<[number, number], ContactRow>(
-      'SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE id = ? AND workspace_id = ?',
-    ),
-    tags: c.prepare<[number], { name: string }>('SELECT name FROM contact_tags WHERE contact_id = ? ORDER BY tag_key'),
-    workspace: c.prepare<[number], { id: number; name: string; plan: string }>('SELECT id, name, plan FROM workspaces WHERE id = ?'),
-    template: c.prepare<[number, number], { id: number; channel: string; content: string }>(
-      'SELECT id, channel, content FROM templates WHERE id = ? AND workspace_id = ?',
-    ),
-    addTag: c.prepare('INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING'),
-    removeTag: c.prepare('DELETE FROM contact_tags WHERE contact_id = ? AND workspace_id = ? AND tag_key = ?'),
-    updateContact: c.prepare(
-      'UPDATE contacts SET email = @email, phone = @phone, first_name = @firstName, last_name = @lastName, attributes = @attributes, updated_at = @now WHERE id = @id AND workspace_id = @workspaceId',
-    ),
-    emailTaken: c.prepare<[number, string, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ? AND id != ?'),
-    phoneTaken: c.prepare<[number, string, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ? AND id != ?'),
-    saveRun: c.prepare(
-      `UPDATE workflow_runs SET status = @status, step_states = @stepStates, run_at = @runAt, lease_owner = NULL, lease_until = NULL,
-         updated_at = @now, finished_at = @finishedAt WHERE id = @id AND lease_owner = @owner`,
-    ),
-    saveProgress: c.prepare('UPDATE workflow_runs SET step_states = ?, updated_at = ? WHERE id = ? AND lease_owner = ?'),
-    attemptsForStep: c.prepare<[number, number], { status: string }>(
-      'SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id',
-    ),
-    insertAttempt: c.prepare(
-      `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
-       VALUES (@workspaceId, @channel, @provider, @to, @status, @attempt, @providerMessageId, @error, @runId, @stepIndex, @templateId, @rendered)`,
-    ),
-    // A sandbox's channel settings are ignored: every channel is its outbox.
-    provider: c.prepare<[number, string], { provider: string }>(
-      `SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?
-         AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.id = channel_settings.workspace_id AND w.sandbox_of IS NOT NULL)`,
-    ),
-    recordRequest: c.prepare('INSERT INTO sandbox_requests (workspace_id, run_id, step_index, method, url, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)'),
-    markAttempt: c.prepare(
-      'UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id',
-    ),
-  };
-}
 
 /** The run's contact as the run sees it: read once, then kept up to date by its own steps. */
 interface LiveContact {
@@ -123,7 +55,7 @@ interface Execution {
   row: RunRow;
   states: StepState[];
   /** Writes not yet committed; they go with the run's next commit. */
-  ops: (() => void)[];
+  ops: EngineOp[];
 }
 
 /** The run's lease was lost, or the engine is shutting down: stop without writing or calling out. */
@@ -135,19 +67,29 @@ class RunStopped extends Error {
 
 export type RunOutcome = 'COMPLETED' | 'FAILED' | 'WAITING' | 'SKIPPED' | 'LOST' | 'RELEASED' | 'ERROR';
 
+export interface ExecutorDeps {
+  /** For the services the executor calls (channel resolution): the thread's store handle. */
+  db: Db;
+  /** The reads: on the thread's connection (SQLite) or its pool (PostgreSQL). */
+  sql: EngineSql;
+  committer: RunCommits;
+}
+
 export class RunExecutor {
-  private readonly sql: ReturnType<typeof prepare>;
-  private readonly committer: RunCommitter;
+  private readonly db: Db;
+  private readonly sql: EngineSql;
+  private readonly committer: RunCommits;
   private readonly outbound: OutboundPolicy;
   private readonly httpPolicy: HttpPolicy;
   private stopping = false;
 
   constructor(
-    private readonly db: Db,
+    deps: ExecutorDeps,
     private readonly config: Config,
   ) {
-    this.sql = prepare(db);
-    this.committer = new RunCommitter(db);
+    this.db = deps.db;
+    this.sql = deps.sql;
+    this.committer = deps.committer;
     this.outbound = outboundPolicyFrom(config);
     this.httpPolicy = httpPolicyFrom(config);
   }
@@ -166,10 +108,11 @@ export class RunExecutor {
    * world: a crash during the call resumes after the done steps, no lock is held across the
    * network, and a run whose lease was lost (or that is being released) never calls out.
    */
-  private async beforeNetwork(exec: Execution, extra: (() => void)[] = []): Promise<void> {
+  private async beforeNetwork(exec: Execution, extra: EngineOp[] = []): Promise<void> {
     if (this.stopping) throw new RunStopped('RELEASED');
     const states = JSON.stringify(exec.states);
-    const ops = [...exec.ops, ...extra, () => this.sql.saveProgress.run(states, new Date().toISOString(), exec.lease.id, exec.lease.token)];
+    const now = new Date().toISOString();
+    const ops: EngineOp[] = [...exec.ops, ...extra, (s) => s.saveProgress(states, now, exec.lease.id, exec.lease.token)];
     exec.ops = [];
     if (!(await this.committer.commit(exec.lease, ops))) throw new RunStopped('LOST');
     if (this.stopping) throw new RunStopped('RELEASED');
@@ -177,19 +120,19 @@ export class RunExecutor {
 
   /** Executes one leased run to its next resting point (done, failed, waiting). */
   async execute(lease: LeasedRun): Promise<RunOutcome> {
-    const run = this.sql.run.get(lease.id);
+    const run = await this.sql.run(lease.id);
     if (run?.status !== 'RUNNING' || run.lease_owner !== lease.token) return 'SKIPPED';
     const steps = JSON.parse(run.definition) as ProgramStep[];
     const exec: Execution = { lease, row: run, states: JSON.parse(run.step_states) as StepState[], ops: [] };
     const states = exec.states;
     const trigger = JSON.parse(run.trigger) as Record<string, unknown>;
-    const workspace = this.sql.workspace.get(run.workspace_id) ?? { id: run.workspace_id, name: '', plan: 'STARTER' };
+    const workspace = (await this.sql.workspace(run.workspace_id)) ?? { id: run.workspace_id, name: '', plan: 'STARTER' };
     const runCtx = { id: run.id, workflowId: run.workflow_id };
-    const row = run.contact_id === null ? undefined : this.sql.contact.get(run.contact_id, run.workspace_id);
+    const row = run.contact_id === null ? undefined : await this.sql.contact(run.contact_id, run.workspace_id);
     const contact: LiveContact | undefined = row && {
       row,
       attributes: JSON.parse(row.attributes) as Record<string, unknown>,
-      tags: new Map(this.sql.tags.all(row.id).map((t) => [t.name.toLowerCase(), t.name])),
+      tags: new Map((await this.sql.tags(row.id)).map((t) => [t.name.toLowerCase(), t.name])),
     };
     let status: 'COMPLETED' | 'FAILED' | 'WAITING' = 'COMPLETED';
     let runAt = new Date().toISOString();
@@ -242,9 +185,9 @@ export class RunExecutor {
         if (!states[i] || states[i]!.status === 'PENDING') states[i] = { status: 'SKIPPED', startedAt: null, finishedAt: null };
     }
     for (let i = 0; i < steps.length; i++) states[i] ??= { status: 'PENDING', startedAt: null, finishedAt: null };
-    const save = (finalStatus: string, finalStates: StepState[]) => {
+    const save = (sql: EngineSql, finalStatus: string, finalStates: StepState[]) => {
       const now = new Date().toISOString();
-      this.sql.saveRun.run({
+      return sql.saveRun({
         id: lease.id,
         owner: lease.token,
         status: finalStatus,
@@ -254,7 +197,7 @@ export class RunExecutor {
         finishedAt: finalStatus === 'WAITING' ? null : now,
       });
     };
-    const held = await this.committer.commit(lease, [...exec.ops, () => save(status, states)], (err) => {
+    const held = await this.committer.commit(lease, [...exec.ops, (s) => save(s, status, states)], (err) => {
       // The run's writes could not be applied (e.g. another contact took the email meanwhile).
       const failed = states.map((st, i) =>
         i === lastIndex
@@ -262,7 +205,7 @@ export class RunExecutor {
           : st,
       );
       status = 'FAILED';
-      save('FAILED', failed);
+      return (s) => save(s, 'FAILED', failed);
     });
     return held ? status : 'LOST';
   }
@@ -294,10 +237,10 @@ export class RunExecutor {
           const key = name.toLowerCase();
           if (step.type === 'add_tags') {
             if (!contact.tags.has(key)) contact.tags.set(key, name);
-            exec.ops.push(() => this.sql.addTag.run(contact.row.id, run.workspace_id, key, name));
+            exec.ops.push((s) => s.addTag(contact.row.id, run.workspace_id, key, name));
           } else {
             contact.tags.delete(key);
-            exec.ops.push(() => this.sql.removeTag.run(contact.row.id, run.workspace_id, key));
+            exec.ops.push((s) => s.removeTag(contact.row.id, run.workspace_id, key));
           }
         }
         return { kind: 'completed' };
@@ -339,10 +282,10 @@ export class RunExecutor {
       else if (field === 'lastName') next.last_name = value === '' ? null : value.slice(0, 200);
     }
     if (!next.email && !next.phone) return { kind: 'failed', error: 'update_contact: a contact needs an email or a phone number' };
-    if (next.email && next.email !== c.email && this.sql.emailTaken.get(workspaceId, next.email, c.id)) {
+    if (next.email && next.email !== c.email && (await this.sql.emailTaken(workspaceId, next.email, c.id))) {
       return { kind: 'failed', error: 'update_contact: another contact already has this email' };
     }
-    if (next.phone && next.phone !== c.phone && this.sql.phoneTaken.get(workspaceId, next.phone, c.id)) {
+    if (next.phone && next.phone !== c.phone && (await this.sql.phoneTaken(workspaceId, next.phone, c.id))) {
       return { kind: 'failed', error: 'update_contact: another contact already has this phone' };
     }
     contact.row = { ...c, ...next };
@@ -357,7 +300,7 @@ export class RunExecutor {
       id: c.id,
       workspaceId,
     };
-    exec.ops.push(() => this.sql.updateContact.run(values));
+    exec.ops.push((s) => s.updateContact(values));
     return { kind: 'completed' };
   }
 
@@ -374,7 +317,7 @@ export class RunExecutor {
       // A sandbox run records what it would have sent (GET /sandbox/requests) and goes on as
       // if it had been answered 200: no connection is opened, not even a DNS lookup.
       const run = exec.row;
-      exec.ops.push(() => this.sql.recordRequest.run(run.workspace_id, run.id, index, String(step.method), url, JSON.stringify(headers), body ?? null));
+      exec.ops.push((s) => s.recordRequest(run.workspace_id, run.id, index, String(step.method), url, JSON.stringify(headers), body ?? null));
       return { kind: 'completed' };
     }
     await this.beforeNetwork(exec);
@@ -409,12 +352,12 @@ export class RunExecutor {
     const channel = CHANNEL_OF[step.type]!;
     // A message is sent at most once: a SENT attempt completes the step, and a send that
     // may have happened before a crash (still SENDING) is not repeated.
-    const previous = this.sql.attemptsForStep.all(run.id, index);
+    const previous = await this.sql.attemptsForStep(run.id, index);
     if (previous.some((a) => a.status === 'SENT')) return { kind: 'completed' };
     if (previous.some((a) => a.status === 'SENDING')) {
       return { kind: 'failed', error: 'the process stopped while this message was being sent; it is not sent again, to avoid a duplicate' };
     }
-    const template = this.sql.template.get(Number(step.templateId), run.workspace_id);
+    const template = await this.sql.template(Number(step.templateId), run.workspace_id);
     if (!template) return { kind: 'failed', error: `template ${step.templateId} does not exist in this workspace` };
     if (template.channel !== channel) return { kind: 'failed', error: `template ${template.id} is a ${template.channel} template, not ${channel}` };
     const to = step.to !== undefined ? (await renderString(String(step.to), ctx)).trim() : channel === 'EMAIL' ? contact?.row.email : contact?.row.phone;
@@ -433,9 +376,10 @@ export class RunExecutor {
       rendered: JSON.stringify(rendered),
     };
 
-    if (run.sandbox || (this.sql.provider.get(run.workspace_id, channel)?.provider ?? 'outbox') === 'outbox') {
+    if (run.sandbox || ((await this.sql.provider(run.workspace_id, channel)) ?? 'outbox') === 'outbox') {
       // The outbox only records: the attempt is one more queued write of this run.
-      exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: 'outbox', status: 'SENT', providerMessageId: `outbox-${randomUUID()}`, error: null }));
+      const providerMessageId = `outbox-${randomUUID()}`;
+      exec.ops.push((s) => s.insertAttempt({ ...row, provider: 'outbox', status: 'SENT', providerMessageId, error: null }));
       countDelivery(channel, 'outbox', 'SENT');
       return { kind: 'completed' };
     }
@@ -444,7 +388,8 @@ export class RunExecutor {
       resolved = await resolveChannel(this.db, this.config, run.workspace_id, channel);
     } catch (err) {
       if (!(err instanceof ChannelUnusableError)) throw err;
-      exec.ops.push(() => this.sql.insertAttempt.run({ ...row, provider: err.provider, status: 'FAILED', providerMessageId: null, error: err.message }));
+      const { provider, message } = err;
+      exec.ops.push((s) => s.insertAttempt({ ...row, provider, status: 'FAILED', providerMessageId: null, error: message }));
       countDelivery(channel, err.provider, 'FAILED');
       return { kind: 'failed', error: err.message };
     }
@@ -452,10 +397,10 @@ export class RunExecutor {
     // The SENDING row is committed with the run's progress, under its lease, before the call.
     let attemptId = 0;
     await this.beforeNetwork(exec, [
-      () =>
-        (attemptId = Number(
-          this.sql.insertAttempt.run({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }).lastInsertRowid,
-        )),
+      (s) =>
+        then(s.insertAttempt({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }), (id) => {
+          attemptId = id;
+        }),
     ]);
     let result: SendResult;
     try {
@@ -469,11 +414,10 @@ export class RunExecutor {
     }
     // What the provider answered is a fact whatever became of the lease: recorded regardless.
     const now = new Date().toISOString();
-    void this.committer.always(() =>
-      result.ok
-        ? this.sql.markAttempt.run({ id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now })
-        : this.sql.markAttempt.run({ id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now }),
-    );
+    const mark: AttemptMark = result.ok
+      ? { id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now }
+      : { id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now };
+    void this.committer.always((s) => s.markAttempt(mark));
     countDelivery(channel, resolved.provider, result.ok ? 'SENT' : 'FAILED');
     if (result.ok) return { kind: 'completed' };
     // A rate-limit answer defers the send to the time the provider named; it is no failed try.

@@ -5,7 +5,10 @@ import { BroadcastChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { Config } from '../core/config.js';
 import type { WriteBatcher } from '../core/db/batcher.js';
-import type { SqliteStore } from '../core/db/store.js';
+import { PgGroupCommit } from '../core/db/pgGroupCommit.js';
+import { runAsync, runSync, stmt, type Job } from '../core/db/statements.js';
+import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
+import { pgSchedulerSql, type SchedulerSql, sqliteSchedulerSql } from './sql.js';
 import { processWriteLock, setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import { extractedFile, isExecutable } from '../core/runtime.js';
 import type { LeasedRun } from './committer.js';
@@ -93,7 +96,6 @@ export class Engine {
   private readonly workspaceConcurrency: number;
   private readonly graceMs: number;
   private readonly channel: BroadcastChannel;
-  private readonly sql;
   private readonly inFlight = new Map<number, Claim>();
   private readonly perWorkspace = new Map<number, number>();
   /** The workspace served last: the next claim starts after it. */
@@ -108,10 +110,14 @@ export class Engine {
   /** How the runs this process executed came to rest, counted since start (for the metrics). */
   private readonly outcomes = new Map<RunOutcome, number>();
 
+  /** Runs a job of the scheduler's statements in one transaction (SQLite: through the group-commit batcher). */
+  private readonly tx: <T>(job: () => Job<SchedulerSql, T>) => Promise<T>;
+  private readonly group: PgGroupCommit | undefined;
+
   constructor(
-    store: SqliteStore,
+    store: Store,
     private readonly config: Config,
-    private readonly batcher: WriteBatcher,
+    private readonly batcher: WriteBatcher | undefined,
     private readonly log: EngineLog,
     opts: EngineOptions = {},
   ) {
@@ -146,39 +152,18 @@ export class Engine {
       // here and keeps a node with 1,000 runs in flight about 100 MB smaller.
       resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MB },
     });
-    // Run inside the batcher's transactions, so prepared on the connection they run on.
-    const c = store.writer.$client;
-    this.sql = {
-      promoteWaiting: c.prepare<{ now: string; limit: number }>(
-        `UPDATE workflow_runs SET status = 'QUEUED', updated_at = @now
-          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'WAITING' AND run_at <= @now ORDER BY run_at LIMIT @limit)`,
-      ),
-      // A claim whose lease ran out (its process died or stalled) is taken back; the token
-      // goes with it, so the old holder can no longer write.
-      promoteExpired: c.prepare<{ now: string; limit: number }>(
-        `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now
-          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'RUNNING' AND (lease_until IS NULL OR lease_until < @now) LIMIT @limit)`,
-      ),
-      // The workspaces with QUEUED runs, one index seek each (a skip scan of the ready index).
-      queuedWorkspaces: c.prepare<[], { id: number }>(
-        `WITH RECURSIVE ws(id) AS (
-           SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' ORDER BY workspace_id LIMIT 1)
-           UNION ALL
-           SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
-         ) SELECT id FROM ws WHERE id IS NOT NULL`,
-      ),
-      claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string }, { id: number; token: string }>(
-        `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = lower(hex(randomblob(16))), lease_until = @until, updated_at = @now
-          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit)
-          RETURNING id, lease_owner AS token`,
-      ),
-      renew: c.prepare<{ id: number; token: string; until: string }>(
-        `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
-      ),
-      release: c.prepare<{ id: number; token: string; now: string }>(
-        `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
-      ),
-    };
+    if (isSqliteStore(store)) {
+      // Run inside the batcher's transactions, so prepared on the connection they run on.
+      const batcher = this.batcher;
+      if (!batcher) throw new Error('the engine on SQLite needs the write batcher');
+      const sql = sqliteSchedulerSql(store.writer);
+      this.tx = (job) => batcher.run(() => runSync(job(), sql));
+      this.group = undefined;
+    } else {
+      const group = new PgGroupCommit((store as PgStore).pool, { concurrency: 1 });
+      this.tx = (job) => group.run((client) => runAsync(job(), pgSchedulerSql(client)));
+      this.group = group;
+    }
   }
 
   start(): void {
@@ -230,13 +215,13 @@ export class Engine {
    * workspace served last. Pure with respect to the engine's state: the batcher may run it
    * twice (after a rollback), so the claims are recorded by the caller once it committed.
    */
-  private claimJob(free: number): { claims: (LeasedRun & { workspaceId: number })[]; cursor: number } {
+  private *claimJob(free: number): Job<SchedulerSql, { claims: (LeasedRun & { workspaceId: number })[]; cursor: number }> {
     const now = Date.now();
     const nowIso = new Date(now).toISOString();
-    this.sql.promoteWaiting.run({ now: nowIso, limit: PROMOTE_LIMIT });
-    this.sql.promoteExpired.run({ now: nowIso, limit: PROMOTE_LIMIT });
+    yield* stmt((s: SchedulerSql) => s.promoteWaiting(nowIso, PROMOTE_LIMIT));
+    yield* stmt((s: SchedulerSql) => s.promoteExpired(nowIso, PROMOTE_LIMIT));
     const until = new Date(now + this.leaseMs).toISOString();
-    const ids = this.sql.queuedWorkspaces.all().map((r) => r.id);
+    const ids = yield* stmt((s: SchedulerSql) => s.queuedWorkspaces());
     const ordered = [...ids.filter((id) => id > this.cursor), ...ids.filter((id) => id <= this.cursor)];
     const claimedNow = new Map<number, number>();
     const claims: (LeasedRun & { workspaceId: number })[] = [];
@@ -249,7 +234,7 @@ export class Engine {
       for (const workspaceId of active) {
         if (remaining <= 0) break;
         const want = Math.min(share, remaining, this.allowance(workspaceId, claimedNow));
-        const rows = this.sql.claim.all({ workspaceId, limit: want, now: nowIso, until });
+        const rows = yield* stmt((s: SchedulerSql) => s.claim(workspaceId, want, nowIso, until));
         for (const row of rows) claims.push({ id: row.id, token: row.token, workspaceId });
         claimedNow.set(workspaceId, (claimedNow.get(workspaceId) ?? 0) + rows.length);
         remaining -= rows.length;
@@ -270,7 +255,7 @@ export class Engine {
       // runs start at once and intake is never held up by one huge claim.
       const free = Math.min(this.runConcurrency - this.inFlight.size, this.batchSize * this.config.workers * 4);
       if (free > 0) {
-        const { claims, cursor } = await this.batcher.run(() => this.claimJob(free));
+        const { claims, cursor } = await this.tx(() => this.claimJob(free));
         this.cursor = cursor;
         for (const c of claims) {
           this.inFlight.set(c.id, { token: c.token, workspaceId: c.workspaceId, lost: false });
@@ -282,7 +267,7 @@ export class Engine {
       }
     } catch (err) {
       // A full disk is logged by the batcher's StorageHealth once a minute, not every poll.
-      if (!this.batcher.storage?.full) this.log.error({ err }, 'claiming runs failed');
+      if (!this.batcher?.storage?.full) this.log.error({ err }, 'claiming runs failed');
     } finally {
       this.claiming = false;
     }
@@ -338,7 +323,11 @@ export class Engine {
     if (!held.length) return;
     const until = new Date(Date.now() + this.leaseMs).toISOString();
     try {
-      const lost = await this.batcher.run(() => held.filter(([id, c]) => this.sql.renew.run({ id, token: c.token, until }).changes === 0).map(([id]) => id));
+      const lost = await this.tx(function* () {
+        const gone: number[] = [];
+        for (const [id, c] of held) if (!(yield* stmt((s: SchedulerSql) => s.renew(id, c.token, until)))) gone.push(id);
+        return gone;
+      });
       for (const id of lost) {
         const claim = this.inFlight.get(id);
         if (claim) claim.lost = true;
@@ -346,7 +335,7 @@ export class Engine {
       if (lost.length)
         this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
     } catch (err) {
-      if (!this.batcher.storage?.full) this.log.error({ err }, 'renewing run leases failed');
+      if (!this.batcher?.storage?.full) this.log.error({ err }, 'renewing run leases failed');
     }
   }
 
@@ -379,8 +368,8 @@ export class Engine {
     if (left.length) {
       const now = new Date().toISOString();
       try {
-        await this.batcher.run(() => {
-          for (const [id, c] of left) this.sql.release.run({ id, token: c.token, now });
+        await this.tx(function* () {
+          for (const [id, c] of left) yield* stmt((s: SchedulerSql) => s.release(id, c.token, now));
         });
       } catch (err) {
         this.log.error({ err }, 'releasing runs failed; their leases will expire instead');
@@ -388,6 +377,7 @@ export class Engine {
       for (const [id] of left) this.finish(id);
     }
     this.channel.close();
+    await this.group?.close();
   }
 }
 

@@ -7,7 +7,10 @@ import { openDatabase } from '../core/db/connection.js';
 import { setProcessWriteLock, WriteLock } from '../core/db/writeLock.js';
 import type { LeasedRun } from './committer.js';
 import { flushDeliveryCounts, setDeliveryFlusher, type DeliveryCount } from './counters.js';
-import { RunExecutor, type RunOutcome } from './executor.js';
+import { RunExecutor, type ExecutorDeps, type RunOutcome } from './executor.js';
+import { PgRunCommitter, RunCommitter } from './committer.js';
+import { pgEngineSql, sqliteEngineSql } from './sql.js';
+import { openPgStore } from '../core/db/store.js';
 import { RenderError, renderContent, type RenderContext } from './render.js';
 
 export interface RunTask {
@@ -30,8 +33,7 @@ let finished: number[] = [];
 
 function executorFor(data: EngineWorkerData): RunExecutor {
   if (!executor) {
-    setProcessWriteLock(new WriteLock(data.writeLock));
-    const ex = new RunExecutor(openDatabase(data.config.dbFile, { synchronous: data.config.dbSynchronous }), data.config);
+    const ex = new RunExecutor(executorDeps(data), data.config);
     channel = new BroadcastChannel(data.channel);
     channel.onmessage = (event) => {
       if ((event as { data: EngineMessage }).data.type === 'stop') ex.stop();
@@ -42,6 +44,25 @@ function executorFor(data: EngineWorkerData): RunExecutor {
   }
   return executor;
 }
+
+/**
+ * The thread's own connection and statements: a SQLite connection with the main thread's
+ * pragmas (writes under the shared in-process lock), or a small PostgreSQL pool.
+ */
+function executorDeps(data: EngineWorkerData): ExecutorDeps {
+  const { config } = data;
+  if (config.databaseUrl) {
+    const store = openPgStore(config.databaseUrl, { poolSize: PG_CONNECTIONS_PER_THREAD, applicationName: 'svc engine' });
+    return { db: store.db, sql: pgEngineSql(store.pool), committer: new PgRunCommitter(store.pool) };
+  }
+  setProcessWriteLock(new WriteLock(data.writeLock));
+  const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
+  const sql = sqliteEngineSql(db);
+  return { db, sql, committer: new RunCommitter(db, sql) };
+}
+
+/** Connections each engine thread keeps open at most on PostgreSQL (reads and its group commit). */
+export const PG_CONNECTIONS_PER_THREAD = 4;
 
 /** Tells the scheduler which runs are over, many per message, so it can claim more at once. */
 function reportDone(id: number): void {

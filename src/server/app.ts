@@ -225,15 +225,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(messageRoutes, { renderPool });
   await app.register(templateRoutes, { renderPool });
 
-  // SQLite's hot paths share one group commit on the writer connection; PostgreSQL's intake
-  // has its own (db/intake.ts). The engine runs on SQLite only so far.
+  // SQLite's hot paths share one group commit on the writer connection; on PostgreSQL intake
+  // and the engine have group commits of their own (db/intake.ts, engine/committer.ts).
   const sqlite = isSqliteStore(deps.store) ? deps.store : undefined;
-  if (!sqlite && deps.engine) throw new Error('the run engine does not run on PostgreSQL yet; start this node with the engine off');
   const batcher = sqlite ? new WriteBatcher(sqlite) : undefined;
   if (batcher) batcher.storage = storage;
   const intake = sqlite && batcher ? sqliteIntake(sqlite, batcher) : pgIntake(deps.store as PgStore);
   const receiver = new WebhookReceiver(deps.store, config, intake);
-  const engine = sqlite && batcher && deps.engine ? new Engine(sqlite, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
+  const engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
   app.decorate('engine', engine);
   readiness.attach({ batcher, engine });
   await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.store.db) });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import pg from 'pg';
 import { createTestDatabase, skipWithoutPostgres } from '../pg.js';
-import { lines, REPO, runCli, show, tempDir } from './helpers.js';
+import { REPO, runCli, show, startServe, tempDir } from './helpers.js';
 
 /** The PostgreSQL migration tags this source tree knows, in order. */
 const PG_MIGRATIONS: string[] = (
@@ -64,19 +64,62 @@ describe('svc migrate on PostgreSQL', { concurrency: true, skip: skipWithoutPost
     assert.deepEqual(await appliedTags(url), PG_MIGRATIONS);
   });
 
-  test('commands that cannot use PostgreSQL yet refuse it in one line instead of using SQLite', async (t) => {
-    const dataDir = await initialisedFolder(t);
+  test('svc init and svc serve on PostgreSQL: a webhook becomes a COMPLETED run, the admin commands see it; svc backup refuses', async (t) => {
+    const dataDir = join(tempDir(t), 'data');
     const url = await createTestDatabase(t);
-    for (const args of [
-      ['workspace', 'list'],
-      ['serve', '--port', '0'],
-    ]) {
-      const r = await runCli(dataDir, ['--database-url', url, ...args]);
-      assert.notEqual(r.code, 0, show(r));
-      assert.equal(lines(r.stderr).length, 1, show(r));
-      assert.match(r.stderr, /PostgreSQL/);
-      assert.match(r.stderr, /not yet serve/);
+    const env = { SVC_DATABASE_URL: url };
+    const init = await runCli(dataDir, ['init', '--yes', '--email', 'pg-owner@example.com', '--json'], { env });
+    assert.equal(init.code, 0, show(init));
+    assert.deepEqual(await appliedTags(url), PG_MIGRATIONS, 'init migrated the empty database');
+    const { password } = init.json() as { password: string };
+    const server = await startServe(t, dataDir, ['--port', '0'], { env });
+    const login = await fetch(`${server.url}/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email: 'pg-owner@example.com', password }),
+    });
+    assert.equal(login.status, 200);
+    const token = ((await login.json()) as { token: string }).token;
+    const call = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(server.url + path, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, any> };
+    };
+    const wf = await call('POST', '/workflows', {
+      name: 'hook',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['from-pg'] }],
+      webhook: { lookup: 'email', path: 'email', createIfNotFound: true },
+    });
+    assert.equal(wf.status, 201, JSON.stringify(wf.body));
+    const hook = await fetch(wf.body.webhook.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email: 'pg@example.com' }),
+    });
+    assert.equal(hook.status, 202);
+    const { runId } = (await hook.json()) as { runId: number };
+    let run = await call('GET', `/runs/${runId}`);
+    for (let i = 0; i < 200 && run.body.status !== 'COMPLETED'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      run = await call('GET', `/runs/${runId}`);
     }
+    assert.equal(run.body.status, 'COMPLETED', JSON.stringify(run.body));
+    const contact = await call('GET', '/contacts?email=pg@example.com');
+    assert.deepEqual(contact.body.data[0].tags, ['from-pg']);
+
+    // The admin commands read the same database; svc backup says what to use instead.
+    const list = await runCli(dataDir, ['workspace', 'list', '--json'], { env });
+    assert.equal(list.code, 0, show(list));
+    assert.equal((list.json() as { data?: unknown[] } | unknown[]) && JSON.stringify(list.json()).includes('Default'), true, show(list));
+    const backup = await runCli(dataDir, ['backup', '--to', join(tempDir(t), 'b.svcbackup')], { env });
+    assert.notEqual(backup.code, 0, show(backup));
+    assert.match(backup.stderr, /pg_dump/);
+    await server.stop();
   });
 
   test('a URL that is not PostgreSQL, or names no database, is refused; a password is never printed', async (t) => {

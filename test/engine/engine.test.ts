@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { build, waitForRun } from '../helpers.js';
+import { build, waitForRun, rowsOf } from '../helpers.js';
+import { sql } from 'drizzle-orm';
 
 async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: Record<string, unknown> = {}) {
   const s = await build(t, { engine: { pollMs: 50 } });
@@ -138,7 +139,7 @@ test('many webhooks: every run completes exactly once', async (t) => {
     const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
     assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
   }
-  const rows = s.db.$client.prepare('SELECT run_id, COUNT(*) AS n FROM delivery_attempts GROUP BY run_id').all() as { run_id: number; n: number }[];
+  const rows = await rowsOf<{ run_id: number; n: number }>(s, sql`SELECT run_id, COUNT(*) AS n FROM delivery_attempts GROUP BY run_id`);
   assert.equal(rows.length, 120);
   assert.ok(
     rows.every((r) => r.n === 1),

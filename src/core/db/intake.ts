@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { WriteBatcher } from './batcher.js';
+import { runAsync, runSync, stmt as genericStmt, type Job, type Maybe } from './statements.js';
 import type { Db } from './connection.js';
 import { PgGroupCommit } from './pgGroupCommit.js';
 import type { LookupKind } from './schema.js';
@@ -50,8 +51,6 @@ export interface FirstAccepted {
   contact_id: number | null;
 }
 
-type Maybe<T> = T | Promise<T>;
-
 /** The intake's statements: plain values on SQLite, promises on PostgreSQL. */
 export interface IntakeSql {
   workflowByToken(token: string): Maybe<WorkflowRowRaw | undefined>;
@@ -68,15 +67,11 @@ export interface IntakeSql {
   firstByIdempotencyKey(workflowId: number, key: string, since: string): Maybe<FirstAccepted | undefined>;
 }
 
-/** A statement to run, as the receiver's generators yield it. */
-export type IntakeStatement = (sql: IntakeSql) => unknown;
-/** A job for the group commit: the statements of one request, and what it answers. */
-export type IntakeJob<T> = Generator<IntakeStatement, T, unknown>;
+/** The statements of one request, and what it answers. */
+export type IntakeJob<T> = Job<IntakeSql, T>;
 
-/** Yields one statement and gives back its result (typed): `const row = yield* stmt((s) => s.workflowById(id))`. */
-export function* stmt<T>(statement: (sql: IntakeSql) => T): Generator<IntakeStatement, Awaited<T>, unknown> {
-  return (yield statement) as Awaited<T>;
-}
+/** Yields one intake statement and gives back its result (typed). */
+export const stmt = <T>(statement: (sql: IntakeSql) => T) => genericStmt<IntakeSql, T>(statement);
 
 export interface Intake {
   /** Reads outside a batch (what the request is checked against before it is queued). */
@@ -138,38 +133,6 @@ function sqliteStatements(db: Db): IntakeSql {
   };
 }
 
-/** Runs a job's statements synchronously (SQLite, inside the batch). */
-function runSync<T>(job: IntakeJob<T>, sql: IntakeSql): T {
-  let step = job.next();
-  while (!step.done) {
-    let value: unknown;
-    try {
-      value = step.value(sql);
-    } catch (err) {
-      step = job.throw(err);
-      continue;
-    }
-    step = job.next(value);
-  }
-  return step.value;
-}
-
-/** Runs a job's statements one await each (PostgreSQL). */
-async function runAsync<T>(job: IntakeJob<T>, sql: IntakeSql): Promise<T> {
-  let step = job.next();
-  while (!step.done) {
-    let value: unknown;
-    try {
-      value = await step.value(sql);
-    } catch (err) {
-      step = job.throw(err);
-      continue;
-    }
-    step = job.next(value);
-  }
-  return step.value;
-}
-
 export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake {
   const write = sqliteStatements(store.writer);
   return {
@@ -180,7 +143,8 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
 }
 
 /** PostgreSQL: named statements (each connection prepares them once), on a batch's connection or the pool. */
-function pgStatements(q: (name: string, text: string, values: unknown[]) => Promise<pg.QueryResult>, inBatch: boolean): IntakeSql {
+function pgStatements(q: (name: string, text: string, values: unknown[]) => Promise<pg.QueryResult>, counted?: number[]): IntakeSql {
+  const inBatch = counted !== undefined;
   const one = async <T>(name: string, text: string, values: unknown[]): Promise<T | undefined> => (await q(name, text, values)).rows[0] as T | undefined;
   const workflowSql = `SELECT id, webhook_token, workspace_id, status, trigger_source, steps::text AS steps, webhook_lookup, webhook_path,
                               create_if_not_found::int AS create_if_not_found, contact_defaults::text AS contact_defaults, signing_secret
@@ -198,11 +162,8 @@ function pgStatements(q: (name: string, text: string, values: unknown[]) => Prom
         'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES ($1, $2, $3, $4::json, $5::json) RETURNING id',
         [workspaceId, workflowId, contactId, definition, trigger],
       );
-      await q(
-        'svc_run_count',
-        'INSERT INTO run_month_counts (workspace_id, month, runs) VALUES ($1, $2, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET runs = run_month_counts.runs + 1',
-        [workspaceId, month()],
-      );
+      // Counted at the end of the batch (pgIntake), in workspace order.
+      counted?.push(workspaceId);
       return row!.id;
     },
     async insertEvent(r) {
@@ -240,17 +201,41 @@ function pgStatements(q: (name: string, text: string, values: unknown[]) => Prom
   };
 }
 
-export function pgIntake(store: PgStore, opts: { concurrency?: number } = {}): Intake {
-  const group = new PgGroupCommit(store.pool, opts);
+export function pgIntake(store: PgStore): Intake {
+  // Runs started per workspace by each batch's jobs that succeeded, written just before its
+  // COMMIT in workspace order: the month's counter rows are the hottest rows of intake, and
+  // batches (of this node or others) that took them in different orders would deadlock.
+  const tallies = new WeakMap<object, Map<number, number>>();
+  const group = new PgGroupCommit(store.pool, {
+    // One batch at a time per node: a batch holds its counter rows until its COMMIT.
+    concurrency: 1,
+    async beforeCommit(client, batch) {
+      const tally = tallies.get(batch);
+      if (!tally) return;
+      const at = month();
+      for (const [workspaceId, runs] of [...tally].sort((a, b) => a[0] - b[0])) {
+        await client.query({
+          name: 'svc_run_count',
+          text: 'INSERT INTO run_month_counts (workspace_id, month, runs) VALUES ($1, $2, $3) ON CONFLICT (workspace_id, month) DO UPDATE SET runs = run_month_counts.runs + $3',
+          values: [workspaceId, at, runs],
+        });
+      }
+    },
+  });
   return {
-    read: pgStatements((name, text, values) => store.pool.query({ name, text, values }), false),
+    read: pgStatements((name, text, values) => store.pool.query({ name, text, values })),
     run: (job) =>
-      group.run((client, batch) =>
-        runAsync(
+      group.run(async (client, batch) => {
+        const counted: number[] = [];
+        const result = await runAsync(
           job(batch),
-          pgStatements((name, text, values) => client.query({ name, text, values }), true),
-        ),
-      ),
+          pgStatements((name, text, values) => client.query({ name, text, values }), counted),
+        );
+        const tally = tallies.get(batch) ?? new Map<number, number>();
+        tallies.set(batch, tally);
+        for (const workspaceId of counted) tally.set(workspaceId, (tally.get(workspaceId) ?? 0) + 1);
+        return result;
+      }),
     close: () => group.close(),
   };
 }

@@ -1,5 +1,9 @@
 import type pg from 'pg';
 
+/** A deadlock or serialization failure inside a job: run it again, at most this often. */
+const RETRYABLE = new Set(['40P01', '40001']);
+const MAX_JOB_ATTEMPTS = 5;
+
 /** A job's work: its statements on the batch's connection; `batch` is the same object for the jobs of one batch. */
 export type GroupWork<T> = (client: pg.PoolClient, batch: object) => Promise<T>;
 
@@ -27,7 +31,12 @@ export class PgGroupCommit {
 
   constructor(
     private readonly pool: pg.Pool,
-    private readonly opts: { maxBatch?: number; concurrency?: number } = {},
+    private readonly opts: {
+      maxBatch?: number;
+      concurrency?: number;
+      /** Runs after the batch's jobs, before its COMMIT (writes the jobs deferred, such as counters, in a fixed order). */
+      beforeCommit?: (client: pg.PoolClient, batch: object) => Promise<void>;
+    } = {},
   ) {}
 
   run<T>(work: GroupWork<T>): Promise<T> {
@@ -71,15 +80,24 @@ export class PgGroupCommit {
       await client.query('BEGIN');
       for (const [i, job] of batch.entries()) {
         await client.query(`SAVEPOINT j${i}`);
-        try {
-          const value = await job.work(client, batchKey);
-          await client.query(`RELEASE SAVEPOINT j${i}`);
-          settled.push(() => job.resolve(value));
-        } catch (err) {
-          await client.query(`ROLLBACK TO SAVEPOINT j${i}`);
-          settled.push(() => job.reject(err));
+        for (let attempt = 1; ; attempt++) {
+          try {
+            const value = await job.work(client, batchKey);
+            await client.query(`RELEASE SAVEPOINT j${i}`);
+            settled.push(() => job.resolve(value));
+            break;
+          } catch (err) {
+            // Rolling back to the savepoint releases the locks the job took, which ends a
+            // deadlock with another batch (another node's, or this node's other connection,
+            // touching the same counters in another order); the job then runs again.
+            await client.query(`ROLLBACK TO SAVEPOINT j${i}`);
+            if (attempt < MAX_JOB_ATTEMPTS && RETRYABLE.has((err as { code?: string }).code ?? '')) continue;
+            settled.push(() => job.reject(err));
+            break;
+          }
         }
       }
+      await this.opts.beforeCommit?.(client, batchKey);
       await client.query('COMMIT');
     } catch (err) {
       // The connection or the COMMIT failed: nothing of the batch is durable.

@@ -276,7 +276,20 @@ function setPgTypes(): void {
 
 /** SQLSTATEs after which a serializable transaction may simply run again. */
 const RETRYABLE = new Set(['40001', '40P01']);
-const MAX_ATTEMPTS = 10;
+/**
+ * Tries at most. Transactions that update one hot row (a workspace's contact counter, kept
+ * by a trigger) conflict with each other at SERIALIZABLE, and only one of them commits per
+ * round: under a burst of creations (120 new contacts at once from webhooks) a transaction
+ * may need many rounds, so the back-off grows (with jitter) up to 100 ms a try.
+ */
+const MAX_ATTEMPTS = 40;
+/**
+ * A unique violation in a transaction that read first (read, then insert when absent): run
+ * again, it reads the row the other transaction committed and takes its own path (a 409, or
+ * the existing row). A few tries only: a violation with no such read would repeat.
+ */
+const UNIQUE_VIOLATION = '23505';
+const MAX_UNIQUE_RETRIES = 2;
 
 function sqlState(err: unknown): string | undefined {
   for (let e: unknown = err; e && typeof e === 'object'; e = (e as { cause?: unknown }).cause) {
@@ -297,6 +310,9 @@ export function openPgStore(url: string, opts: PgStoreOptions = {}): PgStore {
   const pool = new pg.Pool({ connectionString: url, max: opts.poolSize ?? 10, application_name: opts.applicationName ?? 'svc' });
   // An idle client that loses its connection (the server restarted) emits here; the pool drops it.
   pool.on('error', () => {});
+  // A checked-out client that loses it between two queries emits on itself: its next query
+  // fails and is handled there, instead of the error ending the process.
+  pool.on('connect', (client) => client.on('error', () => {}));
   const db = drizzlePg(pool) as unknown as Db;
   const store: PgStore = {
     dialect: 'pg',
@@ -305,15 +321,19 @@ export function openPgStore(url: string, opts: PgStoreOptions = {}): PgStore {
     async transaction(fn) {
       const open = openOf(store);
       if (open) return inSavepoint(open, (s) => (open.tx as unknown as { execute(q: string): Promise<unknown> }).execute(s), fn);
+      let uniqueRetries = 0;
       for (let attempt = 1; ; attempt++) {
         try {
           return await (db as unknown as PgTransactional).transaction((tx) => asBody(store, tx as Db, fn), {
             isolationLevel: 'serializable',
           });
         } catch (err) {
-          if (attempt >= MAX_ATTEMPTS || !RETRYABLE.has(sqlState(err) ?? '')) throw err;
+          const state = sqlState(err) ?? '';
+          if (state === UNIQUE_VIOLATION) uniqueRetries++;
+          const retry = RETRYABLE.has(state) || (state === UNIQUE_VIOLATION && uniqueRetries <= MAX_UNIQUE_RETRIES);
+          if (attempt >= MAX_ATTEMPTS || !retry) throw err;
           // Back off a little, more each time, so that the transactions that collided do not collide again.
-          await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
+          await new Promise((r) => setTimeout(r, Math.random() * Math.min(100, 2 ** attempt)));
         }
       }
     },

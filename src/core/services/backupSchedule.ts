@@ -17,6 +17,7 @@ const PARTIAL_NAME = /^svc-backup-.*\.db\.partial-(\d+)$/;
 
 export interface BackupLogger {
   info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
 }
 
@@ -68,6 +69,11 @@ export function pruneBackups(dir: string, keep: number): string[] {
 export function startBackupSchedule(config: Config, log: BackupLogger): BackupSchedule | null {
   const dir = config.backup.dir;
   if (!dir) return null;
+  if (config.databaseUrl) {
+    // The data is in PostgreSQL: its own tools back it up, not a copy of a file here.
+    log.warn({ dir }, 'scheduled backups copy the SQLite file; with databaseUrl set, back up PostgreSQL with pg_dump or its server-side tools instead');
+    return null;
+  }
   const intervalMs = config.backup.intervalSeconds * 1000;
   const abort = new AbortController();
   let timer: NodeJS.Timeout | undefined;

@@ -1,0 +1,361 @@
+import type pg from 'pg';
+import type { Db } from '../core/db/connection.js';
+import type { Maybe } from '../core/db/statements.js';
+
+/**
+ * The run engine's statements, the one part of execution that differs between the stores
+ * (docs/stores.md): SQLite's are prepared once on the thread's connection and answer plain
+ * values; PostgreSQL's are named statements on a pooled connection and answer promises. The
+ * executor awaits the reads (on SQLite an await of a plain value) and queues the writes as
+ * operations that the run's commit applies (RunCommitter: synchronously on SQLite).
+ */
+
+export interface RunRow {
+  id: number;
+  workspace_id: number;
+  workflow_id: number;
+  contact_id: number | null;
+  status: string;
+  definition: string;
+  step_states: string;
+  trigger: string;
+  lease_owner: string | null;
+  /** 1 when the run's workspace is a sandbox: nothing it does may leave the machine. */
+  sandbox: number;
+}
+
+export interface ContactRow {
+  id: number;
+  email: string | null;
+  phone: string | null;
+  first_name: string | null;
+  last_name: string | null;
+  attributes: string;
+}
+
+export interface ContactUpdate {
+  email: string | null;
+  phone: string | null;
+  firstName: string | null;
+  lastName: string | null;
+  attributes: string;
+  now: string;
+  id: number;
+  workspaceId: number;
+}
+
+export interface RunSave {
+  id: number;
+  owner: string;
+  status: string;
+  stepStates: string;
+  runAt: string;
+  now: string;
+  finishedAt: string | null;
+}
+
+export interface AttemptInsert {
+  workspaceId: number;
+  channel: string;
+  provider: string;
+  to: string;
+  status: string;
+  attempt: number;
+  providerMessageId: string | null;
+  error: string | null;
+  runId: number;
+  stepIndex: number;
+  templateId: number;
+  rendered: string;
+}
+
+export interface AttemptMark {
+  id: number;
+  status: string;
+  providerMessageId: string | null;
+  error: string | null;
+  now: string;
+}
+
+export interface EngineSql {
+  run(id: number): Maybe<RunRow | undefined>;
+  contact(id: number, workspaceId: number): Maybe<ContactRow | undefined>;
+  tags(contactId: number): Maybe<{ name: string }[]>;
+  workspace(id: number): Maybe<{ id: number; name: string; plan: string } | undefined>;
+  template(id: number, workspaceId: number): Maybe<{ id: number; channel: string; content: string } | undefined>;
+  /** Whether another contact of the workspace has this email (phone). */
+  emailTaken(workspaceId: number, email: string, exceptId: number): Maybe<boolean>;
+  phoneTaken(workspaceId: number, phone: string, exceptId: number): Maybe<boolean>;
+  attemptsForStep(runId: number, stepIndex: number): Maybe<{ status: string }[]>;
+  /** The workspace's provider for a channel (a sandbox has none: every channel is its outbox). */
+  provider(workspaceId: number, channel: string): Maybe<string | undefined>;
+  addTag(contactId: number, workspaceId: number, key: string, name: string): Maybe<unknown>;
+  removeTag(contactId: number, workspaceId: number, key: string): Maybe<unknown>;
+  updateContact(values: ContactUpdate): Maybe<unknown>;
+  saveRun(values: RunSave): Maybe<unknown>;
+  saveProgress(stepStates: string, now: string, id: number, owner: string): Maybe<unknown>;
+  /** Answers the attempt's id. */
+  insertAttempt(values: AttemptInsert): Maybe<number>;
+  recordRequest(workspaceId: number, runId: number, stepIndex: number, method: string, url: string, headers: string, body: string | null): Maybe<unknown>;
+  markAttempt(values: AttemptMark): Maybe<unknown>;
+  /** Whether the run is still RUNNING under this lease token (on PostgreSQL the row is locked until the commit). */
+  leaseHeld(id: number, token: string): Maybe<boolean>;
+}
+
+/** A write queued by a run, applied by its commit. */
+export type EngineOp = (sql: EngineSql) => unknown;
+
+const RUN_SQL = `SELECT id, workspace_id, workflow_id, contact_id, status, definition, step_states, "trigger", lease_owner,
+   EXISTS (SELECT 1 FROM workspaces w WHERE w.id = workflow_runs.workspace_id AND w.sandbox_of IS NOT NULL) AS sandbox
+ FROM workflow_runs WHERE id = ?`;
+const PROVIDER_SQL = `SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?
+   AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.id = channel_settings.workspace_id AND w.sandbox_of IS NOT NULL)`;
+
+export function sqliteEngineSql(db: Db): EngineSql {
+  const c = db.$client;
+  const s = {
+    run: c.prepare<[number], RunRow>(RUN_SQL),
+    contact: c.prepare<[number, number], ContactRow>(
+      'SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE id = ? AND workspace_id = ?',
+    ),
+    tags: c.prepare<[number], { name: string }>('SELECT name FROM contact_tags WHERE contact_id = ? ORDER BY tag_key'),
+    workspace: c.prepare<[number], { id: number; name: string; plan: string }>('SELECT id, name, plan FROM workspaces WHERE id = ?'),
+    template: c.prepare<[number, number], { id: number; channel: string; content: string }>(
+      'SELECT id, channel, content FROM templates WHERE id = ? AND workspace_id = ?',
+    ),
+    addTag: c.prepare('INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING'),
+    removeTag: c.prepare('DELETE FROM contact_tags WHERE contact_id = ? AND workspace_id = ? AND tag_key = ?'),
+    updateContact: c.prepare<[ContactUpdate]>(
+      'UPDATE contacts SET email = @email, phone = @phone, first_name = @firstName, last_name = @lastName, attributes = @attributes, updated_at = @now WHERE id = @id AND workspace_id = @workspaceId',
+    ),
+    emailTaken: c.prepare<[number, string, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ? AND id != ?'),
+    phoneTaken: c.prepare<[number, string, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ? AND id != ?'),
+    saveRun: c.prepare<[RunSave]>(
+      `UPDATE workflow_runs SET status = @status, step_states = @stepStates, run_at = @runAt, lease_owner = NULL, lease_until = NULL,
+         updated_at = @now, finished_at = @finishedAt WHERE id = @id AND lease_owner = @owner`,
+    ),
+    saveProgress: c.prepare('UPDATE workflow_runs SET step_states = ?, updated_at = ? WHERE id = ? AND lease_owner = ?'),
+    attemptsForStep: c.prepare<[number, number], { status: string }>(
+      'SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id',
+    ),
+    insertAttempt: c.prepare<[AttemptInsert]>(
+      `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
+       VALUES (@workspaceId, @channel, @provider, @to, @status, @attempt, @providerMessageId, @error, @runId, @stepIndex, @templateId, @rendered)`,
+    ),
+    provider: c.prepare<[number, string], { provider: string }>(PROVIDER_SQL),
+    recordRequest: c.prepare('INSERT INTO sandbox_requests (workspace_id, run_id, step_index, method, url, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)'),
+    markAttempt: c.prepare<[AttemptMark]>(
+      'UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id',
+    ),
+    leaseHeld: c.prepare<[number, string], { id: number }>("SELECT id FROM workflow_runs WHERE id = ? AND lease_owner = ? AND status = 'RUNNING'"),
+  };
+  return {
+    run: (id) => s.run.get(id),
+    contact: (id, ws) => s.contact.get(id, ws),
+    tags: (contactId) => s.tags.all(contactId),
+    workspace: (id) => s.workspace.get(id),
+    template: (id, ws) => s.template.get(id, ws),
+    emailTaken: (ws, email, id) => s.emailTaken.get(ws, email, id) !== undefined,
+    phoneTaken: (ws, phone, id) => s.phoneTaken.get(ws, phone, id) !== undefined,
+    attemptsForStep: (runId, stepIndex) => s.attemptsForStep.all(runId, stepIndex),
+    provider: (ws, channel) => s.provider.get(ws, channel)?.provider,
+    addTag: (contactId, ws, key, name) => s.addTag.run(contactId, ws, key, name),
+    removeTag: (contactId, ws, key) => s.removeTag.run(contactId, ws, key),
+    updateContact: (values) => s.updateContact.run(values),
+    saveRun: (values) => s.saveRun.run(values),
+    saveProgress: (states, now, id, owner) => s.saveProgress.run(states, now, id, owner),
+    insertAttempt: (values) => Number(s.insertAttempt.run(values).lastInsertRowid),
+    recordRequest: (ws, runId, stepIndex, method, url, headers, body) => s.recordRequest.run(ws, runId, stepIndex, method, url, headers, body),
+    markAttempt: (values) => s.markAttempt.run(values),
+    leaseHeld: (id, token) => s.leaseHeld.get(id, token) !== undefined,
+  };
+}
+
+/** `?` placeholders numbered for PostgreSQL ($1, $2, ...). */
+function numbered(text: string): string {
+  let n = 0;
+  return text.replace(/\?/g, () => `$${++n}`);
+}
+
+/** PostgreSQL: named statements (each connection prepares them once) through `query`, on a batch's connection or the pool. */
+export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>): EngineSql {
+  const q = async <T>(name: string, text: string, values: unknown[]): Promise<T[]> =>
+    (await (client as pg.Pool).query({ name: `svc_engine_${name}`, text, values })).rows as T[];
+  const one = async <T>(name: string, text: string, values: unknown[]): Promise<T | undefined> => (await q<T>(name, text, values))[0];
+  return {
+    // JSON columns come back as their text (store.ts sets the driver so), as on SQLite.
+    run: (id) => one('run', numbered(RUN_SQL.replace(') AS sandbox', ')::int AS sandbox')), [id]),
+    contact: (id, ws) =>
+      one('contact', 'SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE id = $1 AND workspace_id = $2', [id, ws]),
+    tags: (contactId) => q('tags', 'SELECT name FROM contact_tags WHERE contact_id = $1 ORDER BY tag_key', [contactId]),
+    workspace: (id) => one('workspace', 'SELECT id, name, plan FROM workspaces WHERE id = $1', [id]),
+    template: (id, ws) => one('template', 'SELECT id, channel, content FROM templates WHERE id = $1 AND workspace_id = $2', [id, ws]),
+    emailTaken: async (ws, email, id) =>
+      (await one('email_taken', 'SELECT id FROM contacts WHERE workspace_id = $1 AND email = $2 AND id != $3', [ws, email, id])) !== undefined,
+    phoneTaken: async (ws, phone, id) =>
+      (await one('phone_taken', 'SELECT id FROM contacts WHERE workspace_id = $1 AND phone = $2 AND id != $3', [ws, phone, id])) !== undefined,
+    attemptsForStep: (runId, stepIndex) =>
+      q('attempts', 'SELECT status FROM delivery_attempts WHERE run_id = $1 AND step_index = $2 ORDER BY attempt, id', [runId, stepIndex]),
+    provider: async (ws, channel) => (await one<{ provider: string }>('provider', numbered(PROVIDER_SQL), [ws, channel]))?.provider,
+    addTag: (contactId, ws, key, name) =>
+      q('add_tag', 'INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING', [
+        contactId,
+        ws,
+        key,
+        name,
+      ]),
+    removeTag: (contactId, ws, key) =>
+      q('remove_tag', 'DELETE FROM contact_tags WHERE contact_id = $1 AND workspace_id = $2 AND tag_key = $3', [contactId, ws, key]),
+    updateContact: (v) =>
+      q(
+        'update_contact',
+        'UPDATE contacts SET email = $1, phone = $2, first_name = $3, last_name = $4, attributes = $5::json, updated_at = $6 WHERE id = $7 AND workspace_id = $8',
+        [v.email, v.phone, v.firstName, v.lastName, v.attributes, v.now, v.id, v.workspaceId],
+      ),
+    saveRun: (v) =>
+      q(
+        'save_run',
+        `UPDATE workflow_runs SET status = $1, step_states = $2::json, run_at = $3, lease_owner = NULL, lease_until = NULL, updated_at = $4, finished_at = $5
+          WHERE id = $6 AND lease_owner = $7`,
+        [v.status, v.stepStates, v.runAt, v.now, v.finishedAt, v.id, v.owner],
+      ),
+    saveProgress: (states, now, id, owner) =>
+      q('save_progress', 'UPDATE workflow_runs SET step_states = $1::json, updated_at = $2 WHERE id = $3 AND lease_owner = $4', [states, now, id, owner]),
+    insertAttempt: async (v) =>
+      (await one<{ id: number }>(
+        'insert_attempt',
+        `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::json) RETURNING id`,
+        [v.workspaceId, v.channel, v.provider, v.to, v.status, v.attempt, v.providerMessageId, v.error, v.runId, v.stepIndex, v.templateId, v.rendered],
+      ))!.id,
+    recordRequest: (ws, runId, stepIndex, method, url, headers, body) =>
+      q(
+        'record_request',
+        'INSERT INTO sandbox_requests (workspace_id, run_id, step_index, method, url, headers, body) VALUES ($1, $2, $3, $4, $5, $6::json, $7)',
+        [ws, runId, stepIndex, method, url, headers, body],
+      ),
+    markAttempt: (v) =>
+      q('mark_attempt', 'UPDATE delivery_attempts SET status = $1, provider_message_id = $2, error = $3, updated_at = $4 WHERE id = $5', [
+        v.status,
+        v.providerMessageId,
+        v.error,
+        v.now,
+        v.id,
+      ]),
+    leaseHeld: async (id, token) =>
+      (await one('lease_held', "SELECT id FROM workflow_runs WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING' FOR UPDATE", [id, token])) !== undefined,
+  };
+}
+
+/** The scheduler's statements (claims, leases), on the main thread, in its transactions. */
+export interface SchedulerSql {
+  /** WAITING runs whose time has come back to QUEUED. */
+  promoteWaiting(now: string, limit: number): Maybe<unknown>;
+  /** Claims whose lease ran out (the process died or stalled) back to QUEUED; the token goes with them. */
+  promoteExpired(now: string, limit: number): Maybe<unknown>;
+  /** The workspaces with QUEUED runs. */
+  queuedWorkspaces(): Maybe<number[]>;
+  /** Takes up to `limit` QUEUED runs of a workspace, oldest first, each with a new lease token. */
+  claim(workspaceId: number, limit: number, now: string, until: string): Maybe<{ id: number; token: string }[]>;
+  /** Extends a lease; false when the run is no longer held with this token. */
+  renew(id: number, token: string, until: string): Maybe<boolean>;
+  release(id: number, token: string, now: string): Maybe<unknown>;
+}
+
+export function sqliteSchedulerSql(db: Db): SchedulerSql {
+  const c = db.$client;
+  const s = {
+    promoteWaiting: c.prepare<{ now: string; limit: number }>(
+      `UPDATE workflow_runs SET status = 'QUEUED', updated_at = @now
+        WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'WAITING' AND run_at <= @now ORDER BY run_at LIMIT @limit)`,
+    ),
+    promoteExpired: c.prepare<{ now: string; limit: number }>(
+      `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now
+        WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'RUNNING' AND (lease_until IS NULL OR lease_until < @now) LIMIT @limit)`,
+    ),
+    // One index seek per workspace (a skip scan of the ready index).
+    queuedWorkspaces: c.prepare<[], { id: number }>(
+      `WITH RECURSIVE ws(id) AS (
+         SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' ORDER BY workspace_id LIMIT 1)
+         UNION ALL
+         SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
+       ) SELECT id FROM ws WHERE id IS NOT NULL`,
+    ),
+    claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string }, { id: number; token: string }>(
+      `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = lower(hex(randomblob(16))), lease_until = @until, updated_at = @now
+        WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit)
+        RETURNING id, lease_owner AS token`,
+    ),
+    renew: c.prepare<{ id: number; token: string; until: string }>(
+      `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
+    ),
+    release: c.prepare<{ id: number; token: string; now: string }>(
+      `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
+    ),
+  };
+  return {
+    promoteWaiting: (now, limit) => s.promoteWaiting.run({ now, limit }),
+    promoteExpired: (now, limit) => s.promoteExpired.run({ now, limit }),
+    queuedWorkspaces: () => s.queuedWorkspaces.all().map((r) => r.id),
+    claim: (workspaceId, limit, now, until) => s.claim.all({ workspaceId, limit, now, until }),
+    renew: (id, token, until) => s.renew.run({ id, token, until }).changes > 0,
+    release: (id, token, now) => s.release.run({ id, token, now }),
+  };
+}
+
+/**
+ * PostgreSQL: the same statements for many nodes at once. Rows being claimed, promoted or
+ * renewed elsewhere are skipped (FOR UPDATE SKIP LOCKED), so nodes claiming together never
+ * wait for each other and never take the same run.
+ */
+export function pgSchedulerSql(client: Pick<pg.PoolClient, 'query'>): SchedulerSql {
+  const q = async <T>(name: string, text: string, values: unknown[]): Promise<pg.QueryResult & { rows: T[] }> =>
+    client.query({ name: `svc_sched_${name}`, text, values }) as Promise<pg.QueryResult & { rows: T[] }>;
+  return {
+    promoteWaiting: (now, limit) =>
+      q(
+        'promote_waiting',
+        `UPDATE workflow_runs SET status = 'QUEUED', updated_at = $1
+          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'WAITING' AND run_at <= $1 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+        [now, limit],
+      ),
+    promoteExpired: (now, limit) =>
+      q(
+        'promote_expired',
+        `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = $1
+          WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'RUNNING' AND (lease_until IS NULL OR lease_until < $1) LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+        [now, limit],
+      ),
+    queuedWorkspaces: async () =>
+      (
+        await q<{ id: number }>(
+          'queued_workspaces',
+          `WITH RECURSIVE ws(id) AS (
+             SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' ORDER BY workspace_id LIMIT 1)
+             UNION ALL
+             SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
+           ) SELECT id FROM ws WHERE id IS NOT NULL`,
+          [],
+        )
+      ).rows.map((r) => r.id),
+    claim: async (workspaceId, limit, now, until) =>
+      (
+        await q<{ id: number; token: string }>(
+          'claim',
+          `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = replace(gen_random_uuid()::text, '-', ''), lease_until = $3, updated_at = $4
+            WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+            RETURNING id, lease_owner AS token`,
+          [workspaceId, limit, until, now],
+        )
+      ).rows,
+    renew: async (id, token, until) =>
+      ((await q('renew', `UPDATE workflow_runs SET lease_until = $3 WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'`, [id, token, until])).rowCount ??
+        0) > 0,
+    release: (id, token, now) =>
+      q(
+        'release',
+        `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = $3 WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'`,
+        [id, token, now],
+      ),
+  };
+}
