@@ -1,5 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { createHmac } from 'node:crypto';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 
 export interface LoadResult {
@@ -145,4 +149,56 @@ export async function fixedRate(opts: {
   latencies.sort((a, b) => a - b);
   const at = (q: number) => Math.round((latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0) * 10) / 10;
   return { sent, ok, failed, p50: at(0.5), p99: at(0.99), rps: Math.round(ok / elapsed) };
+}
+
+const BENCH_ROOT = fileURLToPath(new URL('..', import.meta.url));
+const BENCH_SECRET = 'bench-signing-secret';
+const BENCH_PASSWORD = 'bench-password-123';
+
+/** The webhook the benchmarks post: a payment provider's shape, with the contact's email nested. */
+export const WEBHOOK_BODY = JSON.stringify({
+  id: 'evt_bench',
+  type: 'checkout.session.completed',
+  data: { object: { id: 'cs_1', customer_details: { email: 'carol@example.net', name: 'Carol' }, amount_total: 4900 } },
+});
+export const WEBHOOK_SIGNATURE = `sha256=${createHmac('sha256', BENCH_SECRET).update(WEBHOOK_BODY).digest('hex')}`;
+
+/**
+ * `svc serve` (the built bundle of `checkout`, as a user runs it) on a fresh data folder, with
+ * the benchmark's contact and a signed webhook workflow (nested email lookup, one add_tags
+ * step). `nodeFlags` start it through this Node with those flags (a CPU profile, say).
+ */
+export async function startWebhookNode(opts: { engine: boolean; checkout?: string; nodeFlags?: string[] }): Promise<{
+  child: ChildProcess;
+  url: string;
+  base: string;
+  token: string;
+  dataDir: string;
+}> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
+  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_ENGINE: String(opts.engine) };
+  const svcBin = join(opts.checkout ?? BENCH_ROOT, 'bin', 'svc');
+  execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
+    env,
+    input: BENCH_PASSWORD,
+    stdio: ['pipe', 'ignore', 'inherit'],
+  });
+  const [command, args] = opts.nodeFlags ? [process.execPath, [...opts.nodeFlags, svcBin, 'serve', '--port', '0']] : [svcBin, ['serve', '--port', '0']];
+  const svc = await startProcess(command, args, env, /svc listening on (\S+)/);
+  const base = svc.match[1]!;
+  const login = await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: BENCH_PASSWORD });
+  await json(`${base}/contacts`, 'POST', { email: 'carol@example.net', firstName: 'Carol' }, login.token);
+  const wf = await json(
+    `${base}/workflows`,
+    'POST',
+    {
+      name: 'bench',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'add_tags', tags: ['customer'] }],
+      webhook: { lookup: 'email', path: 'data.object.customer_details.email', signingSecret: BENCH_SECRET },
+    },
+    login.token,
+  );
+  return { child: svc.child, url: wf.webhook.url, base, token: login.token, dataDir };
 }

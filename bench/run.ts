@@ -3,28 +3,20 @@
 // email lookup of an existing contact and a durable run insert, answered after COMMIT, on an
 // ingest-only node. (c) the same with the engine executing each run on the same node.
 // Each server runs in its own process; autocannon drives them from this one, on loopback.
-import { type ChildProcess, execFileSync } from 'node:child_process';
-import { createHmac } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { prepareBaseline } from './baseline.js';
-import { cpuMs, json, load, peakRssMb, startProcess, stop, type LoadResult } from './lib.js';
+import { cpuMs, json, load, peakRssMb, startProcess, startWebhookNode, stop, WEBHOOK_BODY, WEBHOOK_SIGNATURE, type LoadResult } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 3);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
-const SECRET = 'bench-signing-secret';
-const PASSWORD = 'bench-password-123';
 
-const body = JSON.stringify({
-  id: 'evt_bench',
-  type: 'checkout.session.completed',
-  data: { object: { id: 'cs_1', customer_details: { email: 'carol@example.net', name: 'Carol' }, amount_total: 4900 } },
-});
-const signature = `sha256=${createHmac('sha256', SECRET).update(body).digest('hex')}`;
+const body = WEBHOOK_BODY;
+const signature = WEBHOOK_SIGNATURE;
 
 function row(name: string, r: LoadResult, rss: number): string {
   return `${name.padEnd(8)} ${String(r.rps).padStart(8)} req/s   p50 ${String(r.p50).padStart(4)} ms   p99 ${String(r.p99).padStart(4)} ms   errors ${r.errors}   non-2xx ${r.non2xx}   peak RSS ${rss} MB`;
@@ -89,35 +81,6 @@ async function unfinished(base: string, token: string): Promise<number> {
   return n;
 }
 
-/** `svc serve` (the built bundle, as a user runs it) on a fresh data folder, with the benchmark's contact and workflow. */
-async function startSvc(engine: boolean, checkout = root): Promise<{ child: ChildProcess; url: string; base: string; token: string; dataDir: string }> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
-  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000', SVC_ENGINE: String(engine) };
-  const svcBin = join(checkout, 'bin', 'svc');
-  execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
-    env,
-    input: PASSWORD,
-    stdio: ['pipe', 'ignore', 'inherit'],
-  });
-  const svc = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
-  const base = svc.match[1]!;
-  const login = await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD });
-  await json(`${base}/contacts`, 'POST', { email: 'carol@example.net', firstName: 'Carol' }, login.token);
-  const wf = await json(
-    `${base}/workflows`,
-    'POST',
-    {
-      name: 'bench',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'add_tags', tags: ['customer'] }],
-      webhook: { lookup: 'email', path: 'data.object.customer_details.email', signingSecret: SECRET },
-    },
-    login.token,
-  );
-  return { child: svc.child, url: wf.webhook.url, base, token: login.token, dataDir };
-}
-
 async function main(): Promise<void> {
   const baseline = prepareBaseline();
   const headers = { 'content-type': 'application/json', 'x-service-signature': signature };
@@ -126,12 +89,12 @@ async function main(): Promise<void> {
   // then (b) and (c) of the baseline build, so that this build is compared with it in one run.
   const bare = await startProcess(process.execPath, ['--import', 'tsx', join(root, 'bench', 'bare.ts')], { ...process.env }, /listening (\S+)/);
   const servers = [
-    { name: 'svc', svc: await startSvc(false) },
-    { name: 'svc+eng', svc: await startSvc(true) },
+    { name: 'svc', svc: await startWebhookNode({ engine: false }) },
+    { name: 'svc+eng', svc: await startWebhookNode({ engine: true }) },
     ...(baseline
       ? [
-          { name: 'base', svc: await startSvc(false, baseline.dir) },
-          { name: 'base+eng', svc: await startSvc(true, baseline.dir) },
+          { name: 'base', svc: await startWebhookNode({ engine: false, checkout: baseline.dir }) },
+          { name: 'base+eng', svc: await startWebhookNode({ engine: true, checkout: baseline.dir }) },
         ]
       : []),
   ];
