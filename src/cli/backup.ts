@@ -67,6 +67,8 @@ export function registerBackup(program: Command): void {
     .argument('<file>', 'a file written by "svc backup"')
     .action((file: string, _opts: unknown, cmd: Command) => {
       const json = globals(cmd).json === true;
+      if (configFlags(cmd).databaseUrl ?? process.env.SVC_DATABASE_URL)
+        throw new CliError('svc restore writes the SQLite file of the data folder; with databaseUrl set, restore PostgreSQL with pg_restore');
       const result = restoreBackup(globals(cmd).dataDir, process.env, file, (step, detail) => {
         if (!json && process.stderr.isTTY && step !== 'done') process.stderr.write(`${detail}…\n`);
       });

@@ -1,13 +1,13 @@
 import type { Command } from 'commander';
 import { runDoctor } from '../core/services/doctor.js';
-import { globals, output, table } from './io.js';
+import { configFlags, globals, output, table } from './io.js';
 
 export function registerDoctor(program: Command): void {
   program
     .command('doctor')
     .description('check the data folder (permissions, disk, integrity, migrations, config, server) and say what to fix')
-    .action((_opts: unknown, cmd: Command) => {
-      const report = runDoctor(globals(cmd).dataDir, process.env);
+    .action(async (_opts: unknown, cmd: Command) => {
+      const report = await runDoctor(globals(cmd).dataDir, process.env, configFlags(cmd).databaseUrl);
       output(cmd, report, () => {
         const out = [
           table(

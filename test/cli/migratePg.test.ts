@@ -64,7 +64,7 @@ describe('svc migrate on PostgreSQL', { concurrency: true, skip: skipWithoutPost
     assert.deepEqual(await appliedTags(url), PG_MIGRATIONS);
   });
 
-  test('svc init and svc serve on PostgreSQL: a webhook becomes a COMPLETED run, the admin commands see it; svc backup refuses', async (t) => {
+  test('svc init and svc serve on PostgreSQL: a webhook becomes a COMPLETED run, the admin commands see it; svc backup and restore refuse', async (t) => {
     const dataDir = join(tempDir(t), 'data');
     const url = await createTestDatabase(t);
     const env = { SVC_DATABASE_URL: url };
@@ -119,6 +119,15 @@ describe('svc migrate on PostgreSQL', { concurrency: true, skip: skipWithoutPost
     const backup = await runCli(dataDir, ['backup', '--to', join(tempDir(t), 'b.svcbackup')], { env });
     assert.notEqual(backup.code, 0, show(backup));
     assert.match(backup.stderr, /pg_dump/);
+    const doctor = await runCli(dataDir, ['doctor', '--json'], { env });
+    assert.equal(doctor.code, 0, show(doctor));
+    const checks = Object.fromEntries((doctor.json() as { checks: { name: string; status: string; detail: string }[] }).checks.map((c) => [c.name, c]));
+    assert.equal(checks.database?.status, 'OK', show(doctor));
+    assert.equal(checks.migrations?.status, 'OK', show(doctor));
+    assert.match(checks.backups?.detail ?? '', /pg_dump/);
+    const restore = await runCli(dataDir, ['restore', join(tempDir(t), 'b.svcbackup')], { env });
+    assert.notEqual(restore.code, 0, show(restore));
+    assert.match(restore.stderr, /pg_restore/);
     await server.stop();
   });
 

@@ -1,3 +1,4 @@
+import { pgMigrationStatus } from '../db/pgMigrate.js';
 import { existsSync, statSync, statfsSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -110,7 +111,7 @@ function diskCheck(dataDir: string): Check {
   return { name: 'disk space', status: 'OK', detail };
 }
 
-function configCheck(dataDir: string, env: NodeJS.ProcessEnv): { check: Check; config: Config | null } {
+function configCheck(dataDir: string, env: NodeJS.ProcessEnv, databaseUrl?: string): { check: Check; config: Config | null } {
   if (!existsSync(configPath(dataDir))) {
     return {
       check: {
@@ -123,7 +124,7 @@ function configCheck(dataDir: string, env: NodeJS.ProcessEnv): { check: Check; c
     };
   }
   try {
-    const config = loadConfig({ dataDir }, env);
+    const config = loadConfig({ dataDir, ...(databaseUrl ? { databaseUrl } : {}) }, env);
     return { check: { name: 'config', status: 'OK', detail: 'valid, secrets present' }, config };
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
@@ -252,7 +253,25 @@ function backupCheck(config: Config, serverRunning: boolean): Check {
   return { name: 'backups', status: 'OK', detail: `newest ${newest.file} (${ageSeconds} s old)` };
 }
 
-export function runDoctor(dataDirFlag: string | undefined, env: NodeJS.ProcessEnv): DoctorReport {
+/** PostgreSQL (databaseUrl set): the server answers, and its schema is this build's. */
+async function pgDatabaseChecks(url: string): Promise<Check[]> {
+  const where = new URL(url);
+  const name = `PostgreSQL ${where.host}${where.pathname}`;
+  try {
+    const { applied, pending } = await pgMigrationStatus(url);
+    if (!applied.length)
+      return [{ name: 'database', status: 'FAIL', detail: `${name} has no svc schema`, fix: 'svc migrate (or svc init, or svc serve) creates it' }];
+    const database: Check = { name: 'database', status: 'OK', detail: `${name} answers` };
+    if (pending.length)
+      return [database, { name: 'migrations', status: 'WARN', detail: `${pending.length} pending`, fix: 'svc migrate (svc serve applies them too)' }];
+    return [database, { name: 'migrations', status: 'OK', detail: `applied up to ${applied.at(-1)}` }];
+  } catch (err) {
+    const fix = err instanceof DatabaseTooNewError ? 'upgrade svc to the version that migrated this database' : 'start PostgreSQL, or correct SVC_DATABASE_URL';
+    return [{ name: 'database', status: 'FAIL', detail: `${name}: ${(err as Error).message}`, fix }];
+  }
+}
+
+export async function runDoctor(dataDirFlag: string | undefined, env: NodeJS.ProcessEnv, databaseUrlFlag?: string): Promise<DoctorReport> {
   const dataDir = resolveDataDir(dataDirFlag, env);
   const checks: Check[] = [];
   if (!existsSync(dataDir) || !statSync(dataDir).isDirectory()) {
@@ -267,11 +286,14 @@ export function runDoctor(dataDirFlag: string | undefined, env: NodeJS.ProcessEn
   checks.push({ name: 'data folder', status: 'OK', detail: dataDir });
   checks.push(...permissionChecks(dataDir));
   checks.push(diskCheck(dataDir));
-  const { check, config } = configCheck(dataDir, env);
+  const { check, config } = configCheck(dataDir, env, databaseUrlFlag);
   checks.push(check);
-  checks.push(...databaseChecks(config?.dbFile ?? join(dataDir, 'svc.db')));
+  if (config?.databaseUrl) checks.push(...(await pgDatabaseChecks(config.databaseUrl)));
+  else checks.push(...databaseChecks(config?.dbFile ?? join(dataDir, 'svc.db')));
   const holders = serverHolders(dataDir);
   checks.push(serverCheck(holders));
-  if (config) checks.push(backupCheck(config, holders.live.length > 0));
+  if (config?.databaseUrl)
+    checks.push({ name: 'backups', status: 'OK', detail: 'the data is in PostgreSQL: back it up with pg_dump (svc backup copies SQLite files only)' });
+  else if (config) checks.push(backupCheck(config, holders.live.length > 0));
   return { dataDir, ok: !checks.some((c) => c.status === 'FAIL'), checks };
 }
