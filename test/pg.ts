@@ -14,7 +14,7 @@ export function testDatabaseServer(): string | undefined {
 }
 
 /** Why a PostgreSQL test is skipped here (throws under CI, where it must run), or false. */
-export function skipWithoutPostgres(): string | false {
+export function skipOutsideCIWithoutPostgres(): string | false {
   return testDatabaseServer() ? false : skipOutsideCI('SVC_TEST_DATABASE_URL is not set');
 }
 

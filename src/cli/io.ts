@@ -10,13 +10,18 @@ import type { Page } from '../core/pagination.js';
 export interface GlobalOptions {
   dataDir?: string;
   databaseUrl?: string;
+  redisUrl?: string;
   json?: boolean;
 }
 
 /** The configuration flags every command shares (data folder, database). */
 export function configFlags(cmd: Command): ConfigFlags {
   const g = globals(cmd);
-  return { ...(g.dataDir ? { dataDir: g.dataDir } : {}), ...(g.databaseUrl ? { databaseUrl: g.databaseUrl } : {}) };
+  return {
+    ...(g.dataDir ? { dataDir: g.dataDir } : {}),
+    ...(g.databaseUrl ? { databaseUrl: g.databaseUrl } : {}),
+    ...(g.redisUrl ? { redisUrl: g.redisUrl } : {}),
+  };
 }
 
 export function globals(cmd: Command): GlobalOptions {

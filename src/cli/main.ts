@@ -31,6 +31,7 @@ export function buildProgram(): Command {
     .version(versionLine())
     .option('--data-dir <dir>', 'data folder (default $SVC_DATA_DIR, else ./data)')
     .option('--database-url <url>', 'PostgreSQL instead of SQLite in the data folder (default $SVC_DATABASE_URL)')
+    .option('--redis-url <url>', 'Redis shared by the nodes of a cluster, for the limits counted across them (default $SVC_REDIS_URL)')
     .option('--json', 'print one JSON document on stdout')
     .exitOverride();
   registerInit(program);

@@ -18,6 +18,13 @@ export interface Config {
    * data folder (null: SQLite). Several nodes share one.
    */
   readonly databaseUrl: string | null;
+  /**
+   * A Redis server (redis://… or rediss://…) that the nodes of a cluster share for what must
+   * be counted across them (the per-address webhook limit); null: counted per node.
+   */
+  readonly redisUrl: string | null;
+  /** Prefixes every key svc writes to Redis, so that clusters (or tests) can share one server. */
+  readonly redisPrefix: string;
   readonly host: string;
   readonly port: number;
   readonly publicUrl: string;
@@ -110,6 +117,7 @@ export interface Config {
 export type ConfigFlags = Partial<{
   dataDir: string;
   databaseUrl: string;
+  redisUrl: string;
   host: string;
   port: string | number;
   publicUrl: string;
@@ -315,6 +323,21 @@ function toSecret(name: string, value: unknown): string {
   return value;
 }
 
+/** A redis:// or rediss:// URL, or null when not set. The password never appears in the error. */
+function toRedisUrl(value: unknown): string | null {
+  if (value === undefined || value === null || value === '') return null;
+  let url: URL;
+  try {
+    url = new URL(String(value));
+  } catch {
+    throw new ConfigError('redisUrl must be a redis://host:port URL (rediss:// for TLS)');
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:')
+    throw new ConfigError(`redisUrl must be a redis:// or rediss:// URL (got a ${url.protocol}// one)`);
+  if (!url.hostname) throw new ConfigError('redisUrl must name a host: redis://host:port');
+  return String(value);
+}
+
 /** A postgres:// URL, or null when not set. The password never appears in the error. */
 function toDatabaseUrl(value: unknown): string | null {
   if (value === undefined || value === null || value === '') return null;
@@ -370,6 +393,12 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     dataDir,
     dbFile: join(dataDir, 'svc.db'),
     databaseUrl: toDatabaseUrl(pick(flags.databaseUrl, env.SVC_DATABASE_URL, file.databaseUrl)),
+    redisUrl: toRedisUrl(pick(flags.redisUrl, env.SVC_REDIS_URL, file.redisUrl)),
+    redisPrefix: ((v) => {
+      const prefix = v === undefined ? 'svc:' : String(v);
+      if (!/^[\x21-\x7e]{1,64}$/.test(prefix)) throw new ConfigError('redisPrefix must be 1 to 64 printable ASCII characters without spaces');
+      return prefix;
+    })(pick(env.SVC_REDIS_PREFIX, file.redisPrefix)),
     host,
     port,
     publicUrl,

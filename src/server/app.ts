@@ -7,6 +7,7 @@ import type { Config } from '../core/config.js';
 import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
 import { pgIntake, sqliteIntake } from '../core/db/intake.js';
 import { LoginThrottle } from '../core/services/auth.js';
+import { openRedis } from '../core/redis.js';
 import { ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
@@ -190,7 +191,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   // Disk full: failed writes answer 503 storage_full, /readyz says not ready, the log says so once a minute.
   const storage = new StorageHealth(config.dataDir, app.log);
-  const readiness = new Readiness(deps.store, storage);
+  // Redis, when the nodes of a cluster share one: the per-address webhook limit is counted there.
+  const redis = config.redisUrl
+    ? openRedis(config.redisUrl, config.redisPrefix, (err) =>
+        app.log.warn({ err: { message: err.message } }, 'Redis does not answer; the limits shared across nodes are counted per node until it does'),
+      )
+    : undefined;
+  if (redis) app.addHook('onClose', () => redis.close());
+  const readiness = new Readiness(deps.store, storage, redis);
   registerReadiness(app, readiness);
   registerErrorHandling(app, storage);
   const metrics =
@@ -235,7 +243,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
   app.decorate('engine', engine);
   readiness.attach({ batcher, engine });
-  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.store.db) });
+  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.store.db), redis });
   // The web console, after every API route: its paths (/, /app/*, /invite) are none of the API's.
   await app.register(consoleRoutes, config.consoleDir ? { files: readConsoleFiles(config.consoleDir) } : {});
 

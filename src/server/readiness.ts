@@ -3,6 +3,7 @@ import { sql } from 'drizzle-orm';
 import { execute, storeMigrationStatus } from '../core/db/dialect.js';
 import type { StorageHealth } from '../core/db/storage.js';
 import { isSqliteStore, type Store } from '../core/db/store.js';
+import type { SharedRedis } from '../core/redis.js';
 import type { Engine } from '../engine/scheduler.js';
 import type { App } from './app.js';
 import { problem, sendProblem } from './plugins/errors.js';
@@ -18,6 +19,7 @@ export interface ReadinessReport {
     migrations: 'applied' | 'pending' | 'unknown';
     engine: 'up' | 'down' | 'off';
     storage: 'ok' | 'full' | 'failing';
+    redis: 'up' | 'down' | 'off';
   };
 }
 
@@ -39,6 +41,7 @@ export class Readiness {
   constructor(
     private readonly store: Store,
     private readonly storage: StorageHealth,
+    private readonly redis?: SharedRedis,
   ) {}
 
   attach(parts: { batcher: WriteBatcher | undefined; engine: Engine | undefined }): void {
@@ -93,7 +96,8 @@ export class Readiness {
     const writable = !this.closing && this.started && migrations === 'applied' ? await this.writeCheck() : false;
     // Read after the write check: a write that succeeds with room free clears "full".
     const storage = this.storage.full ? 'full' : writable ? 'ok' : 'failing';
-    const checks = { migrations, engine, storage } as const;
+    const redis = this.redis ? ((await this.redis.ping()) ? 'up' : 'down') : 'off';
+    const checks = { migrations, engine, storage, redis } as const;
     if (this.closing) return { ready: false, code: 'shutting_down', detail: 'The server is shutting down', checks };
     if (!this.started || migrations !== 'applied' || engine === 'down') {
       const why = migrations !== 'applied' ? 'migrations are not applied' : engine === 'down' ? 'the run engine is not up' : 'the server is starting';

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import pg from 'pg';
-import { createTestDatabase, skipWithoutPostgres } from '../pg.js';
+import { createTestDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
 import { REPO, runCli, show, startServe, tempDir } from './helpers.js';
 
 /** The PostgreSQL migration tags this source tree knows, in order. */
@@ -30,7 +30,7 @@ async function appliedTags(url: string): Promise<string[]> {
   }
 }
 
-describe('svc migrate on PostgreSQL', { concurrency: true, skip: skipWithoutPostgres() }, () => {
+describe('svc migrate on PostgreSQL', { concurrency: true, skip: skipOutsideCIWithoutPostgres() }, () => {
   test('reports, applies once, then is idempotent; the flag and SVC_DATABASE_URL both select it', async (t) => {
     const dataDir = await initialisedFolder(t);
     const url = await createTestDatabase(t);

@@ -26,7 +26,7 @@ test('readyz: 200 with the checks once the engine is up; engine "off" on a node 
     status: 'ready',
     version: VERSION,
     schemaVersion: carriedSchemaVersionOf(withEngine),
-    checks: { migrations: 'applied', engine: 'up', storage: 'ok' },
+    checks: { migrations: 'applied', engine: 'up', storage: 'ok', redis: 'off' },
   });
   assert.equal(res.headers.get('cache-control'), null);
 

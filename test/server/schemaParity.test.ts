@@ -20,7 +20,7 @@ import { closeDatabase, openDatabase } from '../../src/core/db/connection.js';
 import { migrate } from '../../src/core/db/migrate.js';
 import { findPgMigrationsDir, migratePg } from '../../src/core/db/pgMigrate.js';
 import { tempDir } from '../helpers.js';
-import { createTestDatabase, skipWithoutPostgres } from '../pg.js';
+import { createTestDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
 
 const BOOKKEEPING = new Set(['svc_migrations']);
 const SQLITE_ONLY_TABLES = /^(sqlite_|contacts_fts($|_))/;
@@ -206,7 +206,7 @@ function migratedSqlite(t: Parameters<typeof tempDir>[0]) {
   return db;
 }
 
-test('the PostgreSQL schema has the same tables, columns, indexes, keys and triggers as SQLite', { skip: skipWithoutPostgres() }, async (t) => {
+test('the PostgreSQL schema has the same tables, columns, indexes, keys and triggers as SQLite', { skip: skipOutsideCIWithoutPostgres() }, async (t) => {
   const sqlite = sqliteShape(migratedSqlite(t).$client);
   const url = await createTestDatabase(t);
   await migratePg(url);
@@ -225,7 +225,7 @@ test('the PostgreSQL schema has the same tables, columns, indexes, keys and trig
   );
 });
 
-test('PostgreSQL writes default timestamps in the same ISO 8601 UTC form as SQLite', { skip: skipWithoutPostgres() }, async (t) => {
+test('PostgreSQL writes default timestamps in the same ISO 8601 UTC form as SQLite', { skip: skipOutsideCIWithoutPostgres() }, async (t) => {
   const sqlite = migratedSqlite(t).$client;
   const fromSqlite = sqlite.prepare("INSERT INTO workspaces (name) VALUES ('a') RETURNING created_at, updated_at").get() as {
     created_at: string;
@@ -250,7 +250,7 @@ test('PostgreSQL writes default timestamps in the same ISO 8601 UTC form as SQLi
   }
 });
 
-test('PostgreSQL keeps the contact and tag counters as the SQLite triggers do', { skip: skipWithoutPostgres() }, async (t) => {
+test('PostgreSQL keeps the contact and tag counters as the SQLite triggers do', { skip: skipOutsideCIWithoutPostgres() }, async (t) => {
   // The same statements on both stores, then the counters compared with each other.
   const statements = [
     "INSERT INTO workspaces (id, name) VALUES (1, 'one'), (2, 'two')",

@@ -8,7 +8,7 @@ import { migratePg } from '../../src/core/db/pgMigrate.js';
 import { contacts, users, workspaceCounters, workspaces } from '../../src/core/db/schema.js';
 import { openPgStore, openSqliteStore, type Store } from '../../src/core/db/store.js';
 import { tempDir } from '../helpers.js';
-import { createTestDatabase, skipWithoutPostgres } from '../pg.js';
+import { createTestDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
 
 /** A migrated store of each kind, closed when the test ends. */
 const stores: Record<'sqlite' | 'pg', { skip: string | false; open(t: TestContext): Promise<Store> }> = {
@@ -25,7 +25,7 @@ const stores: Record<'sqlite' | 'pg', { skip: string | false; open(t: TestContex
     },
   },
   pg: {
-    skip: skipWithoutPostgres(),
+    skip: skipOutsideCIWithoutPostgres(),
     async open(t) {
       const url = await createTestDatabase(t);
       await migratePg(url);

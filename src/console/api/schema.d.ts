@@ -9313,6 +9313,8 @@ export interface operations {
                             /** @description off: this node runs no engine */
                             engine: "up" | "down" | "off";
                             migrations: "applied" | "pending" | "unknown";
+                            /** @description off: no redisUrl. down: Redis does not answer; the node stays ready and counts the limits shared across nodes on its own until it answers again */
+                            redis: "up" | "down" | "off";
                             storage: "ok" | "full" | "failing";
                         };
                         /** @description The latest migration applied to the database */
@@ -9395,6 +9397,8 @@ export interface operations {
                             /** @description off: this node runs no engine */
                             engine: "up" | "down" | "off";
                             migrations: "applied" | "pending" | "unknown";
+                            /** @description off: no redisUrl. down: Redis does not answer; the node stays ready and counts the limits shared across nodes on its own until it answers again */
+                            redis: "up" | "down" | "off";
                             storage: "ok" | "full" | "failing";
                         };
                     };

@@ -11,6 +11,10 @@ const Checks = Type.Object({
   migrations: Type.Union([Type.Literal('applied'), Type.Literal('pending'), Type.Literal('unknown')]),
   engine: Type.Union([Type.Literal('up'), Type.Literal('down'), Type.Literal('off')], { description: 'off: this node runs no engine' }),
   storage: Type.Union([Type.Literal('ok'), Type.Literal('full'), Type.Literal('failing')]),
+  redis: Type.Union([Type.Literal('up'), Type.Literal('down'), Type.Literal('off')], {
+    description:
+      'off: no redisUrl. down: Redis does not answer; the node stays ready and counts the limits shared across nodes on its own until it answers again',
+  }),
 });
 
 const Versions = {

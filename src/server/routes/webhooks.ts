@@ -1,4 +1,6 @@
-import rateLimit from '@fastify/rate-limit';
+import rateLimit, { type FastifyRateLimitStoreCtor } from '@fastify/rate-limit';
+import type { SharedRedis } from '../../core/redis.js';
+import { sharedLimitStore } from '../sharedLimits.js';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import type { Config } from '../../core/config.js';
@@ -38,7 +40,14 @@ function received(req: FastifyRequest, raw: Buffer | null): ReceivedRequest {
  */
 export async function webhookRoutes(
   app: App,
-  opts: { config: Config; receiver: WebhookReceiver; onAccepted?: () => void; storage?: StorageHealth; isSandbox?: (workspaceId: number) => Promise<boolean> },
+  opts: {
+    config: Config;
+    receiver: WebhookReceiver;
+    onAccepted?: () => void;
+    storage?: StorageHealth;
+    isSandbox?: (workspaceId: number) => Promise<boolean>;
+    redis?: SharedRedis | undefined;
+  },
 ): Promise<void> {
   const { config, receiver } = opts;
   // With a sandbox address of its own, a sandbox workflow's URL answers only there and a live
@@ -50,6 +59,9 @@ export async function webhookRoutes(
 
   await app.register(rateLimit, {
     global: false,
+    // Counted across the cluster's nodes in Redis when it is configured (sharedLimits.ts).
+    // (The plugin calls incr with the window and the limit too; its types leave them out.)
+    ...(opts.redis ? { store: sharedLimitStore(opts.redis, 'webhook-limit') as unknown as FastifyRateLimitStoreCtor } : {}),
     errorResponseBuilder: (_req, ctx) =>
       new AppError(429, 'rate_limited', `More than ${ctx.max} webhook requests a minute from this address; retry after ${Math.ceil(ctx.ttl / 1000)} s`),
   });
