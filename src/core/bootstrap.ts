@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { ConfigError, isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
+import { isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
 import type { Actor } from './context.js';
 import { openDatabase, type Db } from './db/connection.js';
 import { openPgStore, openSqliteStore, type SqliteStore, type Store } from './db/store.js';
@@ -32,16 +32,15 @@ export const DEFAULT_OWNER_EMAIL = 'admin@svc.local';
 export const DEFAULT_WORKSPACE_NAME = 'Default';
 
 /**
- * The PostgreSQL store is being built in steps (see README, "PostgreSQL"): so far it can be
- * created and migrated. Every other command refuses a databaseUrl instead of quietly using
- * the SQLite file the operator asked not to use.
+ * openMigrated and openCurrent open the data folder's SQLite file: a config that selects
+ * PostgreSQL reaching them is a mistake of the caller (openStore and openCurrentStore choose).
  */
-export function requireSqliteStore(config: Config): void {
-  if (config.databaseUrl) {
-    throw new ConfigError(
-      'databaseUrl (SVC_DATABASE_URL, --database-url) selects PostgreSQL, which this release can migrate ("svc migrate") but not yet serve; unset it to use SQLite in the data folder',
-    );
-  }
+function assertSqliteConfig(config: Config): void {
+  if (config.databaseUrl) throw new Error('this config selects PostgreSQL (databaseUrl): open it with openStore or openCurrentStore, not as the SQLite file');
+}
+
+function pendingMigrations(count: number): Error {
+  return new Error(`The database has ${count} pending migration(s); run "svc migrate" first`);
 }
 
 /**
@@ -57,7 +56,7 @@ export async function openStore(config: Config, onApply?: (tag: string) => void)
 
 /** Opens the data folder's database, applying pending migrations. */
 export function openMigrated(config: Config, onApply?: (tag: string) => void): { store: SqliteStore; applied: string[] } {
-  requireSqliteStore(config);
+  assertSqliteConfig(config);
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   let applied: string[];
   try {
@@ -72,17 +71,17 @@ export function openMigrated(config: Config, onApply?: (tag: string) => void): {
 export async function openCurrentStore(config: Config): Promise<Store> {
   if (!config.databaseUrl) return openCurrent(config);
   const { pending } = await pgMigrationStatus(config.databaseUrl);
-  if (pending.length) throw new Error(`The database has ${pending.length} pending migration(s); run "svc migrate" first`);
+  if (pending.length) throw pendingMigrations(pending.length);
   return openPgStore(config.databaseUrl);
 }
 
 /** Opens an initialised data folder's database and refuses one that needs migrating. */
 export function openCurrent(config: Config): SqliteStore {
-  requireSqliteStore(config);
+  assertSqliteConfig(config);
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
   try {
     const { pending } = migrationStatus(db);
-    if (pending.length) throw new Error(`The database has ${pending.length} pending migration(s); run "svc migrate" first`);
+    if (pending.length) throw pendingMigrations(pending.length);
   } finally {
     db.$client.close();
   }

@@ -11,9 +11,9 @@ import { tempDir } from '../helpers.js';
 import { createTestDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
 
 /** A migrated store of each kind, closed when the test ends. */
-const stores: Record<'sqlite' | 'pg', { skip: string | false; open(t: TestContext): Promise<Store> }> = {
+const stores: Record<'sqlite' | 'pg', { skipOutsideCI: string | false; open(t: TestContext): Promise<Store> }> = {
   sqlite: {
-    skip: false,
+    skipOutsideCI: false,
     async open(t) {
       const file = join(tempDir(t), 'svc.db');
       const db = openDatabase(file);
@@ -25,7 +25,7 @@ const stores: Record<'sqlite' | 'pg', { skip: string | false; open(t: TestContex
     },
   },
   pg: {
-    skip: skipOutsideCIWithoutPostgres(),
+    skipOutsideCI: skipOutsideCIWithoutPostgres(),
     async open(t) {
       const url = await createTestDatabase(t);
       await migratePg(url);
@@ -46,7 +46,7 @@ async function newWorkspace(store: Store, name = 'W'): Promise<number> {
 }
 
 for (const [dialect, kind] of Object.entries(stores)) {
-  describe(`store: ${dialect}`, { skip: kind.skip }, () => {
+  describe(`store: ${dialect}`, { skip: kind.skipOutsideCI }, () => {
     test('rows come back as the same JavaScript values on both stores', async (t) => {
       const store = await kind.open(t);
       const ws = await newWorkspace(store, 'Values');
