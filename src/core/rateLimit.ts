@@ -53,17 +53,51 @@ export class WindowCounter {
 }
 
 /**
+ * Sliding windows of event times that the nodes of a cluster may share: the same decisions
+ * as WindowCounter, asynchronous so that they can be kept in Redis.
+ */
+export interface Windows {
+  /** Seconds until `key` is under its limit again, or 0 when it is under it now. */
+  retryAfter(key: string, rule: WindowRule, now?: number): Promise<number>;
+  add(key: string, rule: WindowRule, now?: number): Promise<void>;
+  /** Counts one event unless `key` is at its limit; returns 0 when counted, else the seconds to wait. */
+  take(key: string, rule: WindowRule, now?: number): Promise<number>;
+  delete(key: string): Promise<void>;
+}
+
+/** The windows of one node, in memory (see WindowCounter). */
+export class LocalWindows implements Windows {
+  constructor(readonly counter = new WindowCounter()) {}
+
+  async retryAfter(key: string, rule: WindowRule, now = Date.now()): Promise<number> {
+    return this.counter.retryAfter(key, rule, now);
+  }
+
+  async add(key: string, rule: WindowRule, now = Date.now()): Promise<void> {
+    this.counter.add(key, rule, now);
+  }
+
+  async take(key: string, rule: WindowRule, now = Date.now()): Promise<number> {
+    const wait = this.counter.retryAfter(key, rule, now);
+    if (wait === 0) this.counter.add(key, rule, now);
+    return wait;
+  }
+
+  async delete(key: string): Promise<void> {
+    this.counter.delete(key);
+  }
+}
+
+/** The RateLimitError of a caller limit. */
+export function rateLimited(rule: WindowRule, what: string, wait: number): RateLimitError {
+  return new RateLimitError('rate_limited', `More than ${rule.limit} ${what} in ${Math.round(rule.windowMs / 1000)} s; retry after ${Math.ceil(wait)} s`, wait);
+}
+
+/**
  * Counts one event of `key` against its rule, or throws 429 `rate_limited` (with
  * Retry-After) when the key is already at its limit; a refused event is not counted.
  */
-export function takeOrThrow(counter: WindowCounter, key: string, rule: WindowRule, what: string, now = Date.now()): void {
-  const wait = counter.retryAfter(key, rule, now);
-  if (wait > 0) {
-    throw new RateLimitError(
-      'rate_limited',
-      `More than ${rule.limit} ${what} in ${Math.round(rule.windowMs / 1000)} s; retry after ${Math.ceil(wait)} s`,
-      wait,
-    );
-  }
-  counter.add(key, rule, now);
+export async function takeOrThrow(windows: Windows, key: string, rule: WindowRule, what: string): Promise<void> {
+  const wait = await windows.take(key, rule);
+  if (wait > 0) throw rateLimited(rule, what, wait);
 }

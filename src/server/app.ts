@@ -7,7 +7,7 @@ import type { Config } from '../core/config.js';
 import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
 import { pgIntake, sqliteIntake } from '../core/db/intake.js';
 import { LoginThrottle } from '../core/services/auth.js';
-import { openRedis } from '../core/redis.js';
+import { openRedis, windowsFor } from '../core/redis.js';
 import { ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
@@ -206,12 +206,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   app.decorate('metrics', metrics);
   if (metrics) registerMetrics(app, metrics);
   await app.register(cookie);
-  registerAuth(app, { store: deps.store, config });
+  registerAuth(app, { store: deps.store, config, redis });
   // Before the routes, so that the OpenAPI document sees every one of them.
   await registerOpenApi(app, { version: VERSION, publicUrl: config.publicUrl, sandboxUrl: config.sandboxUrl });
   await app.register(docsRoutes);
 
-  const throttle = new LoginThrottle(config.loginRateLimit);
+  const throttle = new LoginThrottle(config.loginRateLimit, undefined, { windows: windowsFor(redis, 'login-failures') });
   await app.register(healthRoutes, { store: deps.store, readiness });
   await app.register(metricsRoute, { metrics, token: config.metricsToken });
   await app.register(authRoutes, { throttle, publicUrl: config.publicUrl });

@@ -268,32 +268,32 @@ test('login throttle: per (email, address) first, then a slower per-email limit 
   assert.equal((await loginFrom(s, '203.0.113.1', 'someone-else@acme.test', 'whatever-password')).statusCode, 401);
 });
 
-test('login throttle: a bounded map that evicts the least recently failed keys and forgets expired ones', () => {
+test('login throttle: a bounded map that evicts the least recently failed keys and forgets expired ones', async () => {
   const windowMs = 60_000;
   const throttle = new LoginThrottle(2, windowMs, { maxEntries: 9 });
   const t0 = 1_000_000;
   // A target is guessed at from one address...
-  throttle.fail('victim@acme.test', '198.51.100.7', t0);
-  throttle.fail('victim@acme.test', '198.51.100.7', t0 + 1);
-  assert.throws(() => throttle.check('victim@acme.test', '198.51.100.7', t0 + 2), RateLimitError);
+  await throttle.fail('victim@acme.test', '198.51.100.7', t0);
+  await throttle.fail('victim@acme.test', '198.51.100.7', t0 + 1);
+  await assert.rejects(throttle.check('victim@acme.test', '198.51.100.7', t0 + 2), RateLimitError);
   // ...while a flood of made-up emails from many addresses passes through the map.
-  for (let i = 0; i < 100; i++) throttle.fail(`made-up-${i}@acme.test`, `192.0.2.${i % 250}`, t0 + 10 + i);
+  for (let i = 0; i < 100; i++) await throttle.fail(`made-up-${i}@acme.test`, `192.0.2.${i % 250}`, t0 + 10 + i);
   assert.ok(throttle.size <= 9, `the map holds ${throttle.size} keys`);
   // The newest entries are kept (the flood's last email is still counted)...
-  throttle.fail('made-up-99@acme.test', '192.0.2.99', t0 + 200);
-  assert.throws(() => throttle.check('made-up-99@acme.test', '192.0.2.99', t0 + 201), RateLimitError);
+  await throttle.fail('made-up-99@acme.test', '192.0.2.99', t0 + 200);
+  await assert.rejects(throttle.check('made-up-99@acme.test', '192.0.2.99', t0 + 201), RateLimitError);
   // ...and nothing is wiped wholesale: the map never emptied.
   assert.ok(throttle.size > 0);
 
   // Expiry: once the window has passed, a key is allowed again and dropped when read.
   const fresh = new LoginThrottle(2, windowMs);
-  fresh.fail('a@acme.test', '198.51.100.1', t0);
-  fresh.fail('a@acme.test', '198.51.100.1', t0 + 1);
-  assert.throws(() => fresh.check('a@acme.test', '198.51.100.1', t0 + 2), RateLimitError);
+  await fresh.fail('a@acme.test', '198.51.100.1', t0);
+  await fresh.fail('a@acme.test', '198.51.100.1', t0 + 1);
+  await assert.rejects(fresh.check('a@acme.test', '198.51.100.1', t0 + 2), RateLimitError);
   assert.equal(fresh.size, 3);
   // The per-address pair window has passed; the per-email window (4x) has not, but it needs 4 failures.
-  fresh.check('a@acme.test', '198.51.100.1', t0 + windowMs + 2);
+  await fresh.check('a@acme.test', '198.51.100.1', t0 + windowMs + 2);
   assert.equal(fresh.size, 1, 'the pair and address keys were dropped, the email key remains');
-  fresh.check('a@acme.test', '198.51.100.1', t0 + 4 * windowMs + 2);
+  await fresh.check('a@acme.test', '198.51.100.1', t0 + 4 * windowMs + 2);
   assert.equal(fresh.size, 0);
 });

@@ -87,6 +87,73 @@ test('Redis away: webhooks are still accepted, the limit is counted per node, an
   assert.equal(ready.body.checks.redis, 'down');
 });
 
+test('two nodes sharing Redis count failed logins and previews together; Redis away falls back to each node counting', {
+  skip: skipOutsideCIWithoutRedis(),
+}, async (t) => {
+  const env = { SVC_REDIS_URL: testRedisServer()!, SVC_REDIS_PREFIX: testRedisPrefix(), SVC_LOGIN_RATE_LIMIT: '3', SVC_RENDER_RATE_LIMIT: '3' };
+  // Two servers of one cluster: the owner is the same email and user 1 on both, as on one database.
+  const a = await build(t, { env });
+  const b = await build(t, { env });
+  const [ta, tb] = [await a.login(a.owner.email, a.owner.password), await b.login(b.owner.email, b.owner.password)];
+  const login = (s: TestServer, password: string) => s.request('POST', '/auth/login', { body: { email: s.owner.email, password } });
+  assert.equal((await login(a, 'wrong-password-1')).status, 401);
+  assert.equal((await login(b, 'wrong-password-2')).status, 401);
+  assert.equal((await login(a, 'wrong-password-3')).status, 401);
+  // Three failures across the nodes: the right password is refused on both until the window passes.
+  for (const s of [a, b]) {
+    const held = await login(s, s.owner.password);
+    assertProblem(held, 429, 'too_many_login_attempts');
+    const retry = Number(held.headers.get('retry-after'));
+    assert.ok(retry > 14 * 60 && retry <= 15 * 60, `Retry-After ${retry}`);
+  }
+
+  // Previews: one caller's count is shared too (the third on B is the limit's last).
+  const preview = async (s: TestServer, token: string) => {
+    const template = await s.request('POST', '/templates', { token, body: { name: 'n', channel: 'SMS', content: { text: 'Hi' } } });
+    assert.equal(template.status, 201, template.text);
+    return s.request('POST', `/templates/${template.body.id}/preview`, { token, body: {} });
+  };
+  assert.equal((await preview(a, ta)).status, 200);
+  assert.equal((await preview(b, tb)).status, 200);
+  assert.equal((await preview(a, ta)).status, 200);
+  assertProblem(await preview(b, tb), 429, 'rate_limited');
+  assertProblem(await preview(a, ta), 429, 'rate_limited');
+
+  // The keys in Redis name neither the email nor the address.
+  const redis = new Redis(testRedisServer()!);
+  t.after(() => redis.disconnect());
+  const keys = await redis.keys(`${env.SVC_REDIS_PREFIX}*`);
+  assert.ok(
+    keys.some((k) => k.startsWith(`${env.SVC_REDIS_PREFIX}login-failures:`)),
+    JSON.stringify(keys),
+  );
+  assert.ok(
+    keys.some((k) => k.startsWith(`${env.SVC_REDIS_PREFIX}caller-limit:`)),
+    JSON.stringify(keys),
+  );
+  assert.ok(
+    keys.every((k) => !k.includes('@') && !k.includes('127.0.0.1')),
+    JSON.stringify(keys),
+  );
+  for (const key of keys) assert.ok((await redis.pttl(key)) > 0, `${key} expires`);
+});
+
+test('Redis away: failed logins and previews are still limited, each node counting its own', async (t) => {
+  const s = await build(t, { env: { SVC_REDIS_URL: 'redis://127.0.0.1:1', SVC_LOGIN_RATE_LIMIT: '2', SVC_RENDER_RATE_LIMIT: '2' } });
+  const ownerToken = await s.login(s.owner.email, s.owner.password);
+  const login = (password: string) => s.request('POST', '/auth/login', { body: { email: s.owner.email, password } });
+  assert.equal((await login('wrong-password-1')).status, 401);
+  assert.equal((await login('wrong-password-2')).status, 401);
+  assertProblem(await login(s.owner.password), 429, 'too_many_login_attempts');
+  const other = await s.userWithRole('VIEWER');
+  const template = await s.request('POST', '/templates', { token: ownerToken, body: { name: 'n', channel: 'SMS', content: { text: 'Hi' } } });
+  assert.equal(template.status, 201, template.text);
+  const preview = () => s.request('POST', `/templates/${template.body.id}/preview`, { token: other.token, body: {} });
+  assert.equal((await preview()).status, 200);
+  assert.equal((await preview()).status, 200);
+  assertProblem(await preview(), 429, 'rate_limited');
+});
+
 test('redisUrl must be redis:// or rediss:// with a host; the password is never printed; the prefix is bounded', (t) => {
   const dataDir = tempDir(t);
   writeInitialConfig(dataDir);

@@ -8,7 +8,7 @@ import { AppError, ForbiddenError, RateLimitError, UnauthorizedError, Validation
 import { findApiKey, isTestKey, isWellFormedApiKey, looksLikeApiKey, touchApiKey } from './apiKeys.js';
 import { minimumPlanForKeyRole, planAtLeast } from '../roles.js';
 import { normalizeEmail, passwordProblem } from '../validation.js';
-import { WindowCounter, type WindowRule } from '../rateLimit.js';
+import { LocalWindows, WindowCounter, type WindowRule, type Windows } from '../rateLimit.js';
 import { endSessions, type UserView } from './users.js';
 
 export const ACCESS_TOKEN_SECONDS = 15 * 60;
@@ -57,25 +57,26 @@ interface ThrottleRule extends WindowRule {
  * slower limit (twice as many per four windows), which bounds guessing from many
  * addresses without letting one address lock a user out; and the address alone with a
  * higher limit (five times as many per window), which slows spraying one password over
- * many emails. Kept in memory and bounded (see WindowCounter), so a flood of made-up
- * emails can neither grow it nor wipe everyone's counts.
+ * many emails. The windows are the node's own, in memory and bounded (see WindowCounter),
+ * so a flood of made-up emails can neither grow them nor wipe everyone's counts; or, on a
+ * cluster, Redis's (core/redis.ts), so that the nodes count together.
  */
 export class LoginThrottle {
-  private readonly failures: WindowCounter;
+  private readonly failures: Windows;
   private readonly rules: { pair: ThrottleRule; email: ThrottleRule; address: ThrottleRule };
 
-  constructor(maxFailures: number, windowMs = 15 * 60_000, opts: { maxEntries?: number } = {}) {
+  constructor(maxFailures: number, windowMs = 15 * 60_000, opts: { maxEntries?: number; windows?: Windows } = {}) {
     this.rules = {
       pair: { prefix: 'pair', limit: maxFailures, windowMs },
       email: { prefix: 'email', limit: maxFailures * 2, windowMs: 4 * windowMs },
       address: { prefix: 'ip', limit: maxFailures * 5, windowMs },
     };
-    this.failures = new WindowCounter(opts.maxEntries ?? 50_000);
+    this.failures = opts.windows ?? new LocalWindows(new WindowCounter(opts.maxEntries ?? 50_000));
   }
 
-  /** How many keys are held (for tests and metrics). */
+  /** How many keys this node holds in memory (for tests and metrics). */
   get size(): number {
-    return this.failures.size;
+    return this.failures instanceof LocalWindows ? this.failures.counter.size : 0;
   }
 
   private keys(email: string, ip: string | null): { key: string; rule: ThrottleRule }[] {
@@ -87,21 +88,20 @@ export class LoginThrottle {
     ];
   }
 
-  /** Throws 429 (with Retry-After) when either count is at its limit. */
-  check(email: string, ip: string | null, now = Date.now()): void {
-    for (const { key, rule } of this.keys(email, ip)) {
-      const wait = this.failures.retryAfter(key, rule, now);
-      if (wait > 0) throw new RateLimitError('too_many_login_attempts', 'Too many failed logins; try again later', wait);
-    }
+  /** Throws 429 (with Retry-After) when any count is at its limit. */
+  async check(email: string, ip: string | null, now = Date.now()): Promise<void> {
+    const waits = await Promise.all(this.keys(email, ip).map(({ key, rule }) => this.failures.retryAfter(key, rule, now)));
+    const wait = Math.max(...waits);
+    if (wait > 0) throw new RateLimitError('too_many_login_attempts', 'Too many failed logins; try again later', wait);
   }
 
-  fail(email: string, ip: string | null, now = Date.now()): void {
-    for (const { key, rule } of this.keys(email, ip)) this.failures.add(key, rule, now);
+  async fail(email: string, ip: string | null, now = Date.now()): Promise<void> {
+    await Promise.all(this.keys(email, ip).map(({ key, rule }) => this.failures.add(key, rule, now)));
   }
 
   /** A successful login clears its (email, address) count; the email's count runs out by itself. */
-  succeed(email: string, ip: string | null): void {
-    this.failures.delete(this.keys(email, ip)[0]!.key);
+  async succeed(email: string, ip: string | null): Promise<void> {
+    await this.failures.delete(this.keys(email, ip)[0]!.key);
   }
 }
 
@@ -204,22 +204,22 @@ export async function login(
   input: { email: string; password: string; workspaceId?: number | undefined },
 ): Promise<LoginResult> {
   const email = normalizeEmail(input.email) ?? input.email.trim().toLowerCase();
-  throttle.check(email, ctx.ip);
+  await throttle.check(email, ctx.ip);
   const [user] = await ctx.db.select().from(users).where(eq(users.email, email));
   // Always verify, against a dummy hash for unknown users, so both failures take the same time.
   const ok = await verifyPassword(input.password, user?.passwordHash);
   if (!user || !ok) {
-    throttle.fail(email, ctx.ip);
+    await throttle.fail(email, ctx.ip);
     throw invalidCredentials();
   }
   const chosen = input.workspaceId === undefined ? (await membershipsOf(ctx, user.id))[0] : await membershipIn(ctx, user.id, input.workspaceId);
   if (!chosen) {
-    throttle.fail(email, ctx.ip);
+    await throttle.fail(email, ctx.ip);
     throw input.workspaceId === undefined
       ? new AppError(403, 'no_workspace', 'This user belongs to no workspace')
       : new AppError(403, 'not_a_member', `This user is not a member of workspace ${input.workspaceId}`);
   }
-  throttle.succeed(email, ctx.ip);
+  await throttle.succeed(email, ctx.ip);
   return openSession(ctx, user, chosen, newSessionEnd(ctx), (tx) =>
     recordAudit(
       { ...tx, actor: { type: 'USER', id: user.id, label: user.email } },
@@ -248,9 +248,9 @@ export async function changePassword(
   if (problem) throw new ValidationError('invalid_password', `The new password ${problem}`, [{ path: '/newPassword', message: problem }]);
   const [user] = await ctx.db.select().from(users).where(eq(users.id, principal.userId));
   if (!user) throw invalidToken();
-  throttle.check(user.email, ctx.ip);
+  await throttle.check(user.email, ctx.ip);
   if (!(await verifyPassword(input.currentPassword, user.passwordHash))) {
-    throttle.fail(user.email, ctx.ip);
+    await throttle.fail(user.email, ctx.ip);
     throw new UnauthorizedError('invalid_credentials', 'The current password is wrong');
   }
   const passwordHash = await hashPassword(input.newPassword);

@@ -4,7 +4,8 @@ import type { Actor, SystemContext, WorkspaceContext } from '../../core/context.
 import type { Store } from '../../core/db/store.js';
 import type { Plan, Role } from '../../core/db/schema.js';
 import { ForbiddenError, PlanError, UnauthorizedError } from '../../core/errors.js';
-import { takeOrThrow, WindowCounter, type WindowRule } from '../../core/rateLimit.js';
+import { takeOrThrow, type WindowRule } from '../../core/rateLimit.js';
+import { windowsFor, type SharedRedis } from '../../core/redis.js';
 import { planAtLeast, roleAtLeast } from '../../core/roles.js';
 import { authenticate, type Principal } from '../../core/services/auth.js';
 import { sandboxHostMatcher } from '../../core/services/sandbox.js';
@@ -42,8 +43,9 @@ export function actorOf(principal: Principal): Actor {
     : { type: 'API_KEY', id: principal.apiKeyId, label: principal.label };
 }
 
-export function registerAuth(app: FastifyInstance, deps: { store: Store; config: Config }): void {
-  const calls = new WindowCounter();
+export function registerAuth(app: FastifyInstance, deps: { store: Store; config: Config; redis?: SharedRedis | undefined }): void {
+  // Counted across the cluster when the node has Redis (see RedisWindows).
+  const calls = windowsFor(deps.redis, 'caller-limit');
   const onSandboxAddress = sandboxHostMatcher(deps.config);
   const limits: Record<CallerLimit, WindowRule> = {
     render: { limit: deps.config.renderRateLimit, windowMs: 60_000 },
@@ -84,7 +86,7 @@ export function registerAuth(app: FastifyInstance, deps: { store: Store; config:
     }
     if (access.limit) {
       const caller = principal.kind === 'user' ? `user:${principal.userId}` : `key:${principal.apiKeyId}`;
-      takeOrThrow(calls, `${access.limit}:${caller}`, limits[access.limit], LIMIT_WHAT[access.limit]);
+      await takeOrThrow(calls, `${access.limit}:${caller}`, limits[access.limit], LIMIT_WHAT[access.limit]);
     }
   });
 }
