@@ -164,13 +164,41 @@ export async function build(
     ...(opts.onRoute ? { onRoute: opts.onRoute } : {}),
   });
   const address = await app.listen({ host: '127.0.0.1', port: config.port });
+  const nodes: (() => Promise<void>)[] = [];
   t.after(async () => {
+    // The nodes that joined it first: they share its database.
+    for (const close of nodes.reverse()) await close();
     await app.close();
     await store.close();
     // Dropped once nothing uses it (a drop ends the connections still open).
     await dropDatabase?.();
   });
-  return { app, ...serverHandle({ url: address, store, config, dataDir, init }) };
+  const server = { app, ...serverHandle({ url: address, store, config, dataDir, init }) };
+  joinedNodes.set(server, nodes);
+  return server;
+}
+
+const joinedNodes = new WeakMap<TestServer, (() => Promise<void>)[]>();
+
+/**
+ * Another node of `first`'s cluster: a second server in this process on the same data folder
+ * (so the same secrets) and the same database, with settings of its own (`env`, such as a
+ * Redis URL, and whether it runs an engine). Closed before `first`.
+ */
+export async function joinNode(first: TestServer, opts: { env?: NodeJS.ProcessEnv; engine?: boolean | EngineOptions } = {}): Promise<TestServer> {
+  const nodes = joinedNodes.get(first);
+  if (!nodes) throw new Error('joinNode: the first node was not made by build()');
+  const env = { ...(opts.env ?? {}), ...(first.config.databaseUrl ? { SVC_DATABASE_URL: first.config.databaseUrl } : {}) };
+  const config = loadConfig({ dataDir: first.dataDir, port: await freePort('127.0.0.1') }, env);
+  const { store } = await openStore(config);
+  const app = await buildApp({ config, store, logger: false, ...(opts.engine ? { engine: opts.engine } : {}) });
+  const address = await app.listen({ host: '127.0.0.1', port: config.port });
+  nodes.push(async () => {
+    await app.close();
+    await store.close();
+  });
+  const init = { workspace: { id: first.workspaceId }, user: { id: first.owner.id, email: first.owner.email } };
+  return { app, ...serverHandle({ url: address, store, config, dataDir: first.dataDir, init }) };
 }
 
 /**

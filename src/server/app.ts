@@ -8,6 +8,7 @@ import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
 import { pgIntake, sqliteIntake } from '../core/db/intake.js';
 import { LoginThrottle } from '../core/services/auth.js';
 import { openRedis, windowsFor } from '../core/redis.js';
+import { clusterSignals } from '../core/signals.js';
 import { ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
@@ -57,10 +58,15 @@ export interface AppDeps {
   onRoute?: (route: RouteOptions) => void;
 }
 
+/** How often an engine woken by its cluster's signals polls the database (see core/signals.ts). */
+const CLUSTER_POLL_MS = 1_000;
+
 declare module 'fastify' {
   interface FastifyInstance {
     /** The run engine, when this process executes runs. */
     engine: Engine | undefined;
+    /** Says runs were queued: this node's engine claims them now, and the cluster's other nodes are woken. */
+    runsQueued(): void;
     /** The Prometheus metrics, when served (a metrics token or port is set). */
     metrics: Metrics | undefined;
   }
@@ -240,10 +246,21 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   if (batcher) batcher.storage = storage;
   const intake = sqlite && batcher ? sqliteIntake(sqlite, batcher) : pgIntake(deps.store as PgStore);
   const receiver = new WebhookReceiver(deps.store, config, intake);
-  const engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, deps.engine === true ? {} : deps.engine) : undefined;
+  // With Redis, a node that queues runs wakes the others (core/signals.ts), so the engines
+  // may poll the database slowly: a poll is then only the fallback for a lost signal, for
+  // due delays and for expired leases.
+  let engine: Engine | undefined;
+  const signals = redis ? clusterSignals(redis, deps.engine ? { wake: () => engine?.poke() } : {}) : undefined;
+  if (signals) app.addHook('onClose', () => signals.close());
+  const engineOptions = { ...(redis ? { pollMs: CLUSTER_POLL_MS } : {}), ...(deps.engine === true ? {} : deps.engine) };
+  engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, engineOptions) : undefined;
   app.decorate('engine', engine);
+  app.decorate('runsQueued', () => {
+    engine?.poke();
+    signals?.wake();
+  });
   readiness.attach({ batcher, engine });
-  await app.register(webhookRoutes, { config, receiver, onAccepted: () => engine?.poke(), storage, isSandbox: sandboxLookup(deps.store.db), redis });
+  await app.register(webhookRoutes, { config, receiver, onAccepted: () => app.runsQueued(), storage, isSandbox: sandboxLookup(deps.store.db), redis });
   // The web console, after every API route: its paths (/, /app/*, /invite) are none of the API's.
   await app.register(consoleRoutes, config.consoleDir ? { files: readConsoleFiles(config.consoleDir) } : {});
 

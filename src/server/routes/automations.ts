@@ -104,7 +104,7 @@ export async function automationRoutes(app: App): Promise<void> {
     },
     async (req, reply) => {
       const started = await startAutomationRun(req.workspaceCtx(), req.params.id, req.body);
-      app.engine?.poke();
+      app.runsQueued();
       return reply.code(202).send(started);
     },
   );

@@ -131,6 +131,10 @@ export async function workflowRoutes(app: App): Promise<void> {
   app.post(
     '/webhook-events/:id/replay',
     { config: { access: { ...write, limit: 'runs' } }, schema: { params: IdParams, response: { 202: RunStarted } } },
-    async (req, reply) => reply.code(202).send(await replayWebhookEvent(req.workspaceCtx(), req.params.id)),
+    async (req, reply) => {
+      const started = await replayWebhookEvent(req.workspaceCtx(), req.params.id);
+      app.runsQueued();
+      return reply.code(202).send(started);
+    },
   );
 }
