@@ -4,6 +4,7 @@ import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, need
 import { loadConfig, resolveDataDir, type Config, type ConfigFlags } from '../core/config.js';
 import { startBackupSchedule, type BackupSchedule } from '../core/services/backupSchedule.js';
 import { acquireServeLock } from '../core/serverLock.js';
+import { checkStoredSecrets, joinCluster, type NodeMembership } from '../core/cluster.js';
 import { describeInit } from './init.js';
 import { cliActor, configFlags, globals } from './io.js';
 
@@ -66,9 +67,27 @@ export function registerServe(program: Command): void {
       }
       config ??= await withPort();
       const { store, applied } = await openStore(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
+      const cfg = config;
       // Loaded here, not at the top: the other commands need none of the HTTP server.
       const { buildApp } = await import('../server/app.js');
-      const app = await buildApp({ config, store, engine: config.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
+      // Refused before serving: keys that cannot decrypt the stored data, or a node that may not
+      // join the others on this database (core/cluster.ts). Nothing is left open.
+      let membership: NodeMembership | undefined;
+      const app = await (async () => {
+        await checkStoredSecrets(store, cfg);
+        const built = await buildApp({ config: cfg, store, engine: cfg.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
+        try {
+          membership = await joinCluster(cfg, { warn: (msg) => built.log.warn(msg), info: (msg) => built.log.info(msg) });
+        } catch (err) {
+          await built.close();
+          throw err;
+        }
+        return built;
+      })().catch(async (err: unknown) => {
+        await store.close();
+        serveLock.release();
+        throw err;
+      });
       if (applied.length) app.log.info({ applied }, 'applied pending migrations');
 
       let backups: BackupSchedule | null = null;
@@ -84,6 +103,7 @@ export function registerServe(program: Command): void {
         try {
           await app.close();
         } finally {
+          await membership?.release();
           await store.close();
           serveLock.release();
           app.log.info('stopped');

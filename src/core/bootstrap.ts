@@ -1,5 +1,15 @@
 import { existsSync } from 'node:fs';
-import { isInitialised, loadConfig, resolveDataDir, writeInitialConfig, type Config, type ConfigFlags } from './config.js';
+import {
+  ConfigError,
+  databaseUrlOf,
+  isInitialised,
+  loadConfig,
+  resolveDataDir,
+  writeInitialConfig,
+  writeNodeConfig,
+  type Config,
+  type ConfigFlags,
+} from './config.js';
 import type { Actor } from './context.js';
 import { openDatabase, type Db } from './db/connection.js';
 import { openPgStore, openSqliteStore, type SqliteStore, type Store } from './db/store.js';
@@ -103,7 +113,7 @@ function hasWorkspace(db: Db): boolean {
  */
 export async function needsInitialisation(flags: ConfigFlags, env: NodeJS.ProcessEnv): Promise<boolean> {
   const dataDir = resolveDataDir(flags.dataDir, env);
-  if (!isInitialised(dataDir)) return true;
+  if (!isInitialised(dataDir)) return !(await joinsInitialisedDatabase(dataDir, flags, env));
   const config = loadConfig(flags, env);
   if (config.databaseUrl) {
     const { applied } = await pgMigrationStatus(config.databaseUrl);
@@ -123,6 +133,35 @@ export async function needsInitialisation(flags: ConfigFlags, env: NodeJS.Proces
   } finally {
     db.$client.close();
   }
+}
+
+/**
+ * Another node of a cluster: an empty data folder, and a PostgreSQL database (flag or
+ * environment) that another node has initialised. The node needs the cluster's secrets, from
+ * the environment (SVC_JWT_SECRET, SVC_ENCRYPTION_KEY): then its folder gets a config.json
+ * without secrets of its own, and it serves. Without them it is refused, since secrets
+ * generated here could neither decrypt the stored data nor accept the other nodes' tokens.
+ */
+async function joinsInitialisedDatabase(dataDir: string, flags: ConfigFlags, env: NodeJS.ProcessEnv): Promise<boolean> {
+  const url = flags.databaseUrl ?? env.SVC_DATABASE_URL;
+  if (!url) return false;
+  // Validates the URL as the config does (a ConfigError names what is wrong).
+  const databaseUrl = databaseUrlOf(url);
+  if (!(await pgMigrationStatus(databaseUrl)).applied.length) return false;
+  const store = openPgStore(databaseUrl, { poolSize: 1 });
+  try {
+    if (!(await storeHasWorkspace(store))) return false;
+  } finally {
+    await store.close();
+  }
+  if (!env.SVC_JWT_SECRET || !env.SVC_ENCRYPTION_KEY) {
+    throw new ConfigError(
+      `the database is already initialised by another node, and ${dataDir} has no config.json: give this node the cluster's secrets ` +
+        "(SVC_JWT_SECRET and SVC_ENCRYPTION_KEY, the same on every node) or a copy of the first node's config.json",
+    );
+  }
+  writeNodeConfig(dataDir);
+  return true;
 }
 
 /**

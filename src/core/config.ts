@@ -192,6 +192,17 @@ export function writeInitialConfig(dataDir: string): void {
   writeFileSync(file, `${JSON.stringify(initial, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
 }
 
+/**
+ * The config.json of a node that takes its secrets from the environment (another node of a
+ * cluster): the folder's settings only, no secrets of its own.
+ */
+export function writeNodeConfig(dataDir: string): void {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const file = configPath(dataDir);
+  if (existsSync(file)) return;
+  writeFileSync(file, '{}\n', { mode: 0o600, flag: 'wx' });
+}
+
 function pick(...values: unknown[]): unknown {
   for (const v of values) if (v !== undefined && v !== null && v !== '') return v;
   return undefined;
@@ -339,6 +350,11 @@ function toRedisUrl(value: unknown): string | null {
 }
 
 /** A postgres:// URL, or null when not set. The password never appears in the error. */
+/** A database URL as the config takes it (ConfigError when it is not one). */
+export function databaseUrlOf(value: string): string {
+  return toDatabaseUrl(value) ?? value;
+}
+
 function toDatabaseUrl(value: unknown): string | null {
   if (value === undefined || value === null || value === '') return null;
   let url: URL;
