@@ -3,6 +3,7 @@ import { AppError } from '../core/errors.js';
 import { registerBackup } from './backup.js';
 import { registerCheckout } from './checkout.js';
 import { registerContacts } from './contacts.js';
+import { registerDb } from './db.js';
 import { registerDoctor } from './doctor.js';
 import { registerInit } from './init.js';
 import { registerKeys } from './keys.js';
@@ -47,6 +48,7 @@ export function buildProgram(): Command {
   registerRuns(program);
   registerCheckout(program);
   registerBackup(program);
+  registerDb(program);
   registerDoctor(program);
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
