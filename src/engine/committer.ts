@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { Db } from '../core/db/connection.js';
-import { PgGroupCommit } from '../core/db/pgGroupCommit.js';
+import { isTransient, PgGroupCommit } from '../core/db/pgGroupCommit.js';
 import { processWriteLock } from '../core/db/writeLock.js';
 import { type EngineOp, type EngineSql, pgEngineSql, sqliteEngineSql } from './sql.js';
 
@@ -121,11 +121,18 @@ export class RunCommitter implements RunCommits {
  * row while the lease token still holds (FOR UPDATE: no other node can take the run over
  * between the check and the writes), and is dropped when it does not.
  */
+/** How long an engine batch's statement waits for a row lock before its run's part is tried again. */
+const LOCK_TIMEOUT = '200ms';
+
 export class PgRunCommitter implements RunCommits {
   private readonly group: PgGroupCommit;
 
   constructor(pool: pg.Pool) {
-    this.group = new PgGroupCommit(pool, { maxBatch: MAX_ENTRIES_PER_COMMIT, concurrency: 2 });
+    // Runs of one contact, and first tags bumping one tag's count, lock the same rows in
+    // batches of other threads and nodes: a wait past the lock timeout undoes the run's part
+    // and runs it again in a later batch (see PgGroupCommit), instead of a deadlock stalling
+    // both batches for PostgreSQL's deadlock_timeout (1 s).
+    this.group = new PgGroupCommit(pool, { maxBatch: MAX_ENTRIES_PER_COMMIT, concurrency: 2, lockTimeout: LOCK_TIMEOUT });
   }
 
   commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
@@ -138,7 +145,8 @@ export class PgRunCommitter implements RunCommits {
         await client.query('RELEASE SAVEPOINT run_ops');
       } catch (err) {
         await client.query('ROLLBACK TO SAVEPOINT run_ops');
-        if (!onFailure) throw err;
+        // A deadlock or lock wait is no fault of the run's: its part runs again (PgGroupCommit).
+        if (!onFailure || isTransient(err)) throw err;
         await onFailure(err)(sql);
       }
       return true;

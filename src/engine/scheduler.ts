@@ -325,7 +325,8 @@ export class Engine {
     try {
       const lost = await this.tx(function* () {
         const gone: number[] = [];
-        for (const [id, c] of held) if (!(yield* stmt((s: SchedulerSql) => s.renew(id, c.token, until)))) gone.push(id);
+        // 'busy' is tried again next time; 'done' is reported by its thread soon.
+        for (const [id, c] of held) if ((yield* stmt((s: SchedulerSql) => s.renew(id, c.token, until))) === 'lost') gone.push(id);
         return gone;
       });
       for (const id of lost) {

@@ -257,10 +257,19 @@ export interface SchedulerSql {
   queuedWorkspaces(): Maybe<number[]>;
   /** Takes up to `limit` QUEUED runs of a workspace, oldest first, each with a new lease token. */
   claim(workspaceId: number, limit: number, now: string, until: string): Maybe<{ id: number; token: string }[]>;
-  /** Extends a lease; false when the run is no longer held with this token. */
-  renew(id: number, token: string, until: string): Maybe<boolean>;
+  /**
+   * Extends a lease: 'held' when extended; 'busy' when the row is being written right now
+   * (PostgreSQL: locked by a commit, skipped rather than waited for, tried at the next
+   * renewal); 'done' when the run was saved and left RUNNING meanwhile (this process finished
+   * it); 'lost' when it is RUNNING or QUEUED without this token (taken over).
+   */
+  renew(id: number, token: string, until: string): Maybe<Renewal>;
   release(id: number, token: string, now: string): Maybe<unknown>;
 }
+
+export type Renewal = 'held' | 'busy' | 'done' | 'lost';
+
+const renewalOf = (row: { status: string } | undefined): Renewal => (row && (row.status === 'RUNNING' || row.status === 'QUEUED') ? 'lost' : 'done');
 
 export function sqliteSchedulerSql(db: Db): SchedulerSql {
   const c = db.$client;
@@ -289,6 +298,7 @@ export function sqliteSchedulerSql(db: Db): SchedulerSql {
     renew: c.prepare<{ id: number; token: string; until: string }>(
       `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
     ),
+    status: c.prepare<[number], { status: string }>('SELECT status FROM workflow_runs WHERE id = ?'),
     release: c.prepare<{ id: number; token: string; now: string }>(
       `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
     ),
@@ -298,7 +308,7 @@ export function sqliteSchedulerSql(db: Db): SchedulerSql {
     promoteExpired: (now, limit) => s.promoteExpired.run({ now, limit }),
     queuedWorkspaces: () => s.queuedWorkspaces.all().map((r) => r.id),
     claim: (workspaceId, limit, now, until) => s.claim.all({ workspaceId, limit, now, until }),
-    renew: (id, token, until) => s.renew.run({ id, token, until }).changes > 0,
+    renew: (id, token, until) => (s.renew.run({ id, token, until }).changes > 0 ? 'held' : renewalOf(s.status.get(id))),
     release: (id, token, now) => s.release.run({ id, token, now }),
   };
 }
@@ -348,9 +358,21 @@ export function pgSchedulerSql(client: Pick<pg.PoolClient, 'query'>): SchedulerS
           [workspaceId, limit, until, now],
         )
       ).rows,
-    renew: async (id, token, until) =>
-      ((await q('renew', `UPDATE workflow_runs SET lease_until = $3 WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'`, [id, token, until])).rowCount ??
-        0) > 0,
+    // A row locked by a commit is skipped, not waited for: waiting here, with other leases of
+    // this transaction held, is how renewals and commits deadlocked.
+    renew: async (id, token, until) => {
+      const [row] = (
+        await q<{ status: string; renewed: boolean }>(
+          'renew',
+          `WITH l AS (SELECT id, status, lease_owner FROM workflow_runs WHERE id = $1 FOR UPDATE SKIP LOCKED),
+                u AS (UPDATE workflow_runs w SET lease_until = $3 FROM l WHERE w.id = l.id AND l.lease_owner = $2 AND l.status = 'RUNNING' RETURNING w.id)
+           SELECT l.status, EXISTS (SELECT 1 FROM u) AS renewed FROM l`,
+          [id, token, until],
+        )
+      ).rows;
+      if (!row) return (await q<{ id: number }>('renew_exists', 'SELECT id FROM workflow_runs WHERE id = $1', [id])).rows.length ? 'busy' : 'done';
+      return row.renewed ? 'held' : renewalOf(row);
+    },
     release: (id, token, now) =>
       q(
         'release',

@@ -1,8 +1,16 @@
 import type pg from 'pg';
 
-/** A deadlock or serialization failure inside a job: run it again, at most this often. */
-const RETRYABLE = new Set(['40P01', '40001']);
-const MAX_JOB_ATTEMPTS = 5;
+/**
+ * A deadlock, a serialization failure or a lock wait past the batch's lock_timeout inside a
+ * job: the job runs again in a later batch, at most this often in all.
+ */
+const RETRYABLE = new Set(['40P01', '40001', '55P03']);
+const MAX_JOB_ATTEMPTS = 30;
+
+/** Whether an error is one a job is run again for (see RETRYABLE). */
+export function isTransient(err: unknown): boolean {
+  return RETRYABLE.has((err as { code?: string } | null)?.code ?? '');
+}
 
 /** A job's work: its statements on the batch's connection; `batch` is the same object for the jobs of one batch. */
 export type GroupWork<T> = (client: pg.PoolClient, batch: object) => Promise<T>;
@@ -11,6 +19,7 @@ interface Job<T> {
   work: GroupWork<T>;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
+  attempts: number;
 }
 
 /**
@@ -36,13 +45,19 @@ export class PgGroupCommit {
       concurrency?: number;
       /** Runs after the batch's jobs, before its COMMIT (writes the jobs deferred, such as counters, in a fixed order). */
       beforeCommit?: (client: pg.PoolClient, batch: object) => Promise<void>;
+      /**
+       * How long a statement of the batch may wait for a row lock (SET LOCAL lock_timeout,
+       * e.g. '200ms'): past it the job is undone and runs again in a later batch. Breaks a
+       * deadlock between two batches long before PostgreSQL's deadlock_timeout would.
+       */
+      lockTimeout?: string;
     } = {},
   ) {}
 
   run<T>(work: GroupWork<T>): Promise<T> {
     if (this.closed) return Promise.reject(new Error('the group commit is closed'));
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ work, resolve, reject } as Job<unknown>);
+      this.queue.push({ work, resolve, reject, attempts: 0 } as Job<unknown>);
       this.schedule();
     });
   }
@@ -74,41 +89,45 @@ export class PgGroupCommit {
       return;
     }
     const settled: (() => void)[] = [];
+    const again: Job<unknown>[] = [];
     const batchKey = {};
     let broken: unknown;
     try {
       await client.query('BEGIN');
+      if (this.opts.lockTimeout) await client.query(`SET LOCAL lock_timeout = '${this.opts.lockTimeout}'`);
       for (const [i, job] of batch.entries()) {
         await client.query(`SAVEPOINT j${i}`);
-        for (let attempt = 1; ; attempt++) {
-          try {
-            const value = await job.work(client, batchKey);
-            await client.query(`RELEASE SAVEPOINT j${i}`);
-            settled.push(() => job.resolve(value));
-            break;
-          } catch (err) {
-            // Rolling back to the savepoint releases the locks the job took, which ends a
-            // deadlock with another batch (another node's, or this node's other connection,
-            // touching the same counters in another order); the job then runs again.
-            await client.query(`ROLLBACK TO SAVEPOINT j${i}`);
-            if (attempt < MAX_JOB_ATTEMPTS && RETRYABLE.has((err as { code?: string }).code ?? '')) continue;
-            settled.push(() => job.reject(err));
-            break;
-          }
+        try {
+          const value = await job.work(client, batchKey);
+          await client.query(`RELEASE SAVEPOINT j${i}`);
+          settled.push(() => job.resolve(value));
+        } catch (err) {
+          // Rolling back to the savepoint releases the locks the job took, which ends a
+          // deadlock with another batch (another node's, or this node's other connection,
+          // touching the same rows in another order). The job runs again first in a later
+          // batch, not in this one: here the jobs before it still hold their locks, and the
+          // other batch may be waiting for them.
+          await client.query(`ROLLBACK TO SAVEPOINT j${i}`);
+          if (++job.attempts < MAX_JOB_ATTEMPTS && isTransient(err)) again.push(job);
+          else settled.push(() => job.reject(err));
         }
       }
       await this.opts.beforeCommit?.(client, batchKey);
       await client.query('COMMIT');
     } catch (err) {
-      // The connection or the COMMIT failed: nothing of the batch is durable.
+      // The connection, the deferred writes or the COMMIT failed: nothing of the batch is
+      // durable. A deadlock or the like there: every job runs again, in a later batch.
       broken = err;
       await client.query('ROLLBACK').catch(() => {});
-      for (const job of batch) job.reject(err);
+      const rerun = isTransient(err) ? batch.filter((job) => ++job.attempts < MAX_JOB_ATTEMPTS) : [];
+      for (const job of batch) if (!rerun.includes(job)) job.reject(err);
+      if (rerun.length) this.queue.unshift(...rerun);
       return;
     } finally {
       client.release(broken instanceof Error ? broken : undefined);
     }
     for (const settle of settled) settle();
+    if (again.length) this.queue.unshift(...again);
   }
 
   /** Refuses new work and waits for what is queued and in flight. */
