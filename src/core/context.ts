@@ -3,7 +3,7 @@ import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
 import { approximateSize, decodeCursor, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
-import type { Store } from './db/store.js';
+import type { Store, TransactionOptions } from './db/store.js';
 import type { ActorType } from './db/schema.js';
 
 /** Who did something: recorded in the audit trail with every state change. */
@@ -45,8 +45,8 @@ export function nowIso(): string {
  * Store.transaction). Every write goes through here. Nested calls become savepoints. The
  * callback gets the same context bound to the transaction.
  */
-export function withTransaction<C extends { db: Db; store: Store }, T>(ctx: C, fn: (tx: C) => Promise<T>): Promise<T> {
-  return ctx.store.transaction((db) => fn({ ...ctx, db }));
+export function withTransaction<C extends { db: Db; store: Store }, T>(ctx: C, fn: (tx: C) => Promise<T>, opts?: TransactionOptions): Promise<T> {
+  return ctx.store.transaction((db) => fn({ ...ctx, db }), opts);
 }
 
 export interface PageRequest {

@@ -26,8 +26,20 @@ export interface Store {
    * own writes and writes into the transaction.
    */
   readonly db: Db;
-  transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Db) => Promise<T>, opts?: TransactionOptions): Promise<T>;
   close(): Promise<void>;
+}
+
+export interface TransactionOptions {
+  /**
+   * 'read committed' on PostgreSQL (SQLite's transactions are serializable whatever is
+   * asked): for a transaction whose every rule a unique index or a row lock enforces, such
+   * as creating a contact, which bumps the workspace's contact counter. At SERIALIZABLE a
+   * burst of them fails on that one row again and again; at READ COMMITTED they queue on its
+   * lock, and two for one new email still make one contact (the unique index refuses the
+   * second, which is run again and finds the first). Ignored inside another transaction.
+   */
+  isolation?: 'read committed';
 }
 
 /** SQLite's store adds what its synchronous hot paths (group commits) need. */
@@ -318,14 +330,14 @@ export function openPgStore(url: string, opts: PgStoreOptions = {}): PgStore {
     dialect: 'pg',
     pool,
     db: routed(() => store, db),
-    async transaction(fn) {
+    async transaction(fn, opts) {
       const open = openOf(store);
       if (open) return inSavepoint(open, (s) => (open.tx as unknown as { execute(q: string): Promise<unknown> }).execute(s), fn);
       let uniqueRetries = 0;
       for (let attempt = 1; ; attempt++) {
         try {
           return await (db as unknown as PgTransactional).transaction((tx) => asBody(store, tx as Db, fn), {
-            isolationLevel: 'serializable',
+            isolationLevel: opts?.isolation ?? 'serializable',
           });
         } catch (err) {
           const state = sqlState(err) ?? '';
@@ -345,5 +357,5 @@ export function openPgStore(url: string, opts: PgStoreOptions = {}): PgStore {
 }
 
 interface PgTransactional {
-  transaction<T>(fn: (tx: unknown) => Promise<T>, config: { isolationLevel: 'serializable' }): Promise<T>;
+  transaction<T>(fn: (tx: unknown) => Promise<T>, config: { isolationLevel: 'serializable' | 'read committed' }): Promise<T>;
 }

@@ -170,17 +170,22 @@ export function createContact(ctx: WorkspaceContext, input: ContactInput): Promi
   const values = normalizeInput(ctx, input);
   requireEmailOrPhone(values.email, values.phone);
   const tags = normalizeTags(input.tags ?? []);
-  return withTransaction(ctx, async (tx) => {
-    await assertUnique(tx, values);
-    const [row] = await tx.db
-      .insert(contacts)
-      .values({ workspaceId: ctx.workspaceId, ...values, attributes: input.attributes ?? {} })
-      .returning();
-    if (!row) throw new Error('the insert returned no row');
-    await insertTags(tx, row.id, tags);
-    await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.created', target: { type: 'contact', id: row.id } });
-    return getContact(tx, row.id);
-  });
+  return withTransaction(
+    ctx,
+    async (tx) => {
+      await assertUnique(tx, values);
+      const [row] = await tx.db
+        .insert(contacts)
+        .values({ workspaceId: ctx.workspaceId, ...values, attributes: input.attributes ?? {} })
+        .returning();
+      if (!row) throw new Error('the insert returned no row');
+      await insertTags(tx, row.id, tags);
+      await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.created', target: { type: 'contact', id: row.id } });
+      return getContact(tx, row.id);
+      // Every rule here is a unique index (email, phone) or a row lock (the counters): see TransactionOptions.
+    },
+    { isolation: 'read committed' },
+  );
 }
 
 /**
