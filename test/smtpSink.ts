@@ -33,6 +33,9 @@ export async function smtpSink(
       });
     },
   });
+  // A client that goes away mid-session (a node killed under load) resets its connection:
+  // the server reports it here, and an unheard 'error' would end the test process.
+  smtp.on('error', () => undefined);
   await new Promise<void>((r) => smtp.listen(0, '127.0.0.1', r));
   t.after(async () => {
     closeSmtpTransports();

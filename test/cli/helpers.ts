@@ -51,8 +51,11 @@ export function cliEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   return { ...env, ...extra };
 }
 
-/** A fresh folder under the OS temp dir, removed after the test. */
-export function tempDir(t: TestContext, prefix = 'svc-cli-'): string {
+/**
+ * A fresh folder under the OS temp dir, removed after the test (or after whatever else
+ * registers clean-ups the same way, such as a suite's own list in its `after` hook).
+ */
+export function tempDir(t: Pick<TestContext, 'after'>, prefix = 'svc-cli-'): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
@@ -189,7 +192,7 @@ export interface ServeProcess {
  * killed after the test if the test did not stop it.
  */
 export async function startServe(
-  t: TestContext,
+  t: Pick<TestContext, 'after'>,
   dataDir: string,
   args: string[] = ['--port', '0'],
   opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
@@ -202,7 +205,12 @@ export async function startServe(
   }
 }
 
-function startServeNow(t: TestContext, dataDir: string, args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<ServeProcess> {
+function startServeNow(
+  t: Pick<TestContext, 'after'>,
+  dataDir: string,
+  args: string[],
+  opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number },
+): Promise<ServeProcess> {
   const timeoutMs = opts.timeoutMs ?? 60_000;
   const child = spawnCli(['--data-dir', dataDir, 'serve', ...args], { env: opts.env ?? {} });
   let stdout = '';
