@@ -136,9 +136,14 @@ export class PgRunCommitter implements RunCommits {
   }
 
   commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
-    return this.group.run(async (client) => {
+    return this.group.run(async (client, _batch, careful) => {
       const sql = pgEngineSql(client);
       if (!(await sql.leaseHeld(lease.id, lease.token))) return false;
+      // Not careful: an error undoes the batch, which runs again carefully (PgGroupCommit).
+      if (!careful) {
+        for (const op of ops) await op(sql);
+        return true;
+      }
       await client.query('SAVEPOINT run_ops');
       try {
         for (const op of ops) await op(sql);

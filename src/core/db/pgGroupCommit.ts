@@ -12,8 +12,13 @@ export function isTransient(err: unknown): boolean {
   return RETRYABLE.has((err as { code?: string } | null)?.code ?? '');
 }
 
-/** A job's work: its statements on the batch's connection; `batch` is the same object for the jobs of one batch. */
-export type GroupWork<T> = (client: pg.PoolClient, batch: object) => Promise<T>;
+/**
+ * A job's work: its statements on the batch's connection; `batch` is the same object for the
+ * jobs of one batch. `careful` is true when the job runs in a savepoint of its own (see
+ * PgGroupCommit): a job that would undo part of its own work on an error needs a savepoint
+ * of its own for that only then, since otherwise an error undoes the whole batch anyway.
+ */
+export type GroupWork<T> = (client: pg.PoolClient, batch: object, careful: boolean) => Promise<T>;
 
 interface Job<T> {
   work: GroupWork<T>;
@@ -88,17 +93,45 @@ export class PgGroupCommit {
       for (const job of batch) job.reject(err);
       return;
     }
+    let broken: unknown;
+    try {
+      // First without savepoints (two round trips fewer per job). A job that fails undoes the
+      // whole batch then, and the batch runs again at once, each job in a savepoint of its own.
+      const outcome = await this.attempt(client, batch, false);
+      if (outcome.broken) broken = outcome.broken;
+      else if (!outcome.done) broken = (await this.attempt(client, batch, true)).broken;
+    } finally {
+      client.release(broken instanceof Error ? broken : undefined);
+    }
+  }
+
+  /**
+   * One transaction of the batch's jobs. Careless: the first failing job ends it, rolled
+   * back, with `done` false (nothing settled). Careful: each job in a savepoint, a failing
+   * job undone alone. `broken` when the connection or the COMMIT failed (every job settled).
+   */
+  private async attempt(client: pg.PoolClient, batch: Job<unknown>[], careful: boolean): Promise<{ done: boolean; broken?: unknown }> {
     const settled: (() => void)[] = [];
     const again: Job<unknown>[] = [];
     const batchKey = {};
-    let broken: unknown;
     try {
       await client.query('BEGIN');
       if (this.opts.lockTimeout) await client.query(`SET LOCAL lock_timeout = '${this.opts.lockTimeout}'`);
       for (const [i, job] of batch.entries()) {
+        if (!careful) {
+          let value: unknown;
+          try {
+            value = await job.work(client, batchKey, false);
+          } catch {
+            await client.query('ROLLBACK');
+            return { done: false };
+          }
+          settled.push(() => job.resolve(value));
+          continue;
+        }
         await client.query(`SAVEPOINT j${i}`);
         try {
-          const value = await job.work(client, batchKey);
+          const value = await job.work(client, batchKey, true);
           await client.query(`RELEASE SAVEPOINT j${i}`);
           settled.push(() => job.resolve(value));
         } catch (err) {
@@ -117,17 +150,15 @@ export class PgGroupCommit {
     } catch (err) {
       // The connection, the deferred writes or the COMMIT failed: nothing of the batch is
       // durable. A deadlock or the like there: every job runs again, in a later batch.
-      broken = err;
       await client.query('ROLLBACK').catch(() => {});
       const rerun = isTransient(err) ? batch.filter((job) => ++job.attempts < MAX_JOB_ATTEMPTS) : [];
       for (const job of batch) if (!rerun.includes(job)) job.reject(err);
       if (rerun.length) this.queue.unshift(...rerun);
-      return;
-    } finally {
-      client.release(broken instanceof Error ? broken : undefined);
+      return { done: true, broken: isTransient(err) ? undefined : err };
     }
     for (const settle of settled) settle();
     if (again.length) this.queue.unshift(...again);
+    return { done: true };
   }
 
   /** Refuses new work and waits for what is queued and in flight. */
