@@ -381,3 +381,92 @@ export function pgSchedulerSql(client: Pick<pg.PoolClient, 'query'>): SchedulerS
       ),
   };
 }
+
+/** How long an engine thread on PostgreSQL reuses a workspace, template or provider it read. */
+export const ENGINE_READ_CACHE_MS = 1_000;
+
+interface RunWithContext extends RunRow {
+  ws_name: string;
+  ws_plan: string;
+  c_id: number | null;
+  c_email: string | null;
+  c_phone: string | null;
+  c_first_name: string | null;
+  c_last_name: string | null;
+  c_attributes: string | null;
+  c_tags: string | null;
+}
+
+/**
+ * The statements an engine thread reads through on PostgreSQL, where each is a round trip:
+ * reading a run also reads its workspace, contact and tags (one query instead of four; the
+ * executor asks for them next and gets them from that read), and a workspace, template or
+ * channel provider read is reused for ENGINE_READ_CACHE_MS: a change to one reaches the
+ * runs of every node within a second, as the cluster's other caches do. Writes and the
+ * reads inside a commit go through pgEngineSql as ever.
+ */
+export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
+  const base = pgEngineSql(pool);
+  const read = async <T>(name: string, text: string, values: unknown[]): Promise<T[]> =>
+    (await pool.query({ name: `svc_engine_${name}`, text, values })).rows as T[];
+  // What the last run read brought along, taken by the executor's next calls (once each).
+  const contacts = new Map<number, ContactRow>();
+  const tags = new Map<number, { name: string }[]>();
+  const cache = new Map<string, { at: number; value: Promise<unknown> }>();
+  const cached = <T>(key: string, load: () => Promise<T>): Promise<T> => {
+    const now = Date.now();
+    const hit = cache.get(key);
+    if (hit && now - hit.at < ENGINE_READ_CACHE_MS) return hit.value as Promise<T>;
+    if (cache.size > 10_000) cache.clear();
+    const value = load();
+    cache.set(key, { at: now, value });
+    // A failed read is not kept.
+    value.catch(() => cache.delete(key));
+    return value;
+  };
+  const workspaceOf = (id: number) => base.workspace(id) as Promise<{ id: number; name: string; plan: string } | undefined>;
+  return {
+    ...base,
+    async run(id) {
+      const [row] = await read<RunWithContext>(
+        'run_with_context',
+        `SELECT r.id, r.workspace_id, r.workflow_id, r.contact_id, r.status, r.definition, r.step_states, r."trigger", r.lease_owner,
+                (w.sandbox_of IS NOT NULL)::int AS sandbox, w.name AS ws_name, w.plan AS ws_plan,
+                c.id AS c_id, c.email AS c_email, c.phone AS c_phone, c.first_name AS c_first_name, c.last_name AS c_last_name,
+                c.attributes AS c_attributes,
+                (SELECT json_agg(t.name ORDER BY t.tag_key) FROM contact_tags t WHERE t.contact_id = c.id) AS c_tags
+           FROM workflow_runs r JOIN workspaces w ON w.id = r.workspace_id
+           LEFT JOIN contacts c ON c.id = r.contact_id AND c.workspace_id = r.workspace_id
+          WHERE r.id = $1`,
+        [id],
+      );
+      if (!row) return undefined;
+      const { ws_name, ws_plan, c_id, c_email, c_phone, c_first_name, c_last_name, c_attributes, c_tags, ...run } = row;
+      cache.set(`w:${run.workspace_id}`, { at: Date.now(), value: Promise.resolve({ id: run.workspace_id, name: ws_name, plan: ws_plan }) });
+      if (c_id !== null) {
+        // Left behind by runs that stopped before reading their contact: never many.
+        if (contacts.size > 1_000) contacts.clear();
+        if (tags.size > 1_000) tags.clear();
+        contacts.set(c_id, { id: c_id, email: c_email, phone: c_phone, first_name: c_first_name, last_name: c_last_name, attributes: c_attributes ?? '{}' });
+        tags.set(
+          c_id,
+          ((c_tags ? JSON.parse(c_tags) : []) as string[]).map((name) => ({ name })),
+        );
+      }
+      return run;
+    },
+    async contact(id, ws) {
+      const row = contacts.get(id);
+      contacts.delete(id);
+      return row ?? base.contact(id, ws);
+    },
+    async tags(contactId) {
+      const rows = tags.get(contactId);
+      tags.delete(contactId);
+      return rows ?? base.tags(contactId);
+    },
+    workspace: (id) => cached(`w:${id}`, () => workspaceOf(id)),
+    template: (id, ws) => cached(`t:${ws}:${id}`, () => base.template(id, ws) as Promise<{ id: number; channel: string; content: string } | undefined>),
+    provider: (ws, channel) => cached(`p:${ws}:${channel}`, () => base.provider(ws, channel) as Promise<string | undefined>),
+  };
+}

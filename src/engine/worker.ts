@@ -9,7 +9,7 @@ import type { LeasedRun } from './committer.js';
 import { flushDeliveryCounts, setDeliveryFlusher, type DeliveryCount } from './counters.js';
 import { RunExecutor, type ExecutorDeps, type RunOutcome } from './executor.js';
 import { PgRunCommitter, RunCommitter } from './committer.js';
-import { pgEngineSql, sqliteEngineSql } from './sql.js';
+import { pgReadingEngineSql, sqliteEngineSql } from './sql.js';
 import { openPgStore } from '../core/db/store.js';
 import { RenderError, renderContent, type RenderContext } from './render.js';
 
@@ -53,7 +53,7 @@ function executorDeps(data: EngineWorkerData): ExecutorDeps {
   const { config } = data;
   if (config.databaseUrl) {
     const store = openPgStore(config.databaseUrl, { poolSize: PG_CONNECTIONS_PER_THREAD, applicationName: 'svc engine' });
-    return { db: store.db, sql: pgEngineSql(store.pool), committer: new PgRunCommitter(store.pool) };
+    return { db: store.db, sql: pgReadingEngineSql(store.pool), committer: new PgRunCommitter(store.pool) };
   }
   setProcessWriteLock(new WriteLock(data.writeLock));
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
