@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import autocannon from 'autocannon';
 import { prepareBaseline } from './baseline.js';
-import { fixedRate, json, peakRssMb, startProcess, stop } from './lib.js';
+import { fixedRate, peakRssMb, runRequests, setUpRunWorkflow, startProcess, stop } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const RUNS = Number(process.env.BENCH_RUNS ?? 20_000);
@@ -22,41 +22,6 @@ const PASSWORD = 'bench-password-123';
 async function serve(env: NodeJS.ProcessEnv, checkout = root) {
   const svc = await startProcess(join(checkout, 'bin', 'svc'), ['serve', '--port', '0'], env, /svc listening on (\S+)/);
   return { svc, base: svc.match[1]! };
-}
-
-async function setUpWorkflow(base: string): Promise<string> {
-  const login = await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD });
-  const template = await json(
-    `${base}/templates`,
-    'POST',
-    { name: 'welcome', channel: 'EMAIL', content: { subject: 'Welcome {{ contact.firstName }}', text: 'Order {{ trigger.order.id }}' } },
-    login.token,
-  );
-  const wf = await json(
-    `${base}/workflows`,
-    'POST',
-    {
-      name: 'bench',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [
-        { type: 'update_contact', set: { firstName: '{{ trigger.customer.name }}' } },
-        { type: 'send_email', templateId: template.id },
-        { type: 'add_tags', tags: ['customer'] },
-      ],
-      webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true },
-    },
-    login.token,
-  );
-  return wf.webhook.url as string;
-}
-
-function requests(count: number) {
-  return Array.from({ length: Math.min(count, 1000) }, (_, i) => ({
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ customer: { email: `user${i}@example.com`, name: `User ${i}` }, order: { id: `o-${i}` } }),
-  }));
 }
 
 function counts(dbFile: string): Record<string, number> {
@@ -86,8 +51,8 @@ async function throughput(checkout: string): Promise<{ runsPerSecond: number; fa
       stdio: ['pipe', 'ignore', 'inherit'],
     });
     let { svc, base } = await serve({ ...env, SVC_ENGINE: 'false' }, checkout);
-    const path = new URL(await setUpWorkflow(base)).pathname;
-    await autocannon({ url: base + path, connections: 50, amount: RUNS, requests: requests(RUNS) });
+    const path = new URL(await setUpRunWorkflow(base, 'bench@example.com', PASSWORD)).pathname;
+    await autocannon({ url: base + path, connections: 50, amount: RUNS, requests: runRequests(RUNS) });
     await stop(svc.child);
     ({ svc, base } = await serve(env, checkout));
     const started = Date.now();
@@ -133,13 +98,13 @@ async function main(): Promise<void> {
       stdio: ['pipe', 'ignore', 'inherit'],
     });
     let { svc, base } = await serve({ ...env, SVC_ENGINE: 'false' });
-    const path = new URL(await setUpWorkflow(base)).pathname;
+    const path = new URL(await setUpRunWorkflow(base, 'bench@example.com', PASSWORD)).pathname;
     await stop(svc.child);
 
     // 2. keeping up, at a fixed webhook rate
     const measure = async (engine: boolean) => {
       ({ svc, base } = await serve({ ...env, SVC_ENGINE: engine ? 'true' : 'false' }));
-      const load = requests(RATE * SECONDS);
+      const load = runRequests(RATE * SECONDS);
       // Warm-up: connections, JIT, and every contact the load names is created.
       await fixedRate({ url: base + path, rate: RATE, seconds: 2, requests: load });
       let maxBacklog = 0;

@@ -202,3 +202,78 @@ export async function startWebhookNode(opts: { engine: boolean; checkout?: strin
   );
   return { child: svc.child, url: wf.webhook.url, base, token: login.token, dataDir };
 }
+
+/**
+ * The engine benchmarks' workflow: three steps (update_contact, send_email through the outbox,
+ * add_tags), a webhook that creates its contact; returns the webhook's URL.
+ */
+export async function setUpRunWorkflow(base: string, email: string, password: string): Promise<string> {
+  const login = await json(`${base}/auth/login`, 'POST', { email, password });
+  const template = await json(
+    `${base}/templates`,
+    'POST',
+    { name: 'welcome', channel: 'EMAIL', content: { subject: 'Welcome {{ contact.firstName }}', text: 'Order {{ trigger.order.id }}' } },
+    login.token,
+  );
+  const wf = await json(
+    `${base}/workflows`,
+    'POST',
+    {
+      name: 'bench',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [
+        { type: 'update_contact', set: { firstName: '{{ trigger.customer.name }}' } },
+        { type: 'send_email', templateId: template.id },
+        { type: 'add_tags', tags: ['customer'] },
+      ],
+      webhook: { lookup: 'email', path: 'customer.email', createIfNotFound: true },
+    },
+    login.token,
+  );
+  return wf.webhook.url as string;
+}
+
+/** Bodies for setUpRunWorkflow's webhook: up to `customers` different customers (1,000 unless said), cycled. */
+export function runRequests(count: number, customers = 1000) {
+  return Array.from({ length: Math.min(count, customers) }, (_, i) => ({
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ customer: { email: `user${i}@example.com`, name: `User ${i}` }, order: { id: `o-${i}` } }),
+  }));
+}
+
+/**
+ * A closed-loop load: `count` requests over `concurrency` connections, each request taking the
+ * next body in order (so requests sent at the same moment name different customers, where
+ * autocannon's connections would each start from the first body, all at once). Resolves with
+ * the seconds taken and the answers that were not 2xx (or failed).
+ */
+export async function sendInOrder(opts: {
+  url: string;
+  count: number;
+  concurrency: number;
+  requests: { headers: Record<string, string>; body: string }[];
+}): Promise<{ seconds: number; failed: number }> {
+  const { Pool } = await import('undici');
+  const target = new URL(opts.url);
+  const pool = new Pool(target.origin, { connections: opts.concurrency, pipelining: 1 });
+  let next = 0;
+  let failed = 0;
+  const started = performance.now();
+  const lane = async () => {
+    while (next < opts.count) {
+      const r = opts.requests[next++ % opts.requests.length]!;
+      try {
+        const res = await pool.request({ method: 'POST', path: target.pathname, headers: r.headers, body: r.body });
+        await res.body.dump();
+        if (res.statusCode >= 300) failed++;
+      } catch {
+        failed++;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: opts.concurrency }, lane));
+  await pool.close();
+  return { seconds: (performance.now() - started) / 1000, failed };
+}
