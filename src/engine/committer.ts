@@ -2,7 +2,7 @@ import type pg from 'pg';
 import type { Db } from '../core/db/connection.js';
 import { isTransient, PgGroupCommit } from '../core/db/pgGroupCommit.js';
 import { processWriteLock } from '../core/db/writeLock.js';
-import { type EngineOp, type EngineSql, pgEngineSql, sqliteEngineSql } from './sql.js';
+import { type EngineOp, type EngineSql, pgEngineSql, sqliteEngineSql, type TagDelta } from './sql.js';
 
 /** A run's claim: its id and the token its lease was taken with. */
 export interface LeasedRun {
@@ -121,51 +121,111 @@ export class RunCommitter implements RunCommits {
  * row while the lease token still holds (FOR UPDATE: no other node can take the run over
  * between the check and the writes), and is dropped when it does not.
  */
-/** How long an engine batch's statement waits for a row lock before its run's part is tried again. */
-const LOCK_TIMEOUT = '200ms';
+/**
+ * After each engine batch's BEGIN: how long a statement waits for a row lock before its run's
+ * part is tried again (runs of one contact lock the same rows in batches of other threads and
+ * nodes: a wait past it undoes the run's part and runs it again in a later batch, instead of
+ * a deadlock stalling both batches for PostgreSQL's deadlock_timeout, 1 s); and tag counts
+ * deferred to the end of the batch (migration 0003).
+ */
+const BATCH_SETUP = "SET LOCAL lock_timeout = '200ms'; SET LOCAL svc.defer_tag_counts = 'on'";
 
 export class PgRunCommitter implements RunCommits {
   private readonly group: PgGroupCommit;
+  /** Each batch's changes to tag_counts, from the runs whose part committed in it. */
+  private readonly tallies = new WeakMap<object, TagDelta[]>();
 
   constructor(pool: pg.Pool) {
-    // Runs of one contact, and first tags bumping one tag's count, lock the same rows in
-    // batches of other threads and nodes: a wait past the lock timeout undoes the run's part
-    // and runs it again in a later batch (see PgGroupCommit), instead of a deadlock stalling
-    // both batches for PostgreSQL's deadlock_timeout (1 s).
-    this.group = new PgGroupCommit(pool, { maxBatch: MAX_ENTRIES_PER_COMMIT, concurrency: 2, lockTimeout: LOCK_TIMEOUT });
+    this.group = new PgGroupCommit(pool, {
+      maxBatch: MAX_ENTRIES_PER_COMMIT,
+      concurrency: 2,
+      setup: BATCH_SETUP,
+      // A tag every run adds (a campaign's) is one row of tag_counts for the whole cluster:
+      // counted here, one statement per tag in a fixed order, just before the COMMIT, it is
+      // held for the COMMIT only, and batches never wait for each other in a cycle.
+      beforeCommit: (client, batch) => applyTagDeltas(client, this.tallies.get(batch) ?? []),
+    });
   }
 
   commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
-    return this.group.run(async (client, _batch, careful) => {
-      const sql = pgEngineSql(client);
+    return this.group.run(async (client, batch, careful) => {
+      const deltas: TagDelta[] = [];
+      const sql = pgEngineSql(client, deltas);
       if (!(await sql.leaseHeld(lease.id, lease.token))) return false;
       // Not careful: an error undoes the batch, which runs again carefully (PgGroupCommit).
       if (!careful) {
         for (const op of ops) await op(sql);
-        return true;
+      } else {
+        await client.query('SAVEPOINT run_ops');
+        try {
+          for (const op of ops) await op(sql);
+          await client.query('RELEASE SAVEPOINT run_ops');
+        } catch (err) {
+          await client.query('ROLLBACK TO SAVEPOINT run_ops');
+          // A deadlock or lock wait is no fault of the run's: its part runs again (PgGroupCommit).
+          if (!onFailure || isTransient(err)) throw err;
+          deltas.length = 0;
+          await onFailure(err)(sql);
+        }
       }
-      await client.query('SAVEPOINT run_ops');
-      try {
-        for (const op of ops) await op(sql);
-        await client.query('RELEASE SAVEPOINT run_ops');
-      } catch (err) {
-        await client.query('ROLLBACK TO SAVEPOINT run_ops');
-        // A deadlock or lock wait is no fault of the run's: its part runs again (PgGroupCommit).
-        if (!onFailure || isTransient(err)) throw err;
-        await onFailure(err)(sql);
-      }
+      this.tallyOf(batch).push(...deltas);
       return true;
     });
   }
 
+  private tallyOf(batch: object): TagDelta[] {
+    let tally = this.tallies.get(batch);
+    if (!tally) this.tallies.set(batch, (tally = []));
+    return tally;
+  }
+
   always(op: EngineOp): Promise<boolean> {
-    return this.group.run(async (client) => {
-      await op(pgEngineSql(client));
+    return this.group.run(async (client, batch) => {
+      const deltas: TagDelta[] = [];
+      await op(pgEngineSql(client, deltas));
+      this.tallyOf(batch).push(...deltas);
       return true;
     });
   }
 
   close(): Promise<void> {
     return this.group.close();
+  }
+}
+
+/**
+ * Writes a batch's changes to tag_counts as the triggers of migration 0001 would have, row by
+ * row: one statement per (workspace, tag) with a net change, in that order.
+ */
+async function applyTagDeltas(client: pg.PoolClient, deltas: TagDelta[]): Promise<void> {
+  if (!deltas.length) return;
+  const net = new Map<string, TagDelta>();
+  for (const d of deltas) {
+    const id = `${d.workspaceId}\u0000${d.key}`;
+    const sum = net.get(id);
+    if (sum) sum.delta += d.delta;
+    else net.set(id, { ...d });
+  }
+  const ordered = [...net.values()].filter((d) => d.delta !== 0).sort((a, b) => a.workspaceId - b.workspaceId || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  for (const d of ordered) {
+    if (d.delta > 0) {
+      await client.query({
+        name: 'svc_engine_tag_count_add',
+        text: `INSERT INTO tag_counts (workspace_id, tag_key, name, contacts) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (workspace_id, tag_key) DO UPDATE SET contacts = tag_counts.contacts + $4`,
+        values: [d.workspaceId, d.key, d.name, d.delta],
+      });
+    } else {
+      await client.query({
+        name: 'svc_engine_tag_count_remove',
+        text: 'UPDATE tag_counts SET contacts = contacts + $3 WHERE workspace_id = $1 AND tag_key = $2',
+        values: [d.workspaceId, d.key, d.delta],
+      });
+      await client.query({
+        name: 'svc_engine_tag_count_drop',
+        text: 'DELETE FROM tag_counts WHERE workspace_id = $1 AND tag_key = $2 AND contacts <= 0',
+        values: [d.workspaceId, d.key],
+      });
+    }
   }
 }

@@ -178,7 +178,19 @@ function numbered(text: string): string {
 }
 
 /** PostgreSQL: named statements (each connection prepares them once) through `query`, on a batch's connection or the pool. */
-export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>): EngineSql {
+/** A change to a tag's count of contacts, for a batch that counts them itself (engine/committer.ts). */
+export interface TagDelta {
+  workspaceId: number;
+  key: string;
+  name: string;
+  delta: number;
+}
+
+/**
+ * `deltas`: the batch's transaction defers tag counts (svc.defer_tag_counts, migration 0003),
+ * so each tag added or removed is told there, to be counted before its COMMIT.
+ */
+export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient, 'query'>, deltas?: TagDelta[]): EngineSql {
   const q = async <T>(name: string, text: string, values: unknown[]): Promise<T[]> =>
     (await (client as pg.Pool).query({ name: `svc_engine_${name}`, text, values })).rows as T[];
   const one = async <T>(name: string, text: string, values: unknown[]): Promise<T | undefined> => (await q<T>(name, text, values))[0];
@@ -197,15 +209,22 @@ export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient,
     attemptsForStep: (runId, stepIndex) =>
       q('attempts', 'SELECT status FROM delivery_attempts WHERE run_id = $1 AND step_index = $2 ORDER BY attempt, id', [runId, stepIndex]),
     provider: async (ws, channel) => (await one<{ provider: string }>('provider', numbered(PROVIDER_SQL), [ws, channel]))?.provider,
-    addTag: (contactId, ws, key, name) =>
-      q('add_tag', 'INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING', [
-        contactId,
-        ws,
-        key,
-        name,
-      ]),
-    removeTag: (contactId, ws, key) =>
-      q('remove_tag', 'DELETE FROM contact_tags WHERE contact_id = $1 AND workspace_id = $2 AND tag_key = $3', [contactId, ws, key]),
+    addTag: async (contactId, ws, key, name) => {
+      const added = await q(
+        'add_tag',
+        'INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING contact_id',
+        [contactId, ws, key, name],
+      );
+      if (added.length) deltas?.push({ workspaceId: ws, key, name, delta: 1 });
+    },
+    removeTag: async (contactId, ws, key) => {
+      const removed = await q<{ name: string }>(
+        'remove_tag',
+        'DELETE FROM contact_tags WHERE contact_id = $1 AND workspace_id = $2 AND tag_key = $3 RETURNING name',
+        [contactId, ws, key],
+      );
+      if (removed.length) deltas?.push({ workspaceId: ws, key, name: removed[0]!.name, delta: -1 });
+    },
     updateContact: (v) =>
       q(
         'update_contact',

@@ -51,11 +51,12 @@ export class PgGroupCommit {
       /** Runs after the batch's jobs, before its COMMIT (writes the jobs deferred, such as counters, in a fixed order). */
       beforeCommit?: (client: pg.PoolClient, batch: object) => Promise<void>;
       /**
-       * How long a statement of the batch may wait for a row lock (SET LOCAL lock_timeout,
-       * e.g. '200ms'): past it the job is undone and runs again in a later batch. Breaks a
-       * deadlock between two batches long before PostgreSQL's deadlock_timeout would.
+       * Statements run after each BEGIN (one simple query, no parameters), such as
+       * `SET LOCAL lock_timeout = '200ms'`: past that wait for a row lock the job is undone
+       * and runs again in a later batch, which breaks a deadlock between two batches long
+       * before PostgreSQL's deadlock_timeout would.
        */
-      lockTimeout?: string;
+      setup?: string;
     } = {},
   ) {}
 
@@ -116,7 +117,7 @@ export class PgGroupCommit {
     const batchKey = {};
     try {
       await client.query('BEGIN');
-      if (this.opts.lockTimeout) await client.query(`SET LOCAL lock_timeout = '${this.opts.lockTimeout}'`);
+      if (this.opts.setup) await client.query(this.opts.setup);
       for (const [i, job] of batch.entries()) {
         if (!careful) {
           let value: unknown;
