@@ -174,8 +174,8 @@ export class PgRunCommitter implements RunCommits {
   }
 
   private tallyOf(batch: object): TagDelta[] {
-    let tally = this.tallies.get(batch);
-    if (!tally) this.tallies.set(batch, (tally = []));
+    const tally = this.tallies.get(batch) ?? [];
+    this.tallies.set(batch, tally);
     return tally;
   }
 
