@@ -166,7 +166,16 @@ async function insertTags(ctx: WorkspaceContext, contactId: number, names: strin
   return added;
 }
 
-export function createContact(ctx: WorkspaceContext, input: ContactInput): Promise<ContactView> {
+export async function createContact(ctx: WorkspaceContext, input: ContactInput): Promise<ContactView> {
+  return insertContact(ctx, input, (tx, id) => getContact(tx, id));
+}
+
+/** createContact for a caller that needs only the new contact's id (a webhook creating its contact). */
+export function createContactId(ctx: WorkspaceContext, input: ContactInput): Promise<number> {
+  return insertContact(ctx, input, async (_tx, id) => id);
+}
+
+function insertContact<T>(ctx: WorkspaceContext, input: ContactInput, answer: (tx: WorkspaceContext, id: number) => Promise<T>): Promise<T> {
   const values = normalizeInput(ctx, input);
   requireEmailOrPhone(values.email, values.phone);
   const tags = normalizeTags(input.tags ?? []);
@@ -177,13 +186,13 @@ export function createContact(ctx: WorkspaceContext, input: ContactInput): Promi
       const [row] = await tx.db
         .insert(contacts)
         .values({ workspaceId: ctx.workspaceId, ...values, attributes: input.attributes ?? {} })
-        .returning();
+        .returning({ id: contacts.id });
       if (!row) throw new Error('the insert returned no row');
       await insertTags(tx, row.id, tags);
       await recordAudit(tx, { workspaceId: ctx.workspaceId, action: 'contact.created', target: { type: 'contact', id: row.id } });
-      return getContact(tx, row.id);
-      // Every rule here is a unique index (email, phone) or a row lock (the counters): see TransactionOptions.
+      return answer(tx, row.id);
     },
+    // Every rule here is a unique index (email, phone) or a row lock (the counters): see TransactionOptions.
     { isolation: 'read committed' },
   );
 }

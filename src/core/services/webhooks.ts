@@ -14,7 +14,7 @@ import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
 import { decryptSecret } from '../secrets.js';
 import { jsonDepthExceeds, normalizeEmail, normalizePhone } from '../validation.js';
-import { createContact } from './contacts.js';
+import { createContactId } from './contacts.js';
 import { WEBHOOK_TOKEN_LENGTH } from './workflows.js';
 
 export const SIGNATURE_HEADER = 'x-service-signature';
@@ -442,15 +442,13 @@ export async function resolveContact(
   if (lookup.kind === 'contactId' || !target.createIfNotFound) return undefined;
   const d = target.defaults;
   try {
-    return (
-      await createContact(ctx, {
-        [lookup.kind]: lookup.value,
-        ...(d.firstName !== undefined ? { firstName: d.firstName } : {}),
-        ...(d.lastName !== undefined ? { lastName: d.lastName } : {}),
-        ...(d.attributes !== undefined ? { attributes: d.attributes } : {}),
-        ...(d.tags !== undefined ? { tags: d.tags } : {}),
-      })
-    ).id;
+    return await createContactId(ctx, {
+      [lookup.kind]: lookup.value,
+      ...(d.firstName !== undefined ? { firstName: d.firstName } : {}),
+      ...(d.lastName !== undefined ? { lastName: d.lastName } : {}),
+      ...(d.attributes !== undefined ? { attributes: d.attributes } : {}),
+      ...(d.tags !== undefined ? { tags: d.tags } : {}),
+    });
   } catch (err) {
     // Created by someone else since the read above (another request for the same new
     // address): use theirs.
