@@ -2,6 +2,7 @@ import { desc, isNotNull } from 'drizzle-orm';
 import pg from 'pg';
 import { ConfigError, type Config } from './config.js';
 import { channelSettings, workflows } from './db/schema.js';
+import type { Db } from './db/connection.js';
 import type { Store } from './db/store.js';
 import { decryptSecret } from './secrets.js';
 
@@ -22,15 +23,15 @@ const SAMPLE = 5;
  * signing secrets and channel credentials are tried), described for a person; or null when
  * every one decrypts (or none is stored yet).
  */
-export async function undecryptableSecret(store: Store, config: Pick<Config, 'secrets'>): Promise<string | null> {
-  const secrets = await store.db
+export async function undecryptableSecret(db: Db, config: Pick<Config, 'secrets'>): Promise<string | null> {
+  const secrets = await db
     .select({ id: workflows.id, value: workflows.signingSecret })
     .from(workflows)
     .where(isNotNull(workflows.signingSecret))
     .orderBy(desc(workflows.id))
     .limit(SAMPLE);
   for (const row of secrets) if (!decrypts(config, row.value)) return `the webhook signing secret of workflow ${row.id}`;
-  const credentials = await store.db
+  const credentials = await db
     .select({ workspaceId: channelSettings.workspaceId, channel: channelSettings.channel, value: channelSettings.credentials })
     .from(channelSettings)
     .where(isNotNull(channelSettings.credentials))
@@ -52,7 +53,7 @@ function decrypts(config: Pick<Config, 'secrets'>, value: string | null): boolea
 
 /** Refuses (ConfigError) a node whose encryption key cannot decrypt what is stored. */
 export async function checkStoredSecrets(store: Store, config: Pick<Config, 'secrets'>): Promise<void> {
-  const what = await undecryptableSecret(store, config);
+  const what = await undecryptableSecret(store.db, config);
   if (what) {
     throw new ConfigError(
       `this node's encryption key cannot decrypt ${what}: it is not the key the data was written with. ` +

@@ -39,7 +39,7 @@ describe('svc doctor', { concurrency: true }, () => {
     const report = r.json();
     assert.equal(report.ok, true);
     const c = checks(r);
-    for (const name of ['data folder', 'permissions', 'owner', 'disk space', 'config', 'integrity', 'migrations', 'server'])
+    for (const name of ['data folder', 'permissions', 'owner', 'disk space', 'config', 'integrity', 'migrations', 'secrets', 'server'])
       assert.equal(c[name]?.status, 'OK', `${name}: ${JSON.stringify(c[name])}`);
     assert.match(c.integrity!.detail, /integrity_check: ok/);
     assert.match(c.server!.detail, /not running/);

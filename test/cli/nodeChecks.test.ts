@@ -84,7 +84,16 @@ test('a node whose encryption key cannot decrypt the stored data is refused, nam
   assert.equal(other.code, 1, show(other));
   assert.match(other.stderr, new RegExp(`cannot decrypt the webhook signing secret of workflow ${id}.*SVC_ENCRYPTION_KEY`));
   assert.doesNotMatch(other.stderr, /whsec-a-secret|x{40}|e{40}/, 'no secret is printed');
-  // With the right key it serves again.
+  // svc doctor says the same, as a FAIL with what to do.
+  const doctor = await runCli(dataDir, ['doctor', '--json'], { env: { ...SECRETS, SVC_ENCRYPTION_KEY: 'x'.repeat(40) } });
+  assert.equal(doctor.code, 1, show(doctor));
+  const secrets = (doctor.json() as { checks: { name: string; status: string; detail: string; fix?: string }[] }).checks.find((c) => c.name === 'secrets');
+  assert.equal(secrets?.status, 'FAIL', show(doctor));
+  assert.match(secrets!.detail, new RegExp(`workflow ${id}`));
+  assert.match(secrets!.fix ?? '', /SVC_ENCRYPTION_KEY/);
+  // With the right key it serves again, and svc doctor finds nothing wrong with the secrets.
   const again = await startServe(t, dataDir, ['--port', '0'], { env: SECRETS });
   await again.stop();
+  const fine = await runCli(dataDir, ['doctor', '--json'], { env: SECRETS });
+  assert.equal((fine.json() as { checks: { name: string; status: string }[] }).checks.find((c) => c.name === 'secrets')?.status, 'OK', show(fine));
 });

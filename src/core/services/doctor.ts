@@ -7,6 +7,8 @@ import { drizzle } from 'drizzle-orm/better-sqlite3';
 import type { Db } from '../db/connection.js';
 import { DatabaseTooNewError, migrationStatus } from '../db/migrate.js';
 import { serverHolders } from '../serverLock.js';
+import { undecryptableSecret } from '../cluster.js';
+import { openPgStore } from '../db/store.js';
 import { scheduledBackups } from './backupSchedule.js';
 
 /**
@@ -271,6 +273,38 @@ async function pgDatabaseChecks(url: string): Promise<Check[]> {
   }
 }
 
+/** The config's encryption key opens the newest stored secrets (svc serve refuses to start otherwise). */
+async function secretsCheck(config: Config): Promise<Check> {
+  let what: string | null;
+  try {
+    if (config.databaseUrl) {
+      const store = openPgStore(config.databaseUrl, { poolSize: 1 });
+      try {
+        what = await undecryptableSecret(store.db, config);
+      } finally {
+        await store.close();
+      }
+    } else {
+      const client = openForReading(config.dbFile);
+      try {
+        what = await undecryptableSecret(drizzle(client) as unknown as Db, config);
+      } finally {
+        client.close();
+      }
+    }
+  } catch (err) {
+    return { name: 'secrets', status: 'WARN', detail: `could not read the stored secrets: ${(err as Error).message}` };
+  }
+  if (what)
+    return {
+      name: 'secrets',
+      status: 'FAIL',
+      detail: `the encryption key cannot decrypt ${what}`,
+      fix: 'give this node the secrets.encryptionKey (SVC_ENCRYPTION_KEY) the data was written with; svc serve refuses to start until then',
+    };
+  return { name: 'secrets', status: 'OK', detail: 'the encryption key opens the stored secrets' };
+}
+
 export async function runDoctor(dataDirFlag: string | undefined, env: NodeJS.ProcessEnv, databaseUrlFlag?: string): Promise<DoctorReport> {
   const dataDir = resolveDataDir(dataDirFlag, env);
   const checks: Check[] = [];
@@ -290,6 +324,8 @@ export async function runDoctor(dataDirFlag: string | undefined, env: NodeJS.Pro
   checks.push(check);
   if (config?.databaseUrl) checks.push(...(await pgDatabaseChecks(config.databaseUrl)));
   else checks.push(...databaseChecks(config?.dbFile ?? join(dataDir, 'svc.db')));
+  const databaseOk = !checks.some((c) => (c.name === 'database' || c.name === 'integrity' || c.name === 'migrations') && c.status === 'FAIL');
+  if (config && databaseOk) checks.push(await secretsCheck(config));
   const holders = serverHolders(dataDir);
   checks.push(serverCheck(holders));
   if (config?.databaseUrl)
