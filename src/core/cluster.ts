@@ -1,4 +1,5 @@
 import { desc, isNotNull } from 'drizzle-orm';
+import { hostname } from 'node:os';
 import pg from 'pg';
 import { ConfigError, type Config } from './config.js';
 import { channelSettings, workflows } from './db/schema.js';
@@ -62,6 +63,27 @@ export async function checkStoredSecrets(store: Store, config: Pick<Config, 'sec
   }
 }
 
+/**
+ * The node lock's connection names its node (`svc node <host>:<pid>`): PostgreSQL lists the
+ * nodes serving a database in pg_stat_activity, and drops one with its connection when the
+ * node dies. It is the cluster's heartbeat: `svc doctor` reads it (liveNodes).
+ */
+export const NODE_PREFIX = 'svc node ';
+
+function nodeName(): string {
+  return `${NODE_PREFIX}${hostname()}:${process.pid}`.slice(0, 63);
+}
+
+/** The nodes serving the database now (their node lock's connections), oldest first. */
+export async function liveNodes(client: Pick<pg.Client, 'query'>): Promise<{ node: string; since: string }[]> {
+  const { rows } = await client.query<{ name: string; since: Date }>(
+    `SELECT application_name AS name, backend_start AS since FROM pg_stat_activity
+      WHERE datname = current_database() AND application_name LIKE $1 ORDER BY backend_start`,
+    [`${NODE_PREFIX}%`],
+  );
+  return rows.map((r) => ({ node: r.name.slice(NODE_PREFIX.length), since: new Date(r.since).toISOString() }));
+}
+
 /** A node's place in its cluster, held while it serves. */
 export interface NodeMembership {
   release(): Promise<void>;
@@ -89,7 +111,7 @@ export async function joinCluster(
   let retry: NodeJS.Timeout | undefined;
 
   const take = async (): Promise<void> => {
-    const c = new pg.Client({ connectionString: url, application_name: 'svc node lock' });
+    const c = new pg.Client({ connectionString: url, application_name: nodeName() });
     c.on('error', () => undefined); // the query fails, or 'end' follows
     await c.connect();
     try {

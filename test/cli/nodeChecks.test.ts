@@ -18,7 +18,8 @@ describe('several nodes on one PostgreSQL database', { skip: skipOutsideCIWithou
     const folder = (name: string) => join(tempDir(t), name);
     const plain = { SVC_DATABASE_URL: url, ...SECRETS };
     const clustered = { ...plain, SVC_REDIS_URL: testRedisServer()!, SVC_REDIS_PREFIX: testRedisPrefix() };
-    const init = await runCli(folder('init'), ['init', '--yes', '--json'], { env: plain });
+    const initDir = folder('init');
+    const init = await runCli(initDir, ['init', '--yes', '--json'], { env: plain });
     assert.equal(init.code, 0, show(init));
 
     // One node without Redis serves alone...
@@ -39,13 +40,22 @@ describe('several nodes on one PostgreSQL database', { skip: skipOutsideCIWithou
       await startServe(t, folder('b'), ['--port', '0'], { env: clustered }),
     ];
     for (const node of [a, b]) assert.equal((await fetch(`${node.url}/readyz`)).status, 200);
+    // The node locks are the cluster's heartbeat: svc doctor lists the nodes serving it.
+    const nodesSeen = async () => {
+      const doctor = await runCli(initDir, ['doctor', '--json'], { env: plain });
+      const database = (doctor.json() as { checks: { name: string; detail: string }[] }).checks.find((c) => c.name === 'database');
+      return database?.detail ?? show(doctor);
+    };
+    assert.match(await nodesSeen(), /2 nodes serving it: \S+:\d+ \(since/);
     const outsider = await runCli(folder('d'), ['serve', '--port', '0'], { env: plain });
     assert.equal(outsider.code, 1, show(outsider));
     assert.match(outsider.stderr, /another svc node is serving this database/);
 
     // A node killed outright releases its place with its connection: the next one starts.
     a.child.kill('SIGKILL');
+    for (let i = 0; !/1 node serving it/.test(await nodesSeen()); i++) assert.ok(i < 50, 'the killed node is gone from the list');
     await b.stop();
+    assert.match(await nodesSeen(), /no svc serve node is serving it/);
     const after = await startServe(t, folder('e'), ['--port', '0'], { env: plain });
     assert.equal((await fetch(`${after.url}/readyz`)).status, 200);
     await after.stop();

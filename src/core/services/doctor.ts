@@ -7,7 +7,8 @@ import { drizzle } from 'drizzle-orm/better-sqlite3';
 import type { Db } from '../db/connection.js';
 import { DatabaseTooNewError, migrationStatus } from '../db/migrate.js';
 import { serverHolders } from '../serverLock.js';
-import { undecryptableSecret } from '../cluster.js';
+import pg from 'pg';
+import { liveNodes, undecryptableSecret } from '../cluster.js';
 import { openPgStore } from '../db/store.js';
 import { scheduledBackups } from './backupSchedule.js';
 
@@ -255,7 +256,22 @@ function backupCheck(config: Config, serverRunning: boolean): Check {
   return { name: 'backups', status: 'OK', detail: `newest ${newest.file} (${ageSeconds} s old)` };
 }
 
-/** PostgreSQL (databaseUrl set): the server answers, and its schema is this build's. */
+async function nodesOn(url: string): Promise<{ node: string; since: string }[]> {
+  const client = new pg.Client({ connectionString: url, application_name: 'svc doctor' });
+  await client.connect();
+  try {
+    return await liveNodes(client);
+  } finally {
+    await client.end();
+  }
+}
+
+function describeNodes(nodes: { node: string; since: string }[]): string {
+  if (!nodes.length) return 'no svc serve node is serving it';
+  return `${nodes.length} node${nodes.length === 1 ? '' : 's'} serving it: ${nodes.map((n) => `${n.node} (since ${n.since})`).join(', ')}`;
+}
+
+/** PostgreSQL (databaseUrl set): the server answers, and its schema is this build's, and which nodes serve it. */
 async function pgDatabaseChecks(url: string): Promise<Check[]> {
   const where = new URL(url);
   const name = `PostgreSQL ${where.host}${where.pathname}`;
@@ -263,7 +279,7 @@ async function pgDatabaseChecks(url: string): Promise<Check[]> {
     const { applied, pending } = await pgMigrationStatus(url);
     if (!applied.length)
       return [{ name: 'database', status: 'FAIL', detail: `${name} has no svc schema`, fix: 'svc migrate (or svc init, or svc serve) creates it' }];
-    const database: Check = { name: 'database', status: 'OK', detail: `${name} answers` };
+    const database: Check = { name: 'database', status: 'OK', detail: `${name} answers; ${describeNodes(await nodesOn(url))}` };
     if (pending.length)
       return [database, { name: 'migrations', status: 'WARN', detail: `${pending.length} pending`, fix: 'svc migrate (svc serve applies them too)' }];
     return [database, { name: 'migrations', status: 'OK', detail: `applied up to ${applied.at(-1)}` }];
