@@ -11,7 +11,7 @@ import type { Locator, Page } from 'playwright-core';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 import { consoleServer } from './server.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
 const node = (page: Page, id: string) => page.locator(`.react-flow__node[data-id="${id}"]`);
 
@@ -42,7 +42,7 @@ async function flowPosition(locator: Locator): Promise<{ x: number; y: number }>
   return { x: Math.round(Number(m[1])), y: Math.round(Number(m[2])) };
 }
 
-test('build an automation with the mouse: palette, handles, branches, a refused cycle, undo/redo, save, run', { skip }, async (t) => {
+test('build an automation with the mouse: palette, handles, branches, a refused cycle, undo/redo, save, run', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t, { engine: true });
   const ann = await s.request('POST', '/contacts', { token, body: { email: 'ann@example.com', firstName: 'Ann' } });
   assert.equal(ann.status, 201, ann.text);
@@ -191,7 +191,7 @@ test('build an automation with the mouse: palette, handles, branches, a refused 
   assert.deepEqual(problems, []);
 });
 
-test('a field error of a refused save is shown in the side panel, at its node', { skip }, async (t) => {
+test('a field error of a refused save is shown in the side panel, at its node', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const created = await s.request('POST', '/automations', {
     token,
@@ -239,7 +239,7 @@ test('a field error of a refused save is shown in the side panel, at its node', 
   assert.deepEqual(problems, []);
 });
 
-test('a VIEWER sees the graph read-only: no palette, no Save, no New automation', { skip }, async (t) => {
+test('a VIEWER sees the graph read-only: no palette, no Save, no New automation', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const graph = {
     nodes: [

@@ -7,9 +7,9 @@ import { test } from 'node:test';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 import { consoleServer } from './server.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
-test('activate an automation, run it on a contact, and see the branch it took', { skip }, async (t) => {
+test('activate an automation, run it on a contact, and see the branch it took', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t, { engine: true });
   const ann = await s.request('POST', '/contacts', { token, body: { email: 'ann@example.com', firstName: 'Ann' } });
   const graph = {

@@ -12,7 +12,7 @@ import AxeBuilder from '@axe-core/playwright';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { buildConsole } from '../../src/console/build.mjs';
 import { readConsoleFiles, setConsoleSource } from '../../src/server/console.js';
-import { UNDER_CI } from '../ci.js';
+import { skipOutsideCI } from '../ci.js';
 
 let building: Promise<string> | undefined;
 
@@ -53,10 +53,10 @@ function chromiumPath(): string | undefined {
 export const NO_BROWSER = 'no Chromium found: install it with `apt-get install -y chromium` (or set CHROMIUM_PATH) to run the console tests';
 
 /**
- * One browser for the test file, closed after it; `skip` says why there is none. Under
- * CI=true a browser that cannot start fails the run instead.
+ * One browser for the test file, closed after it; `skipOutsideCI` says why there is none.
+ * Under CI=true a browser that cannot start fails the run instead (skipOutsideCI throws).
  */
-export async function startBrowser(): Promise<{ browser: Browser; skip: false } | { browser: undefined; skip: string }> {
+export async function startBrowser(): Promise<{ browser: Browser; skipOutsideCI: false } | { browser: undefined; skipOutsideCI: string }> {
   await ensureConsoleBuilt();
   const executablePath = chromiumPath();
   try {
@@ -70,10 +70,10 @@ export async function startBrowser(): Promise<{ browser: Browser; skip: false } 
       const timedOut = new Promise<false>((resolve) => setTimeout(() => resolve(false), 15_000).unref());
       if (!(await Promise.race([closed, timedOut]))) await server.kill();
     });
-    return { browser, skip: false };
+    return { browser, skipOutsideCI: false };
   } catch (err) {
-    if (UNDER_CI) throw new Error(`the console tests need a browser under CI: ${(err as Error).message}`);
-    return { browser: undefined, skip: executablePath ? `Chromium did not start (${(err as Error).message.split('\n')[0]}); ${NO_BROWSER}` : NO_BROWSER };
+    const why = executablePath ? `Chromium did not start (${(err as Error).message.split('\n')[0]}); ${NO_BROWSER}` : NO_BROWSER;
+    return { browser: undefined, skipOutsideCI: skipOutsideCI(`the console tests need a browser: ${why}`) };
   }
 }
 

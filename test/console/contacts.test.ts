@@ -8,9 +8,9 @@ import { test } from 'node:test';
 import { consoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
-test('create and edit a contact; a 409 and a 422 are shown at their field; delete asks first', { skip }, async (t) => {
+test('create and edit a contact; a 409 and a 422 are shown at their field; delete asks first', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   await s.request('POST', '/contacts', { token, body: { email: 'taken@example.com', firstName: 'Taken' } });
   const { context, page, problems } = await newContext(browser!, s.url);
@@ -112,7 +112,7 @@ test('create and edit a contact; a 409 and a 422 are shown at their field; delet
   assert.deepEqual(problems, []);
 });
 
-test('the list pages by cursor with Load more', { skip }, async (t) => {
+test('the list pages by cursor with Load more', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   for (let i = 0; i < 55; i++) await s.request('POST', '/contacts', { token, body: { email: `c${i}@example.com` } });
   const { context, page } = await newContext(browser!, s.url);
@@ -137,7 +137,7 @@ async function attributeRows(page: import('playwright-core').Page): Promise<[str
   return rows;
 }
 
-test('attributes: typed values keep their JSON type; edit, remove, add; a duplicate name and a 422 at their field', { skip }, async (t) => {
+test('attributes: typed values keep their JSON type; edit, remove, add; a duplicate name and a 422 at their field', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -232,7 +232,9 @@ test('attributes: typed values keep their JSON type; edit, remove, add; a duplic
   );
 });
 
-test('attributes seeded by the API (nested, null, quoted) are shown faithfully and survive an unrelated edit; a VIEWER reads them', { skip }, async (t) => {
+test('attributes seeded by the API (nested, null, quoted) are shown faithfully and survive an unrelated edit; a VIEWER reads them', {
+  skip: skipOutsideCI,
+}, async (t) => {
   const { s, token } = await consoleServer(t);
   const seeded = {
     profile: { address: { city: 'Lyon', zip: '69001' }, scores: [1, 2.5, null] },

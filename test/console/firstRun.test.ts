@@ -9,9 +9,9 @@ import { test } from 'node:test';
 import { startServe, tempDir } from '../cli/helpers.js';
 import { assertAccessible, assertOneH1, ensureConsoleBuilt, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
-test('first start: open the root address, log in with the printed password, reload, log out', { skip }, async (t) => {
+test('first start: open the root address, log in with the printed password, reload, log out', { skip: skipOutsideCI }, async (t) => {
   const consoleDir = await ensureConsoleBuilt();
   const server = await startServe(t, join(tempDir(t), 'data'), ['--port', '0'], { env: { SVC_CONSOLE_DIR: consoleDir, SVC_ENGINE: 'false' } });
   const printed = /password\s+(\S+)\s+<- shown once/.exec(server.stdout());

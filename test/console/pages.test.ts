@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { consoleServer, type ConsoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
 const PAGES = [
   { link: 'Contacts', h1: 'Contacts', shot: 'contacts-list' },
@@ -67,7 +67,7 @@ async function seed(s: ConsoleServer, token: string): Promise<{ automationId: nu
   return { automationId: automation.body.id };
 }
 
-test('each page: the main navigation, one h1, no serious accessibility violation; the editor loads on demand', { skip }, async (t) => {
+test('each page: the main navigation, one h1, no serious accessibility violation; the editor loads on demand', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const { automationId } = await seed(s, token);
   const { context, page, problems } = await newContext(browser!, s.url);
@@ -118,7 +118,7 @@ test('each page: the main navigation, one h1, no serious accessibility violation
   assert.deepEqual(problems, []);
 });
 
-test('a VIEWER gets a read-only console: no write control on any page', { skip }, async (t) => {
+test('a VIEWER gets a read-only console: no write control on any page', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   await seed(s, token);
   const viewer = await s.userWithRole('VIEWER');
@@ -153,7 +153,7 @@ test('a VIEWER gets a read-only console: no write control on any page', { skip }
   assert.deepEqual(problems, []);
 });
 
-test('a page that cannot render shows a readable message, and the rest of the console keeps working', { skip }, async (t) => {
+test('a page that cannot render shows a readable message, and the rest of the console keeps working', { skip: skipOutsideCI }, async (t) => {
   const { s } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());

@@ -16,7 +16,7 @@ import { runCli, show } from '../cli/helpers.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 import { consoleServer } from './server.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
 /** The error shown next to the field with this label, inside `scope`. */
 function errorAt(page: Page, scope: ReturnType<Page['locator']>, label: string) {
@@ -26,7 +26,9 @@ function errorAt(page: Page, scope: ReturnType<Page['locator']>, label: string) 
     .locator('.field-error');
 }
 
-test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422s are shown at their fields, a test email is sent', { skip }, async (t) => {
+test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422s are shown at their fields, a test email is sent', {
+  skip: skipOutsideCI,
+}, async (t) => {
   const { s, token } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -148,7 +150,7 @@ test('channels: SMTP credentials are write-only (stored, replaced, cleared), 422
 });
 
 test('billing on Starter: plan and usage as the API says, the audit log offers the upgrade, a manual checkout completed by the operator changes the plan', {
-  skip,
+  skip: skipOutsideCI,
 }, async (t) => {
   const { s, token } = await consoleServer(t, { plan: 'STARTER' });
   for (const e of ['a@x.test', 'b@x.test', 'c@x.test']) assert.equal((await s.request('POST', '/contacts', { token, body: { email: e } })).status, 201);
@@ -232,7 +234,9 @@ test('billing on Starter: plan and usage as the API says, the audit log offers t
   assert.deepEqual(problems, []);
 });
 
-test('billing with Stripe: the checkout sends the browser to the payment page; the signed webhook changes the shown plan', { skip }, async (t) => {
+test('billing with Stripe: the checkout sends the browser to the payment page; the signed webhook changes the shown plan', {
+  skip: skipOutsideCI,
+}, async (t) => {
   const stripe = await fakeStripe(t);
   const SECRET = 'whsec_console_test_0123456789';
   const { s } = await consoleServer(t, {
@@ -285,7 +289,7 @@ test('billing with Stripe: the checkout sends the browser to the payment page; t
   assert.deepEqual(problems, []);
 });
 
-test('audit log: entries newest first, filters by action, actor and dates narrow it, cursor pages load on demand', { skip }, async (t) => {
+test('audit log: entries newest first, filters by action, actor and dates narrow it, cursor pages load on demand', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   for (let i = 0; i < 55; i++) assert.equal((await s.request('POST', '/contacts', { token, body: { email: `p${i}@x.test` } })).status, 201);
   const key = await s.mintKey('MEMBER');
@@ -343,7 +347,7 @@ test('audit log: entries newest first, filters by action, actor and dates narrow
 });
 
 test('roles: MEMBER and VIEWER see no channels, audit log or plan change; an ADMIN manages channels and reads the audit log but cannot check out', {
-  skip,
+  skip: skipOutsideCI,
 }, async (t) => {
   const { s } = await consoleServer(t);
   for (const role of ['MEMBER', 'VIEWER'] as const) {

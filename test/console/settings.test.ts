@@ -8,9 +8,9 @@ import { test } from 'node:test';
 import { consoleServer } from './server.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
-test('create an API key: the raw key is shown once, works, and is revoked after a confirmation', { skip }, async (t) => {
+test('create an API key: the raw key is shown once, works, and is revoked after a confirmation', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -64,7 +64,7 @@ test('create an API key: the raw key is shown once, works, and is revoked after 
   assert.deepEqual(problems, []);
 });
 
-test('invite a member; they accept in another browser, are signed in, and are listed; role change and removal', { skip }, async (t) => {
+test('invite a member; they accept in another browser, are signed in, and are listed; role change and removal', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const admin = await newContext(browser!, s.url);
   t.after(() => admin.context.close());

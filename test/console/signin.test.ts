@@ -9,9 +9,9 @@ import { consoleServer } from './server.js';
 import { addMembership, addWorkspace } from './seed.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
-test('log in, reload without losing the session, switch workspace, log out', { skip }, async (t) => {
+test('log in, reload without losing the session, switch workspace, log out', { skip: skipOutsideCI }, async (t) => {
   const { s } = await consoleServer(t);
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());
@@ -57,7 +57,7 @@ test('log in, reload without losing the session, switch workspace, log out', { s
   assert.deepEqual(problems, []);
 });
 
-test('wrong password, too many attempts (with the wait) and an unreachable server are told apart', { skip }, async (t) => {
+test('wrong password, too many attempts (with the wait) and an unreachable server are told apart', { skip: skipOutsideCI }, async (t) => {
   const { s } = await consoleServer(t, { env: { SVC_LOGIN_RATE_LIMIT: '2' } });
   const { context, page, problems } = await newContext(browser!, s.url);
   t.after(() => context.close());

@@ -17,7 +17,7 @@ import { consoleServer } from './server.js';
 import { smtpSink } from '../smtpSink.js';
 import { assertAccessible, assertOneH1, logIn, newContext, screenshot, startBrowser } from './browser.js';
 
-const { browser, skip } = await startBrowser();
+const { browser, skipOutsideCI } = await startBrowser();
 
 const sign = (secret: string, body: string) => `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
 
@@ -37,7 +37,7 @@ async function addStep(page: Page, type: string): Promise<void> {
 const stepNames = (page: Page) => page.locator('.step-list > li legend .visually-hidden').allTextContents();
 
 test('a webhook workflow built in the step editor: reorder, remove, a 422 at its field, webhook settings, a secret shown once, a signed POST, the run and its email', {
-  skip,
+  skip: skipOutsideCI,
 }, async (t) => {
   const sink = await smtpSink(t);
   const { s, token } = await consoleServer(t, { engine: true, env: { SVC_HTTP_ALLOWED_HOSTS: `127.0.0.1:${sink.port}` } });
@@ -275,7 +275,7 @@ test('a webhook workflow built in the step editor: reorder, remove, a 422 at its
   assert.deepEqual(problems, []);
 });
 
-test('a VIEWER sees a workflow, its steps and webhook settings without any edit control', { skip }, async (t) => {
+test('a VIEWER sees a workflow, its steps and webhook settings without any edit control', { skip: skipOutsideCI }, async (t) => {
   const { s, token } = await consoleServer(t);
   const template = await s.request('POST', '/templates', { token, body: { name: 'Welcome', channel: 'EMAIL', content: { subject: 'Hi', text: 'Hello' } } });
   const wf = await s.request('POST', '/workflows', {
