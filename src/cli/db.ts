@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
-import { isInitialised, loadConfig, redactDatabaseUrl, resolveDataDir } from '../core/config.js';
+import { databaseUrlOf, isInitialised, loadConfig, redactDatabaseUrl, resolveDataDir } from '../core/config.js';
 import {
   copyPgToSqlite,
   copySqliteToPg,
@@ -11,19 +11,6 @@ import {
   type Secrets,
 } from '../core/services/dbCopy.js';
 import { CliError, configFlags, globals, output, table } from './io.js';
-
-/** A postgres:// URL naming a host and a database; the password never appears in the error. */
-function postgresUrl(option: string, value: string): string {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw new CliError(`${option} must be a postgres://user@host:port/database URL`);
-  }
-  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') throw new CliError(`${option} must be a postgres:// URL (got a ${url.protocol}// one)`);
-  if (!url.hostname || url.pathname.length < 2) throw new CliError(`${option} must name a host and a database: postgres://user@host:port/database`);
-  return value;
-}
 
 /**
  * The secrets the copied data needs, when the source is PostgreSQL: those of the nodes that
@@ -133,7 +120,7 @@ export function registerDb(program: Command): void {
       const run = <T>(copy: (handlers: DbCopyOptions) => Promise<T>) => withProgress(!json && !!process.stderr.isTTY, copy);
 
       if (opts.to) {
-        const url = postgresUrl('--to', opts.to);
+        const url = databaseUrlOf(opts.to, '--to');
         const config = loadConfig(configFlags(cmd));
         const where = redactDatabaseUrl(url);
         const result = await run((handlers) => copySqliteToPg({ dataDir: config.dataDir, dbFile: config.dbFile }, url, handlers));
@@ -157,7 +144,7 @@ export function registerDb(program: Command): void {
         return;
       }
 
-      const url = postgresUrl('--from', opts.from!);
+      const url = databaseUrlOf(opts.from!, '--from');
       const where = redactDatabaseUrl(url);
       const toDataDir = resolve(opts.toDataDir!);
       const { secrets, from } = nodeSecrets(cmd, process.env);

@@ -349,25 +349,30 @@ function toRedisUrl(value: unknown): string | null {
   return String(value);
 }
 
-/** A postgres:// URL, or null when not set. The password never appears in the error. */
-/** A database URL as the config takes it (ConfigError when it is not one). */
-export function databaseUrlOf(value: string): string {
-  return toDatabaseUrl(value) ?? value;
-}
-
-function toDatabaseUrl(value: unknown): string | null {
-  if (value === undefined || value === null || value === '') return null;
+/**
+ * A postgres:// URL naming a host and a database, as the config takes it (a ConfigError
+ * naming `name`, the setting or option it came from, when it is not one). The password never
+ * appears in the error.
+ */
+export function databaseUrlOf(value: string, name = 'databaseUrl'): string {
   let url: URL;
   try {
-    url = new URL(String(value));
+    url = new URL(value);
   } catch {
-    throw new ConfigError('databaseUrl must be a postgres://user@host:port/database URL');
+    throw new ConfigError(`${name} must be a postgres://user@host:port/database URL`);
   }
   if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
-    throw new ConfigError(`databaseUrl must be a postgres:// URL (got a ${url.protocol}// one); without it svc uses SQLite in the data folder`);
+    const hint = name === 'databaseUrl' ? '; without it svc uses SQLite in the data folder' : '';
+    throw new ConfigError(`${name} must be a postgres:// URL (got a ${url.protocol}// one)${hint}`);
   }
-  if (!url.hostname || url.pathname.length < 2) throw new ConfigError('databaseUrl must name a host and a database: postgres://user@host:port/database');
-  return String(value);
+  if (!url.hostname || url.pathname.length < 2) throw new ConfigError(`${name} must name a host and a database: postgres://user@host:port/database`);
+  return value;
+}
+
+/** A postgres:// URL, or null when not set. */
+function toDatabaseUrl(value: unknown): string | null {
+  if (value === undefined || value === null || value === '') return null;
+  return databaseUrlOf(String(value));
 }
 
 /** A database URL for messages and logs: the password replaced by ***. */

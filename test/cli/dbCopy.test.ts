@@ -266,13 +266,16 @@ describe('svc db copy', { skip: skipOutsideCIWithoutPostgres() }, () => {
     mkdirSync(usedDir);
     writeFileSync(join(usedDir, 'notes.txt'), 'mine');
     const wrongSecrets = { SVC_JWT_SECRET: 'j'.repeat(40), SVC_ENCRYPTION_KEY: 'k'.repeat(40) };
-    const [nonEmpty, foreign, newer, usedFolder, wrongKey, noDirection] = await Promise.all([
+    const [nonEmpty, foreign, newer, usedFolder, wrongKey, noDirection, notPostgres, noDatabase, notAUrl] = await Promise.all([
       runCli(dataDir, ['db', 'copy', '--to', url]),
       runCli(dataDir, ['db', 'copy', '--to', foreignTarget]),
       runCli(dataDir, ['db', 'copy', '--to', newerTarget]),
       runCli(dataDir, ['db', 'copy', '--from', url, '--to-data-dir', usedDir]),
       runCli(dataDir, ['db', 'copy', '--from', url, '--to-data-dir', join(root, 'wrong-key')], { env: wrongSecrets }),
       runCli(dataDir, ['db', 'copy']),
+      runCli(dataDir, ['db', 'copy', '--to', 'mysql://root:hunter2@127.0.0.1/svc']),
+      runCli(dataDir, ['db', 'copy', '--from', 'postgres://root:hunter2@127.0.0.1', '--to-data-dir', join(root, 'no-database')]),
+      runCli(dataDir, ['db', 'copy', '--to', 'not a url']),
     ]);
     const refused = (r: CliResult, message: RegExp) => {
       assert.equal(r.code, 1, show(r));
@@ -293,6 +296,11 @@ describe('svc db copy', { skip: skipOutsideCIWithoutPostgres() }, () => {
     refused(wrongKey, /encryption key given does not decrypt a workflow's webhook signing secret/);
     assert.equal(existsSync(join(root, 'wrong-key')), false, 'no folder left behind');
     refused(noDirection, /say where to copy/);
+    refused(notPostgres, /--to must be a postgres:\/\/ URL \(got a mysql:\/\/ one\)$/m);
+    refused(noDatabase, /--from must name a host and a database/);
+    refused(notAUrl, /--to must be a postgres:\/\/user@host:port\/database URL/);
+    for (const r of [notPostgres, noDatabase]) assert.doesNotMatch(r.stderr, /hunter2/, 'the password is never printed');
+    assert.equal(existsSync(join(root, 'no-database')), false, 'no folder made for a refused URL');
 
     // A source not at this build's schema, then one holding a NUL character: refused.
     const db = new Database(join(newDir, 'svc.db'));
