@@ -278,6 +278,19 @@ export async function waitForRun(s: Pick<TestServer, 'request'>, token: string, 
   }
 }
 
+/**
+ * An ACTIVE webhook workflow with these steps, looking its contact up by the body's `email`
+ * and creating it when missing; answers its webhook's path.
+ */
+export async function webhookWorkflow(s: Pick<TestServer, 'request'>, token: string, name: string, steps: unknown[]): Promise<string> {
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: { name, triggerSource: 'WEBHOOK', status: 'ACTIVE', steps, webhook: { lookup: 'email', path: 'email', createIfNotFound: true } },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  return new URL(wf.body.webhook.url).pathname;
+}
+
 /** A fresh server (see build) and its OWNER's access token. */
 export async function buildAsOwner(t: TestContext, opts: Parameters<typeof build>[1] = {}): Promise<{ s: TestServer; token: string }> {
   const s = await build(t, opts);

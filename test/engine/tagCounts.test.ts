@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { buildAsOwner, waitForRun } from '../helpers.js';
+import { buildAsOwner, waitForRun, webhookWorkflow } from '../helpers.js';
 
 test('runs adding and removing tags at once leave every tag count equal to the contacts that carry it', async (t) => {
   const { s, token } = await buildAsOwner(t, { engine: true, env: { SVC_WEBHOOK_RATE_LIMIT: '1000' } });
@@ -16,21 +16,10 @@ test('runs adding and removing tags at once leave every tag count equal to the c
     const res = await s.request('POST', '/contacts', { token, body: { email: `c${i}@example.com`, tags } });
     assert.equal(res.status, 201, res.text);
   }
-  const wf = await s.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'retag',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [
-        { type: 'add_tags', tags: ['vip', 'Campaign-7'] },
-        { type: 'remove_tags', tags: ['old'] },
-      ],
-      webhook: { lookup: 'email', path: 'email', createIfNotFound: true },
-    },
-  });
-  assert.equal(wf.status, 201, wf.text);
-  const path = new URL(wf.body.webhook.url).pathname;
+  const path = await webhookWorkflow(s, token, 'retag', [
+    { type: 'add_tags', tags: ['vip', 'Campaign-7'] },
+    { type: 'remove_tags', tags: ['old'] },
+  ]);
   // Every existing contact twice (two runs of one contact at once), and ten new ones.
   const emails = [...Array.from({ length: N }, (_, i) => `c${i}@example.com`), ...Array.from({ length: N }, (_, i) => `c${i}@example.com`)];
   for (let i = 0; i < 10; i++) emails.push(`new${i}@example.com`);

@@ -7,25 +7,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { ConfigError, loadConfig, writeInitialConfig } from '../../src/core/config.js';
-import { assertProblem, build, tempDir, type TestServer } from '../helpers.js';
+import { assertProblem, build, tempDir, webhookWorkflow, type TestServer } from '../helpers.js';
 import { skipOutsideCIWithoutRedis, testRedisPrefix, testRedisServer } from '../redis.js';
 
 const LIMIT = 5;
 
 async function hook(s: TestServer): Promise<string> {
-  const token = await s.login(s.owner.email, s.owner.password);
-  const wf = await s.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'limited',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'add_tags', tags: ['x'] }],
-      webhook: { lookup: 'email', path: 'email', createIfNotFound: true },
-    },
-  });
-  assert.equal(wf.status, 201, wf.text);
-  return new URL(wf.body.webhook.url).pathname;
+  return webhookWorkflow(s, await s.login(s.owner.email, s.owner.password), 'limited', [{ type: 'add_tags', tags: ['x'] }]);
 }
 
 const post = (s: TestServer, path: string, i: number) => s.request('POST', path, { body: { email: `n${i}@example.com` } });

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
-import { build, joinNode, waitForRun } from '../helpers.js';
+import { build, joinNode, waitForRun, webhookWorkflow } from '../helpers.js';
 import { skipOutsideCIWithoutRedis, testRedisPrefix, testRedisServer } from '../redis.js';
 
 test('a webhook accepted by an ingest-only node is run at once by another node whose engine polls once a minute', {
@@ -20,17 +20,7 @@ test('a webhook accepted by an ingest-only node is run at once by another node w
   assert.ok(runner.app.engine);
 
   const token = await ingest.login(ingest.owner.email, ingest.owner.password);
-  const wf = await ingest.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'woken',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'add_tags', tags: ['woken'] }],
-      webhook: { lookup: 'email', path: 'email', createIfNotFound: true },
-    },
-  });
-  assert.equal(wf.status, 201, wf.text);
+  const path = await webhookWorkflow(ingest, token, 'woken', [{ type: 'add_tags', tags: ['woken'] }]);
 
   // The runner listens before the webhook is sent (its subscription is made once Redis answers).
   const redis = new Redis(env.SVC_REDIS_URL);
@@ -46,7 +36,7 @@ test('a webhook accepted by an ingest-only node is run at once by another node w
   await new Promise((r) => setTimeout(r, 300));
 
   const started = Date.now();
-  const accepted = await ingest.request('POST', new URL(wf.body.webhook.url).pathname, { body: { email: 'woken@example.com' } });
+  const accepted = await ingest.request('POST', path, { body: { email: 'woken@example.com' } });
   assert.equal(accepted.status, 202, accepted.text);
   const run = await waitForRun(runner, token, accepted.body.runId, ['COMPLETED'], 10_000);
   const ms = Date.now() - started;
