@@ -73,6 +73,13 @@ const WORKER_YOUNG_GENERATION_MB = 24;
 const RELEASE_SETTLE_MS = 2_000;
 /** WAITING runs whose time has come, and expired claims, moved back to QUEUED per tick. */
 const PROMOTE_LIMIT = 1_000;
+/**
+ * How often a claim also looks for due WAITING runs and expired claims. Not every claim: under
+ * load a node claims dozens of times a second, and on PostgreSQL finding expired claims walks
+ * every RUNNING row (the heaviest statement of a busy node before this). A quarter second
+ * late is nothing next to a lease of many seconds, or to a wait step's due time.
+ */
+const PROMOTE_EVERY_MS = 250;
 
 /**
  * The scheduler. Each claim takes one QUEUED run with a lease token of its own (a random
@@ -100,6 +107,8 @@ export class Engine {
   private readonly perWorkspace = new Map<number, number>();
   /** The workspace served last: the next claim starts after it. */
   private cursor = 0;
+  /** When the last claim promoted due WAITING runs and expired claims (PROMOTE_EVERY_MS). */
+  private promotedAt = 0;
   private timer: NodeJS.Timeout | undefined;
   private renewTimer: NodeJS.Timeout | undefined;
   private tasks = 0;
@@ -218,8 +227,13 @@ export class Engine {
   private *claimJob(free: number): Job<SchedulerSql, { claims: (LeasedRun & { workspaceId: number })[]; cursor: number }> {
     const now = Date.now();
     const nowIso = new Date(now).toISOString();
-    yield* stmt((s: SchedulerSql) => s.promoteWaiting(nowIso, PROMOTE_LIMIT));
-    yield* stmt((s: SchedulerSql) => s.promoteExpired(nowIso, PROMOTE_LIMIT));
+    if (now - this.promotedAt >= PROMOTE_EVERY_MS) {
+      yield* stmt((s: SchedulerSql) => s.promoteWaiting(nowIso, PROMOTE_LIMIT));
+      yield* stmt((s: SchedulerSql) => s.promoteExpired(nowIso, PROMOTE_LIMIT));
+      // Set at once, not after the commit: if the batch is rolled back and run again, the
+      // promotions run again in it only if a quarter second passed, and otherwise next time.
+      this.promotedAt = now;
+    }
     const until = new Date(now + this.leaseMs).toISOString();
     const ids = yield* stmt((s: SchedulerSql) => s.queuedWorkspaces());
     const ordered = [...ids.filter((id) => id > this.cursor), ...ids.filter((id) => id <= this.cursor)];
