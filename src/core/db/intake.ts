@@ -1,8 +1,9 @@
 import type pg from 'pg';
 import type { WriteBatcher } from './batcher.js';
+import { batchLoader } from './batchLoader.js';
 import { runAsync, runSync, stmt as genericStmt, type Job, type Maybe } from './statements.js';
 import type { Db } from './connection.js';
-import { PgGroupCommit } from './pgGroupCommit.js';
+import { type BatchKey, PgGroupCommit } from './pgGroupCommit.js';
 import type { LookupKind } from './schema.js';
 import type { PgStore, SqliteStore } from './store.js';
 
@@ -55,7 +56,13 @@ export interface FirstAccepted {
 export interface IntakeSql {
   workflowByToken(token: string): Maybe<WorkflowRowRaw | undefined>;
   workflowById(id: number): Maybe<WorkflowRowRaw | undefined>;
-  contactId(workspaceId: number, kind: 'email' | 'phone' | 'contactId', value: string | number): Maybe<number | undefined>;
+  /**
+   * The contact the lookup names. `known`: the id a read just before the batch found for
+   * this lookup; a batch that sends its writes together at its end (PostgreSQL's) takes it
+   * without reading again, and the run's foreign key still refuses a contact deleted since,
+   * which runs the batch again carefully, reading.
+   */
+  contactId(workspaceId: number, kind: 'email' | 'phone' | 'contactId', value: string | number, known?: number): Maybe<number | undefined>;
   /** Inserts a QUEUED run and counts it in the workspace's month; answers its id. */
   insertRun(workspaceId: number, workflowId: number, contactId: number, definition: string, trigger: string): Maybe<number>;
   insertEvent(row: EventRow): Maybe<void>;
@@ -142,8 +149,81 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
   };
 }
 
-/** PostgreSQL: named statements (each connection prepares them once), on a batch's connection or the pool. */
-function pgStatements(q: (name: string, text: string, values: unknown[]) => Promise<pg.QueryResult>, counted?: number[]): IntakeSql {
+type PgQuery = (name: string, text: string, values: unknown[]) => Promise<pg.QueryResult>;
+
+/**
+ * A careless batch's runs and events (see PgGroupCommit), held back and sent at its end as
+ * one INSERT per table: a round trip per batch instead of two per request, on the busiest
+ * path of a node. A run's id is taken from its sequence beforehand (one query for the whole
+ * batch), since its request answers with it before the run is written.
+ */
+class HeldWrites {
+  private readonly runs: unknown[][] = [[], [], [], [], [], []];
+  private readonly events: unknown[][] = Array.from({ length: 13 }, () => []);
+  private ids: number[] = [];
+
+  constructor(
+    private readonly q: PgQuery,
+    private readonly size: number,
+  ) {}
+
+  async insertRun(workspaceId: number, workflowId: number, contactId: number, definition: string, trigger: string): Promise<number> {
+    if (!this.ids.length) {
+      const { rows } = await this.q('svc_run_ids', "SELECT nextval('workflow_runs_id_seq') AS id FROM generate_series(1, $1)", [Math.max(this.size, 1)]);
+      this.ids = rows.map((r: { id: number }) => r.id);
+    }
+    const id = this.ids.shift()!;
+    [id, workspaceId, workflowId, contactId, definition, trigger].forEach((v, i) => this.runs[i]!.push(v));
+    return id;
+  }
+
+  insertEvent(r: EventRow): void {
+    const row = [
+      r.workspaceId,
+      r.workflowId,
+      r.statusCode,
+      r.code,
+      r.runId,
+      r.contactId,
+      r.sourceIp,
+      r.contentType,
+      r.idempotencyKey,
+      r.body,
+      r.bodySize,
+      r.bodySha256,
+      r.replayOf,
+    ];
+    row.forEach((v, i) => this.events[i]!.push(v));
+  }
+
+  /** Writes what is held (before a read that must see it, and at the end of the batch). */
+  async flush(): Promise<void> {
+    if (this.runs[0]!.length) {
+      await this.q(
+        'svc_runs_insert',
+        `INSERT INTO workflow_runs (id, workspace_id, workflow_id, contact_id, definition, "trigger")
+         SELECT id, ws, wf, c, d::json, t::json FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) AS r(id, ws, wf, c, d, t)`,
+        this.runs,
+      );
+      for (const column of this.runs) column.length = 0;
+    }
+    if (this.events[0]!.length) {
+      await this.q(
+        'svc_events_insert',
+        `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
+         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::int[], $12::text[], $13::bigint[])`,
+        this.events,
+      );
+      for (const column of this.events) column.length = 0;
+    }
+  }
+}
+
+/**
+ * PostgreSQL: named statements (each connection prepares them once), on a batch's connection
+ * or the pool. `held`: a careless batch's writes, sent together at its end.
+ */
+function pgStatements(q: PgQuery, counted?: number[], held?: HeldWrites): IntakeSql {
   const inBatch = counted !== undefined;
   const one = async <T>(name: string, text: string, values: unknown[]): Promise<T | undefined> => (await q(name, text, values)).rows[0] as T | undefined;
   const workflowSql = `SELECT id, webhook_token, workspace_id, status, trigger_source, steps::text AS steps, webhook_lookup, webhook_path,
@@ -152,21 +232,24 @@ function pgStatements(q: (name: string, text: string, values: unknown[]) => Prom
   return {
     workflowByToken: (token) => one('svc_wf_token', `${workflowSql} WHERE webhook_token = $1`, [token]),
     workflowById: (id) => one('svc_wf_id', `${workflowSql} WHERE id = $1`, [id]),
-    async contactId(workspaceId, kind, value) {
+    async contactId(workspaceId, kind, value, known) {
+      if (held && known !== undefined) return known;
       const column = kind === 'contactId' ? 'id' : kind;
       return (await one<{ id: number }>(`svc_contact_${kind}`, `SELECT id FROM contacts WHERE workspace_id = $1 AND ${column} = $2`, [workspaceId, value]))?.id;
     },
     async insertRun(workspaceId, workflowId, contactId, definition, trigger) {
+      // Counted at the end of the batch (pgIntake), in workspace order.
+      counted?.push(workspaceId);
+      if (held) return held.insertRun(workspaceId, workflowId, contactId, definition, trigger);
       const row = await one<{ id: number }>(
         'svc_run_insert',
         'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES ($1, $2, $3, $4::json, $5::json) RETURNING id',
         [workspaceId, workflowId, contactId, definition, trigger],
       );
-      // Counted at the end of the batch (pgIntake), in workspace order.
-      counted?.push(workspaceId);
       return row!.id;
     },
     async insertEvent(r) {
+      if (held) return held.insertEvent(r);
       await q(
         'svc_event_insert',
         `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
@@ -190,6 +273,8 @@ function pgStatements(q: (name: string, text: string, values: unknown[]) => Prom
     },
     async firstByIdempotencyKey(workflowId, key, since) {
       if (inBatch) await q('svc_key_lock', 'SELECT pg_advisory_xact_lock($1::int, hashtext($2))', [workflowId, key]);
+      // The batch's own earlier requests with this key must be seen.
+      await held?.flush();
       return one<FirstAccepted>(
         'svc_key_first',
         `SELECT id, run_id, contact_id FROM webhook_events
@@ -206,9 +291,11 @@ export function pgIntake(store: PgStore): Intake {
   // COMMIT in workspace order: the month's counter rows are the hottest rows of intake, and
   // batches (of this node or others) that took them in different orders would deadlock.
   const tallies = new WeakMap<object, Map<number, number>>();
+  const held = new WeakMap<object, HeldWrites>();
   const group = new PgGroupCommit(store.pool, {
     // One batch at a time per node: a batch holds its counter rows until its COMMIT.
     concurrency: 1,
+    afterJobs: async (_client, batch) => held.get(batch)?.flush(),
     async beforeCommit(client, batch) {
       const tally = tallies.get(batch);
       if (!tally) return;
@@ -222,15 +309,39 @@ export function pgIntake(store: PgStore): Intake {
       }
     },
   });
+  const read = pgStatements((name, text, values) => store.pool.query({ name, text, values }));
+  // Every request looks its contact up before it is queued: the lookups of one turn of the
+  // event loop are one query per workspace and kind (an index scan for the list of values).
+  const lookup = (kind: 'email' | 'phone' | 'contactId') => {
+    const column = kind === 'contactId' ? 'id' : kind;
+    return batchLoader(async (keys: { workspaceId: number; value: string | number }[]) => {
+      const found = new Map<string, number>();
+      for (const workspaceId of new Set(keys.map((k) => k.workspaceId))) {
+        const values = keys.filter((k) => k.workspaceId === workspaceId).map((k) => k.value);
+        const { rows } = await store.pool.query<{ id: number; v: string | number }>({
+          name: `svc_contacts_${kind}`,
+          text: `SELECT id, ${column} AS v FROM contacts WHERE workspace_id = $1 AND ${column} = ANY($2::${kind === 'contactId' ? 'bigint' : 'text'}[])`,
+          values: [workspaceId, values],
+        });
+        for (const row of rows) found.set(`${workspaceId}:${row.v}`, row.id);
+      }
+      return keys.map((k) => found.get(`${k.workspaceId}:${k.value}`));
+    });
+  };
+  const lookups = { email: lookup('email'), phone: lookup('phone'), contactId: lookup('contactId') };
+  read.contactId = (workspaceId, kind, value) => lookups[kind]({ workspaceId, value });
   return {
-    read: pgStatements((name, text, values) => store.pool.query({ name, text, values })),
+    read,
     run: (job) =>
-      group.run(async (client, batch) => {
+      group.run(async (client, batch, careful) => {
         const counted: number[] = [];
-        const result = await runAsync(
-          job(batch),
-          pgStatements((name, text, values) => client.query({ name, text, values }), counted),
-        );
+        const q: PgQuery = (name, text, values) => client.query({ name, text, values });
+        let writes = held.get(batch);
+        if (!careful && !writes) {
+          writes = new HeldWrites(q, (batch as BatchKey).size);
+          held.set(batch, writes);
+        }
+        const result = await runAsync(job(batch), pgStatements(q, counted, careful ? undefined : writes));
         const tally = tallies.get(batch) ?? new Map<number, number>();
         tallies.set(batch, tally);
         for (const workspaceId of counted) tally.set(workspaceId, (tally.get(workspaceId) ?? 0) + 1);

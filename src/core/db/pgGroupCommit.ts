@@ -20,8 +20,17 @@ export function isTransient(err: unknown): boolean {
  */
 export type GroupWork<T> = (client: pg.PoolClient, batch: object, careful: boolean) => Promise<T>;
 
+/** What the jobs of one batch share (the `batch` argument of their work). */
+export interface BatchKey {
+  /** How many jobs the batch has. */
+  readonly size: number;
+  /** What each job was queued with (`run`'s `meta`), in the order they run. */
+  readonly metas: readonly unknown[];
+}
+
 interface Job<T> {
   work: GroupWork<T>;
+  meta: unknown;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
   attempts: number;
@@ -48,6 +57,12 @@ export class PgGroupCommit {
     private readonly opts: {
       maxBatch?: number;
       concurrency?: number;
+      /**
+       * Runs after the jobs of a careless attempt (see attempt): writes the jobs held back to
+       * send together (pgIntake's). A failure here is the batch's failure, as a job's would
+       * be: the batch runs again carefully, where jobs write at once and nothing is held back.
+       */
+      afterJobs?: (client: pg.PoolClient, batch: object) => Promise<void>;
       /** Runs after the batch's jobs, before its COMMIT (writes the jobs deferred, such as counters, in a fixed order). */
       beforeCommit?: (client: pg.PoolClient, batch: object) => Promise<void>;
       /**
@@ -60,10 +75,11 @@ export class PgGroupCommit {
     } = {},
   ) {}
 
-  run<T>(work: GroupWork<T>): Promise<T> {
+  /** `meta`: what the batch's jobs can know of this one before it runs (BatchKey.metas). */
+  run<T>(work: GroupWork<T>, meta?: unknown): Promise<T> {
     if (this.closed) return Promise.reject(new Error('the group commit is closed'));
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ work, resolve, reject, attempts: 0 } as Job<unknown>);
+      this.queue.push({ work, meta, resolve, reject, attempts: 0 } as Job<unknown>);
       this.schedule();
     });
   }
@@ -114,7 +130,8 @@ export class PgGroupCommit {
   private async attempt(client: pg.PoolClient, batch: Job<unknown>[], careful: boolean): Promise<{ done: boolean; broken?: unknown }> {
     const settled: (() => void)[] = [];
     const again: Job<unknown>[] = [];
-    const batchKey = {};
+    // The jobs of one batch share it: `size` is how many jobs it has.
+    const batchKey: BatchKey = { size: batch.length, metas: batch.map((job) => job.meta) };
     try {
       await client.query('BEGIN');
       if (this.opts.setup) await client.query(this.opts.setup);
@@ -144,6 +161,14 @@ export class PgGroupCommit {
           await client.query(`ROLLBACK TO SAVEPOINT j${i}`);
           if (++job.attempts < MAX_JOB_ATTEMPTS && isTransient(err)) again.push(job);
           else settled.push(() => job.reject(err));
+        }
+      }
+      if (!careful && this.opts.afterJobs) {
+        try {
+          await this.opts.afterJobs(client, batchKey);
+        } catch {
+          await client.query('ROLLBACK');
+          return { done: false };
         }
       }
       await this.opts.beforeCommit?.(client, batchKey);

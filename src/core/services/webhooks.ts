@@ -256,8 +256,8 @@ export class WebhookReceiver {
     }
     // A contact to create is created first, in a transaction of its own: creating a contact
     // is the contacts service's work (normalising, tags, audit).
-    await this.createMissingContact(target, req, checked.lookup);
-    const outcome = await this.intake.run((batch) => this.accept(batch, target, req, checked.text, checked.lookup));
+    const known = await this.createMissingContact(target, req, checked.lookup);
+    const outcome = await this.intake.run((batch) => this.accept(batch, target, req, checked.text, checked.lookup, known));
     if (outcome.ok) return outcome.accepted;
     if ('error' in outcome) throw outcome.error;
     // No contact after all: deleted in between, or the workflow changed before the batch
@@ -272,13 +272,16 @@ export class WebhookReceiver {
    * For a workflow that creates contacts: when no contact matches, the workflow is still as
    * the request was checked against, and this is not a replay of an accepted request,
    * creates it (two requests for one new email at once: the second finds the first's).
+   * Answers the contact's id when it found or created one (the batch may take it as it is:
+   * IntakeSql.contactId).
    */
-  private async createMissingContact(target: WebhookTarget, req: ReceivedRequest, lookup: LookupValue): Promise<void> {
-    if (lookup.kind === 'contactId' || !target.createIfNotFound) return;
-    if ((await this.intake.read.contactId(target.workspaceId, lookup.kind, lookup.value)) !== undefined) return;
+  private async createMissingContact(target: WebhookTarget, req: ReceivedRequest, lookup: LookupValue): Promise<number | undefined> {
+    if (lookup.kind === 'contactId' || !target.createIfNotFound) return undefined;
+    const found = await this.intake.read.contactId(target.workspaceId, lookup.kind, lookup.value);
+    if (found !== undefined) return found;
     // Paused, deleted or changed since it was cached: the batch decides, and creates nothing.
-    if ((await this.freshTarget(target)) !== target) return;
-    if (req.idempotencyKey && (await this.intake.read.firstByIdempotencyKey(target.workflowId, req.idempotencyKey, idempotencySince()))) return;
+    if ((await this.freshTarget(target)) !== target) return undefined;
+    if (req.idempotencyKey && (await this.intake.read.firstByIdempotencyKey(target.workflowId, req.idempotencyKey, idempotencySince()))) return undefined;
     const ctx = {
       db: this.store.db,
       store: this.store,
@@ -287,7 +290,7 @@ export class WebhookReceiver {
       actor: webhookActor(target.workflowId),
       ip: null,
     };
-    await resolveContact(ctx, target, lookup);
+    return resolveContact(ctx, target, lookup);
   }
 
   /** The target as its row (read outside a batch) is now; the same object when nothing changed. */
@@ -321,7 +324,14 @@ export class WebhookReceiver {
   }
 
   /** Runs inside the batch transaction: everything here commits together or not at all. */
-  private *accept(batch: unknown, target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, triggerJson: string, lookup: LookupValue): IntakeJob<Outcome> {
+  private *accept(
+    batch: unknown,
+    target: WebhookTarget,
+    req: ReceivedRequest & { raw: Buffer },
+    triggerJson: string,
+    lookup: LookupValue,
+    known: number | undefined,
+  ): IntakeJob<Outcome> {
     // Re-read the workflow under the write lock (cheap inside a transaction): the run must
     // follow the configuration as it is at commit time.
     const current = yield* this.currentInBatch(batch, target);
@@ -339,6 +349,8 @@ export class WebhookReceiver {
         return { ok: false, error: err };
       }
       target = current;
+      // Found for the lookup as it was.
+      known = undefined;
     }
     if (req.idempotencyKey) {
       const key = req.idempotencyKey;
@@ -353,7 +365,7 @@ export class WebhookReceiver {
         return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
-    const contactId = yield* stmt((s) => s.contactId(target.workspaceId, lookup.kind, lookup.value));
+    const contactId = yield* stmt((s) => s.contactId(target.workspaceId, lookup.kind, lookup.value, known));
     if (contactId === undefined && target.createIfNotFound && lookup.kind !== 'contactId') return { ok: false, contactGone: true };
     if (contactId === undefined) {
       const error = new NotFoundError(
