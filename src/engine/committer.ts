@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import type { Db } from '../core/db/connection.js';
-import { isTransient, PgGroupCommit } from '../core/db/pgGroupCommit.js';
+import { type BatchKey, isTransient, PgGroupCommit } from '../core/db/pgGroupCommit.js';
 import { processWriteLock } from '../core/db/writeLock.js';
+import { HeldEngineSql } from './heldWrites.js';
 import { type EngineOp, type EngineSql, pgEngineSql, sqliteEngineSql, type TagDelta } from './sql.js';
 
 /** A run's claim: its id and the token its lease was taken with. */
@@ -117,9 +118,14 @@ export class RunCommitter implements RunCommits {
 
 /**
  * PostgreSQL: the same contract on a pooled connection. Runs committing in the same turn share
- * one transaction (PgGroupCommit), each in a savepoint of its own; a run's part first locks its
- * row while the lease token still holds (FOR UPDATE: no other node can take the run over
- * between the check and the writes), and is dropped when it does not.
+ * one transaction (PgGroupCommit). A run's part is written only while its lease token holds,
+ * checked with its row locked (FOR UPDATE: no other node can take the run over between the
+ * check and the writes), and dropped when it does not.
+ *
+ * A batch is first tried carelessly: one statement locks and checks the leases of all its
+ * runs, and their writes are held and sent together at its end (HeldEngineSql). When that
+ * fails, it runs again carefully: each run's part checks its own lease and writes at once in
+ * a savepoint of its own, so a run whose writes fail is undone alone.
  */
 /**
  * After each engine batch's BEGIN: how long a statement waits for a row lock before its run's
@@ -134,6 +140,8 @@ export class PgRunCommitter implements RunCommits {
   private readonly group: PgGroupCommit;
   /** Each batch's changes to tag_counts, from the runs whose part committed in it. */
   private readonly tallies = new WeakMap<object, TagDelta[]>();
+  /** A careless batch's held writes and the runs whose leases hold, found once for all of them. */
+  private readonly careless = new WeakMap<object, { sql: HeldEngineSql; held: Promise<Set<number>> }>();
 
   constructor(pool: pg.Pool) {
     this.group = new PgGroupCommit(pool, {
@@ -144,33 +152,59 @@ export class PgRunCommitter implements RunCommits {
       // counted here, one statement per tag in a fixed order, just before the COMMIT, it is
       // held for the COMMIT only, and batches never wait for each other in a cycle.
       beforeCommit: (client, batch) => applyTagDeltas(client, this.tallies.get(batch) ?? []),
+      afterJobs: async (_client, batch) => this.careless.get(batch)?.sql.flush(),
     });
+  }
+
+  /** The careless batch's held writes, and the ids of its runs whose leases hold (their rows locked, in id order). */
+  private carelessOf(client: pg.PoolClient, batch: object) {
+    let found = this.careless.get(batch);
+    if (!found) {
+      const leases = (batch as BatchKey).metas.filter((m): m is LeasedRun => m !== null && m !== undefined);
+      const held = leases.length
+        ? client
+            .query<{ id: number }>({
+              name: 'svc_engine_leases_held',
+              text: `SELECT r.id FROM workflow_runs r JOIN unnest($1::bigint[], $2::text[]) AS l(id, token) ON r.id = l.id AND r.lease_owner = l.token
+                      WHERE r.status = 'RUNNING' ORDER BY r.id FOR UPDATE OF r`,
+              values: [leases.map((l) => l.id), leases.map((l) => l.token)],
+            })
+            .then(({ rows }) => new Set(rows.map((r) => r.id)))
+        : Promise.resolve(new Set<number>());
+      // Awaited by the batch's runs; a failure fails the first of them (and so the batch).
+      held.catch(() => {});
+      found = { sql: new HeldEngineSql(client, (batch as BatchKey).size, this.tallyOf(batch)), held };
+      this.careless.set(batch, found);
+    }
+    return found;
   }
 
   commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
     return this.group.run(async (client, batch, careful) => {
+      if (!careful) {
+        const { sql, held } = this.carelessOf(client, batch);
+        if (!(await held).has(lease.id)) return false;
+        // An error fails the batch, which runs again carefully (PgGroupCommit).
+        for (const op of ops) await op(sql);
+        return true;
+      }
       const deltas: TagDelta[] = [];
       const sql = pgEngineSql(client, deltas);
       if (!(await sql.leaseHeld(lease.id, lease.token))) return false;
-      // Not careful: an error undoes the batch, which runs again carefully (PgGroupCommit).
-      if (!careful) {
+      await client.query('SAVEPOINT run_ops');
+      try {
         for (const op of ops) await op(sql);
-      } else {
-        await client.query('SAVEPOINT run_ops');
-        try {
-          for (const op of ops) await op(sql);
-          await client.query('RELEASE SAVEPOINT run_ops');
-        } catch (err) {
-          await client.query('ROLLBACK TO SAVEPOINT run_ops');
-          // A deadlock or lock wait is no fault of the run's: its part runs again (PgGroupCommit).
-          if (!onFailure || isTransient(err)) throw err;
-          deltas.length = 0;
-          await onFailure(err)(sql);
-        }
+        await client.query('RELEASE SAVEPOINT run_ops');
+      } catch (err) {
+        await client.query('ROLLBACK TO SAVEPOINT run_ops');
+        // A deadlock or lock wait is no fault of the run's: its part runs again (PgGroupCommit).
+        if (!onFailure || isTransient(err)) throw err;
+        deltas.length = 0;
+        await onFailure(err)(sql);
       }
       this.tallyOf(batch).push(...deltas);
       return true;
-    });
+    }, lease);
   }
 
   private tallyOf(batch: object): TagDelta[] {
@@ -180,12 +214,16 @@ export class PgRunCommitter implements RunCommits {
   }
 
   always(op: EngineOp): Promise<boolean> {
-    return this.group.run(async (client, batch) => {
+    return this.group.run(async (client, batch, careful) => {
+      if (!careful) {
+        await op(this.carelessOf(client, batch).sql);
+        return true;
+      }
       const deltas: TagDelta[] = [];
       await op(pgEngineSql(client, deltas));
       this.tallyOf(batch).push(...deltas);
       return true;
-    });
+    }, null);
   }
 
   close(): Promise<void> {

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { Db } from '../core/db/connection.js';
+import { batchLoader } from '../core/db/batchLoader.js';
 import type { Maybe } from '../core/db/statements.js';
 
 /**
@@ -444,21 +445,37 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
     return value;
   };
   const workspaceOf = (id: number) => base.workspace(id) as Promise<{ id: number; name: string; plan: string } | undefined>;
-  return {
-    ...base,
-    async run(id) {
-      const [row] = await read<RunWithContext>(
-        'run_with_context',
-        `SELECT r.id, r.workspace_id, r.workflow_id, r.contact_id, r.status, r.definition, r.step_states, r."trigger", r.lease_owner,
+  // The runs of a task start together, and reach their sends together: the reads of one turn
+  // of the event loop are one query.
+  const runs = batchLoader(async (ids: number[]) => {
+    const rows = await read<RunWithContext>(
+      'runs_with_context',
+      `SELECT r.id, r.workspace_id, r.workflow_id, r.contact_id, r.status, r.definition, r.step_states, r."trigger", r.lease_owner,
                 (w.sandbox_of IS NOT NULL)::int AS sandbox, w.name AS ws_name, w.plan AS ws_plan,
                 c.id AS c_id, c.email AS c_email, c.phone AS c_phone, c.first_name AS c_first_name, c.last_name AS c_last_name,
                 c.attributes AS c_attributes,
                 (SELECT json_agg(t.name ORDER BY t.tag_key) FROM contact_tags t WHERE t.contact_id = c.id) AS c_tags
            FROM workflow_runs r JOIN workspaces w ON w.id = r.workspace_id
            LEFT JOIN contacts c ON c.id = r.contact_id AND c.workspace_id = r.workspace_id
-          WHERE r.id = $1`,
-        [id],
-      );
+          WHERE r.id = ANY($1::bigint[])`,
+      [ids],
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    return ids.map((id) => byId.get(id));
+  });
+  const attempts = batchLoader(async (keys: { runId: number; stepIndex: number }[]) => {
+    const rows = await read<{ run_id: number; step_index: number; status: string }>(
+      'attempts_of_runs',
+      'SELECT run_id, step_index, status FROM delivery_attempts WHERE run_id = ANY($1::bigint[]) ORDER BY attempt, id',
+      [[...new Set(keys.map((k) => k.runId))]],
+    );
+    return keys.map((k) => rows.filter((r) => r.run_id === k.runId && r.step_index === k.stepIndex).map((r) => ({ status: r.status })));
+  });
+  return {
+    ...base,
+    attemptsForStep: (runId, stepIndex) => attempts({ runId, stepIndex }),
+    async run(id) {
+      const row = await runs(id);
       if (!row) return undefined;
       const { ws_name, ws_plan, c_id, c_email, c_phone, c_first_name, c_last_name, c_attributes, c_tags, ...run } = row;
       cache.set(`w:${run.workspace_id}`, { at: Date.now(), value: Promise.resolve({ id: run.workspace_id, name: ws_name, plan: ws_plan }) });
