@@ -99,3 +99,23 @@ test('a contact deleted while webhooks for it are being accepted: every request 
     for (const c of left.body.data as { id: number }[]) assert.equal((await s.request('DELETE', `/contacts/${c.id}`, { token })).status, 204);
   }
 });
+
+test('contacts and runs made in bursts, by the API and by webhooks, are counted exactly in /billing/plan', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env: { SVC_WEBHOOK_RATE_LIMIT: '1000' } });
+  const path = await webhookWorkflow(s, token, 'count', [{ type: 'add_tags', tags: ['counted'] }]);
+  const before = await s.request('GET', '/billing/plan', { token });
+  assert.equal(before.status, 200, before.text);
+  // 40 contacts by the API and 60 by webhooks (20 of them twice: 80 runs), all at once; then
+  // 10 deleted.
+  const made = await Promise.all([
+    ...Array.from({ length: 40 }, (_, i) => s.request('POST', '/contacts', { token, body: { email: `api${i}@example.com` } })),
+    ...Array.from({ length: 80 }, (_, i) => s.request('POST', path, { body: { email: `hook${i % 60}@example.com` } })),
+  ]);
+  for (const res of made.slice(0, 40)) assert.equal(res.status, 201, res.text);
+  for (const res of made.slice(40)) assert.equal(res.status, 202, res.text);
+  for (const res of made.slice(0, 10)) assert.equal((await s.request('DELETE', `/contacts/${res.body.id}`, { token })).status, 204);
+  const after = await s.request('GET', '/billing/plan', { token });
+  assert.equal(after.status, 200, after.text);
+  assert.equal(after.body.usage.contacts - before.body.usage.contacts, 40 + 60 - 10, after.text);
+  assert.equal(after.body.usage.runsThisMonth - before.body.usage.runsThisMonth, 80, after.text);
+});
