@@ -149,6 +149,23 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
   };
 }
 
+/** An event's values in the order of the columns both event INSERTs name. */
+const eventValues = (r: EventRow): unknown[] => [
+  r.workspaceId,
+  r.workflowId,
+  r.statusCode,
+  r.code,
+  r.runId,
+  r.contactId,
+  r.sourceIp,
+  r.contentType,
+  r.idempotencyKey,
+  r.body,
+  r.bodySize,
+  r.bodySha256,
+  r.replayOf,
+];
+
 type PgQuery = (name: string, text: string, values: unknown[]) => Promise<pg.QueryResult>;
 
 /**
@@ -178,22 +195,7 @@ class HeldWrites {
   }
 
   insertEvent(r: EventRow): void {
-    const row = [
-      r.workspaceId,
-      r.workflowId,
-      r.statusCode,
-      r.code,
-      r.runId,
-      r.contactId,
-      r.sourceIp,
-      r.contentType,
-      r.idempotencyKey,
-      r.body,
-      r.bodySize,
-      r.bodySha256,
-      r.replayOf,
-    ];
-    row.forEach((v, i) => this.events[i]!.push(v));
+    eventValues(r).forEach((v, i) => this.events[i]!.push(v));
   }
 
   /** Writes what is held (before a read that must see it, and at the end of the batch). */
@@ -254,21 +256,7 @@ function pgStatements(q: PgQuery, counted?: number[], held?: HeldWrites): Intake
         'svc_event_insert',
         `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-        [
-          r.workspaceId,
-          r.workflowId,
-          r.statusCode,
-          r.code,
-          r.runId,
-          r.contactId,
-          r.sourceIp,
-          r.contentType,
-          r.idempotencyKey,
-          r.body,
-          r.bodySize,
-          r.bodySha256,
-          r.replayOf,
-        ],
+        eventValues(r),
       );
     },
     async firstByIdempotencyKey(workflowId, key, since) {
