@@ -82,6 +82,26 @@ const finished = (r: { status: string }) => r.status === 'COMPLETED' || r.status
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Prints a measured figure in the test's report and on the console. */
+/**
+ * Asks each node until `sees` answers true (at most every 50 ms, for `limitMs` in all); answers
+ * the ms after which each node did (a node missing never did).
+ */
+async function untilEach<N extends { name: string }>(nodes: N[], limitMs: number, sees: (node: N) => Promise<boolean>): Promise<Map<string, number>> {
+  const t0 = performance.now();
+  const after = new Map<string, number>();
+  while (after.size < nodes.length && performance.now() - t0 < limitMs) {
+    await Promise.all(
+      nodes
+        .filter((n) => !after.has(n.name))
+        .map(async (node) => {
+          if (await sees(node)) after.set(node.name, performance.now() - t0);
+        }),
+    );
+    if (after.size < nodes.length) await sleep(50);
+  }
+  return after;
+}
+
 function report(t: TestContext, message: string): void {
   t.diagnostic(message);
   console.log(`[cluster] ${message}`);
@@ -472,20 +492,12 @@ describe('three svc serve nodes on one PostgreSQL and one Redis', { skip: skipOu
 
       const revoked = await api(revoker, 'DELETE', `/api-keys/${minted.body.id}`);
       assert.equal(revoked.status, 204, revoked.text);
-      const t0 = performance.now();
-      const refusedAfter = new Map<string, number>();
-      while (refusedAfter.size < others.length && performance.now() - t0 < 10_000) {
-        await Promise.all(
-          others
-            .filter((n) => !refusedAfter.has(n.name))
-            .map(async (node) => {
-              const me = await call(node.url, 'GET', '/auth/me', { token: key });
-              if (me.status === 401) refusedAfter.set(node.name, performance.now() - t0);
-              else assert.equal(me.status, 200, me.text);
-            }),
-        );
-        if (refusedAfter.size < others.length) await sleep(50);
-      }
+      const refusedAfter = await untilEach(others, 10_000, async (node) => {
+        const me = await call(node.url, 'GET', '/auth/me', { token: key });
+        if (me.status === 401) return true;
+        assert.equal(me.status, 200, me.text);
+        return false;
+      });
       for (const node of others) {
         const ms = refusedAfter.get(node.name);
         assert.ok(ms !== undefined && ms < 10_000, `round ${round}: node ${node.name} still accepted the key revoked through ${revoker.name} 10 s later`);
@@ -518,25 +530,16 @@ describe('three svc serve nodes on one PostgreSQL and one Redis', { skip: skipOu
       const paused = await api(pauser, 'PATCH', `/workflows/${wf.id}`, { status: 'PAUSED' });
       assert.equal(paused.status, 200, paused.text);
       assert.equal(paused.body.status, 'PAUSED');
-      const t0 = performance.now();
-      const refusedAfter = new Map<string, number>();
-      while (refusedAfter.size < others.length && performance.now() - t0 < 5_000) {
-        await Promise.all(
-          others
-            .filter((n) => !refusedAfter.has(n.name))
-            .map(async (node) => {
-              const res = await hook(node, wf.path, { email: 'pause@example.com', round });
-              if (res.status === 404) {
-                assert.equal(res.body.code, 'webhook_not_found', res.text);
-                refusedAfter.set(node.name, performance.now() - t0);
-              } else {
-                assert.equal(res.status, 202, res.text);
-                lateAccepted++;
-              }
-            }),
-        );
-        if (refusedAfter.size < others.length) await sleep(50);
-      }
+      const refusedAfter = await untilEach(others, 5_000, async (node) => {
+        const res = await hook(node, wf.path, { email: 'pause@example.com', round });
+        if (res.status === 404) {
+          assert.equal(res.body.code, 'webhook_not_found', res.text);
+          return true;
+        }
+        assert.equal(res.status, 202, res.text);
+        lateAccepted++;
+        return false;
+      });
       for (const node of others) {
         const ms = refusedAfter.get(node.name);
         assert.ok(ms !== undefined && ms < 1_000, `round ${round}: node ${node.name} answered 404 only after ${ms?.toFixed(0) ?? 'more than 5000'} ms`);
