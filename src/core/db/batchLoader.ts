@@ -1,8 +1,9 @@
 /**
  * Reads of one kind asked for during one turn of the event loop, answered by one query
  * (PostgreSQL, where every query is a round trip): `load` gets the keys in the order they
- * were asked for and answers a value for each, in that order. A failed load fails every
- * read of its turn.
+ * were asked for and answers a value for each, in that order. When a load of several keys
+ * fails, each key is loaded again alone, so that one key the database refuses fails only its
+ * own read, not every read of its turn.
  */
 export function batchLoader<K, V>(load: (keys: K[]) => Promise<V[]>): (key: K) => Promise<V> {
   let pending: { key: K; resolve: (value: V) => void; reject: (err: unknown) => void }[] = [];
@@ -13,7 +14,8 @@ export function batchLoader<K, V>(load: (keys: K[]) => Promise<V[]>): (key: K) =
       const values = await load(batch.map((p) => p.key));
       batch.forEach((p, i) => p.resolve(values[i]!));
     } catch (err) {
-      for (const p of batch) p.reject(err);
+      if (batch.length === 1) batch[0]!.reject(err);
+      else for (const p of batch) load([p.key]).then(([value]) => p.resolve(value!), p.reject);
     }
   };
   return (key) =>
