@@ -1,11 +1,13 @@
 import { parsePhoneNumberFromString, type CountryCode } from 'libphonenumber-js';
 
 const EMAIL_RE = /^[^\s@"<>()[\]\\,;:]{1,64}@(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/;
+/** Control characters: U+0000 is refused by PostgreSQL, so such an address could be neither stored nor looked up, and none is deliverable. */
+const CONTROL_RE = /\p{Cc}/u;
 
 /** Lower-cased and trimmed, or undefined when it does not look like an address. */
 export function normalizeEmail(value: string): string | undefined {
   const email = value.trim().toLowerCase();
-  return email.length <= 254 && EMAIL_RE.test(email) ? email : undefined;
+  return email.length <= 254 && EMAIL_RE.test(email) && !CONTROL_RE.test(email) ? email : undefined;
 }
 
 /** E.164, or undefined when the number is not valid for its (or the default) region. */

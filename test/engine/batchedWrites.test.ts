@@ -119,3 +119,17 @@ test('contacts and runs made in bursts, by the API and by webhooks, are counted 
   assert.equal(after.body.usage.contacts - before.body.usage.contacts, 40 + 60 - 10, after.text);
   assert.equal(after.body.usage.runsThisMonth - before.body.usage.runsThisMonth, 80, after.text);
 });
+
+test('an email with a NUL, which PostgreSQL refuses, is a 422 for its own request and never fails the requests beside it', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env: { SVC_WEBHOOK_RATE_LIMIT: '1000' } });
+  const path = await webhookWorkflow(s, token, 'nul', [{ type: 'add_tags', tags: ['ok'] }]);
+  for (let round = 0; round < 3; round++) {
+    const answers = await Promise.all([
+      ...Array.from({ length: 10 }, (_, i) => s.request('POST', path, { body: { email: `fine${i}@example.com` } })),
+      s.request('POST', path, { body: { email: 'bad\u0000one@example.com' } }),
+    ]);
+    for (const a of answers.slice(0, 10)) assert.equal(a.status, 202, a.text);
+    const bad = answers[10]!;
+    assert.equal(bad.status, 422, `a NUL in the email: ${bad.text}`);
+  }
+});
