@@ -1,4 +1,5 @@
 import { createServer, type AddressInfo } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
 import type { Command } from 'commander';
 import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, needsInitialisation, openStore, type InitResult } from '../core/bootstrap.js';
 import { loadConfig, resolveDataDir, type Config, type ConfigFlags } from '../core/config.js';
@@ -34,6 +35,19 @@ export function startLine(url: string, config: Config, initialised: InitResult |
   };
 }
 
+/**
+ * How far V8 lets a heap grow past what its last full collection kept: 1.5x by default
+ * (heapGrowthPercent 50), instead of up to 4x while collections are cheap, as they are for a
+ * server whose live data is a few tens of MB. Otherwise garbage that outlives the young
+ * generation (an import's batches, runs in flight) piles up to several times the live heap
+ * before it is collected: a million-contact import peaked at 285-302 MB RSS with 30 MB live,
+ * and at about 200 MB with this bound, in the same time. V8's flags are the process's, so
+ * this applies to the engine's threads too; it is set before they start.
+ */
+export function boundHeapGrowth(config: Pick<Config, 'heapGrowthPercent'>): void {
+  if (config.heapGrowthPercent > 0) setFlagsFromString(`--heap-growing-percent=${config.heapGrowthPercent}`);
+}
+
 export function registerServe(program: Command): void {
   program
     .command('serve')
@@ -66,6 +80,7 @@ export function registerServe(program: Command): void {
         if (!json) process.stdout.write(`${describeInit(initialised, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
       config ??= await withPort();
+      boundHeapGrowth(config);
       const { store, applied } = await openStore(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
       const cfg = config;
       // Loaded here, not at the top: the other commands need none of the HTTP server.

@@ -79,6 +79,11 @@ export interface Config {
   readonly runLeaseSeconds: number;
   /** Runs this process executes at once (in flight across all worker threads). */
   readonly runConcurrency: number;
+  /**
+   * `svc serve`: how far (percent) V8 lets a heap grow past what its last full collection
+   * kept before it collects again; 0 leaves V8's own heuristics (cli/serve.ts).
+   */
+  readonly heapGrowthPercent: number;
   /** Runs of one workspace this process executes at once. */
   readonly workspaceConcurrency: number;
   /** On SIGTERM, how long in-flight runs may finish before they are released to other processes. */
@@ -453,6 +458,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     ),
     runLeaseSeconds: toInt('runLeaseSeconds', pick(env.SVC_RUN_LEASE_SECONDS, file.runLeaseSeconds), 30, 1, 3600),
     runConcurrency: toInt('runConcurrency', pick(env.SVC_RUN_CONCURRENCY, file.runConcurrency), 1000, 1, 100_000),
+    heapGrowthPercent: toInt('heapGrowthPercent', pick(env.SVC_HEAP_GROWTH, file.heapGrowthPercent), 50, 0, 1000),
     workspaceConcurrency: toInt('workspaceConcurrency', pick(env.SVC_WORKSPACE_CONCURRENCY, file.workspaceConcurrency), 500, 1, 100_000),
     shutdownGraceSeconds: toInt('shutdownGraceSeconds', pick(env.SVC_SHUTDOWN_GRACE, file.shutdownGraceSeconds), 10, 0, 3600),
     billingProvider: toEnum('billingProvider', pick(env.SVC_BILLING_PROVIDER, file.billingProvider), ['manual', 'stripe'] as const, 'manual'),

@@ -18,6 +18,7 @@ const SETTINGS: { env: string; key: keyof Config; default: number; bad: string[]
   { env: 'SVC_DELIVERY_RETENTION_DAYS', key: 'deliveryRetentionDays', default: 90, bad: ['-1', 'a week'] },
   { env: 'SVC_AUDIT_RETENTION_DAYS', key: 'auditRetentionDays', default: 400, bad: ['-5', '1e9'] },
   { env: 'SVC_SESSION_RETENTION_DAYS', key: 'sessionRetentionDays', default: 7, bad: ['-1', '3651'] },
+  { env: 'SVC_HEAP_GROWTH', key: 'heapGrowthPercent', default: 50, bad: ['-1', '1001', '1.5x', 'half'] },
 ];
 
 test('new settings: defaults, accepted values, and a ConfigError naming the setting for bad ones', async (t) => {
