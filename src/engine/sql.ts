@@ -291,37 +291,40 @@ export type Renewal = 'held' | 'busy' | 'done' | 'lost';
 
 const renewalOf = (row: { status: string } | undefined): Renewal => (row && (row.status === 'RUNNING' || row.status === 'QUEUED') ? 'lost' : 'done');
 
-export function sqliteSchedulerSql(db: Db): SchedulerSql {
-  const c = db.$client;
-  const s = {
-    promoteWaiting: c.prepare<{ now: string; limit: number }>(
-      `UPDATE workflow_runs SET status = 'QUEUED', updated_at = @now
+/**
+ * The scheduler's statements on SQLite. Each names its status as a literal, so that it reads
+ * the partial index of the runs in that status (schema.ts; test/server/queryPlans.test.ts).
+ */
+export const SQLITE_SCHEDULER_STATEMENTS = {
+  promoteWaiting: `UPDATE workflow_runs SET status = 'QUEUED', updated_at = @now
         WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'WAITING' AND run_at <= @now ORDER BY run_at LIMIT @limit)`,
-    ),
-    promoteExpired: c.prepare<{ now: string; limit: number }>(
-      `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now
+  promoteExpired: `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now
         WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'RUNNING' AND (lease_until IS NULL OR lease_until < @now) LIMIT @limit)`,
-    ),
-    // One index seek per workspace (a skip scan of the ready index).
-    queuedWorkspaces: c.prepare<[], { id: number }>(
-      `WITH RECURSIVE ws(id) AS (
+  // One index seek per workspace (a skip scan of the ready index).
+  queuedWorkspaces: `WITH RECURSIVE ws(id) AS (
          SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' ORDER BY workspace_id LIMIT 1)
          UNION ALL
          SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
        ) SELECT id FROM ws WHERE id IS NOT NULL`,
-    ),
-    claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string }, { id: number; token: string }>(
-      `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = lower(hex(randomblob(16))), lease_until = @until, updated_at = @now
+  claim: `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = lower(hex(randomblob(16))), lease_until = @until, updated_at = @now
         WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit)
         RETURNING id, lease_owner AS token`,
-    ),
-    renew: c.prepare<{ id: number; token: string; until: string }>(
-      `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
-    ),
-    status: c.prepare<[number], { status: string }>('SELECT status FROM workflow_runs WHERE id = ?'),
-    release: c.prepare<{ id: number; token: string; now: string }>(
-      `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
-    ),
+  renew: `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
+  status: 'SELECT status FROM workflow_runs WHERE id = ?',
+  release: `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
+} as const;
+
+export function sqliteSchedulerSql(db: Db): SchedulerSql {
+  const c = db.$client;
+  const q = SQLITE_SCHEDULER_STATEMENTS;
+  const s = {
+    promoteWaiting: c.prepare<{ now: string; limit: number }>(q.promoteWaiting),
+    promoteExpired: c.prepare<{ now: string; limit: number }>(q.promoteExpired),
+    queuedWorkspaces: c.prepare<[], { id: number }>(q.queuedWorkspaces),
+    claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string }, { id: number; token: string }>(q.claim),
+    renew: c.prepare<{ id: number; token: string; until: string }>(q.renew),
+    status: c.prepare<[number], { status: string }>(q.status),
+    release: c.prepare<{ id: number; token: string; now: string }>(q.release),
   };
   return {
     promoteWaiting: (now, limit) => s.promoteWaiting.run({ now, limit }),

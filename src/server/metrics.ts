@@ -88,10 +88,11 @@ export class Metrics {
       labelNames: ['status'],
       registers,
       async collect() {
+        // Each status a literal, not a parameter: its rows are a partial index of their own.
         for (const status of ['QUEUED', 'RUNNING', 'WAITING']) {
           this.set(
             { status },
-            await count(sql`SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ${status} LIMIT ${RUN_COUNT_CAP}) capped`),
+            await count(sql`SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = ${sql.raw(`'${status}'`)} LIMIT ${RUN_COUNT_CAP}) capped`),
           );
         }
       },

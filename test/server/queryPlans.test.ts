@@ -13,6 +13,9 @@ import { pageQuery, type WorkspaceContext } from '../../src/core/context.js';
 import { auditLogs, deliveryAttempts, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
 import { runFilterConditions, runScope } from '../../src/core/services/runs.js';
+import { RULES } from '../../src/core/services/retention.js';
+import { FIRST_BY_IDEMPOTENCY_KEY } from '../../src/core/db/intake.js';
+import { SQLITE_SCHEDULER_STATEMENTS } from '../../src/engine/sql.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
 import { build, type TestServer, sqliteStoreOf } from '../helpers.js';
 
@@ -244,4 +247,28 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
   const token = await s.login(s.owner.email, s.owner.password);
   const usage = await s.request('GET', '/billing/plan', { token });
   assert.equal(usage.body.usage.runsThisMonth, 20_000);
+});
+
+test('the engine, intake, retention and metrics statements on runs read the partial index of their status, never the table', async (t) => {
+  const s = await build(t, { store: 'sqlite' });
+  await sqliteStoreOf(s).exclusive((w) => seedActivity(w.$client, s.workspaceId, seedWorkflow(w.$client, s.workspaceId), 20_000));
+  const explain = (sql: string, ...params: unknown[]) =>
+    (s.db.$client.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[]).map((r) => r.detail).join(' | ');
+  const at = { now: new Date().toISOString(), until: new Date().toISOString(), limit: 50, workspaceId: s.workspaceId, id: 1, token: 'x' };
+  const q = SQLITE_SCHEDULER_STATEMENTS;
+  const cases: [string, string, RegExp][] = [
+    ['due WAITING runs', explain(q.promoteWaiting, { now: at.now, limit: 50 }), /workflow_runs_due_idx \(run_at<\?\)/],
+    ['expired claims', explain(q.promoteExpired, { now: at.now, limit: 50 }), /workflow_runs_running_idx/],
+    ['workspaces with QUEUED runs', explain(q.queuedWorkspaces), /workflow_runs_ready_idx/],
+    ['claim', explain(q.claim, { workspaceId: at.workspaceId, limit: 50, now: at.now, until: at.until }), /workflow_runs_ready_idx \(workspace_id=\?\)/],
+    ['idempotency key', explain(FIRST_BY_IDEMPOTENCY_KEY, 1, 'key', at.now), /webhook_events_idempotency_idx \(workflow_id=\? AND idempotency_key=\?\)/],
+    ['retention of runs', explain(RULES.find((r) => r.what === 'runs')!.sql, { cutoff: at.now }), /workflow_runs_finished_idx \(finished_at<\?\)/],
+  ];
+  for (const status of ['QUEUED', 'RUNNING', 'WAITING'])
+    cases.push([`svc_runs{status="${status}"}`, explain(`SELECT count(*) FROM workflow_runs WHERE status = '${status}'`), /USING (COVERING )?INDEX workflow_runs_(ready|running|due)_idx/]);
+  for (const [label, text, uses] of cases) {
+    assert.match(text, uses, `${label}: ${text}`);
+    // A scan of a partial index reads only the rows in that status (the claims in flight, the first QUEUED run, a count of one status).
+    assert.doesNotMatch(text, /SCAN (workflow_runs|webhook_events)(?! USING (COVERING )?INDEX workflow_runs_(running|ready|due)_idx)/, `${label} scans the table: ${text}`);
+  }
 });

@@ -95,6 +95,11 @@ function month(): string {
   return new Date().toISOString().slice(0, 7);
 }
 
+/** The first accepted request with a key (SQLite): through the partial index of events that sent one. */
+export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webhook_events
+      WHERE workflow_id = ? AND idempotency_key = ? AND status_code = 202 AND replay_of IS NULL AND received_at > ?
+      ORDER BY id DESC LIMIT 1`;
+
 /**
  * SQLite: prepared once (building queries per request cost more than running them), on the
  * writer connection for the batch (reads inside a batch see the batch's own writes) and on
@@ -121,11 +126,7 @@ function sqliteStatements(db: Db): IntakeSql {
     `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
      VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @bodySize, @bodySha256, @replayOf)`,
   );
-  const firstByKey = c.prepare<[number, string, string], FirstAccepted>(
-    `SELECT id, run_id, contact_id FROM webhook_events
-      WHERE workflow_id = ? AND idempotency_key = ? AND status_code = 202 AND replay_of IS NULL AND received_at > ?
-      ORDER BY id DESC LIMIT 1`,
-  );
+  const firstByKey = c.prepare<[number, string, string], FirstAccepted>(FIRST_BY_IDEMPOTENCY_KEY);
   return {
     workflowByToken: (token) => byToken.get(token),
     workflowById: (id) => byId.get(id),

@@ -136,7 +136,8 @@ export async function adminStats(ctx: Ctx, now = new Date()): Promise<AdminStats
   const [due] = await ctx.db
     .select({ n: count() })
     .from(workflowRuns)
-    .where(and(eq(workflowRuns.status, 'WAITING'), lte(workflowRuns.runAt, now.toISOString())));
+    // The status as a literal, which the partial index of WAITING runs answers (a parameter would not).
+    .where(and(sql`${workflowRuns.status} = 'WAITING'`, lte(workflowRuns.runAt, now.toISOString())));
   const dueWaiting = due?.n ?? 0;
   const deliveries = countsBy(
     DELIVERY_STATUSES,

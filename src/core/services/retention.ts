@@ -17,7 +17,7 @@ interface PruneRule {
 
 const before = (days: number, now: number) => new Date(now - days * DAY_MS).toISOString();
 
-const RULES: PruneRule[] = [
+export const RULES: PruneRule[] = [
   {
     what: 'runs',
     cutoff: (c, now) => (c.runRetentionDays > 0 ? before(c.runRetentionDays, now) : null),
