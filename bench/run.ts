@@ -8,7 +8,7 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { prepareBaseline } from './baseline.js';
-import { cpuMs, json, load, peakRssMb, startProcess, startWebhookNode, stop, WEBHOOK_BODY, WEBHOOK_SIGNATURE, type LoadResult } from './lib.js';
+import { cpuMs, json, load, peakRssMb, resetPeakRss, startProcess, startWebhookNode, stop, WEBHOOK_BODY, WEBHOOK_SIGNATURE, type LoadResult } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -43,6 +43,8 @@ interface Target {
 }
 
 async function compare(targets: Target[]): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
+  // Peak RSS under the load, from here on: not the set-up's login (scrypt takes 32 MiB).
+  for (const t of targets) resetPeakRss(t.pid);
   for (const t of targets) {
     await load({ url: t.url, body, headers: t.headers, seconds: WARMUP, connections: CONNECTIONS });
     await t.settle?.();
