@@ -265,10 +265,18 @@ test('the engine, intake, retention and metrics statements on runs read the part
     ['retention of runs', explain(RULES.find((r) => r.what === 'runs')!.sql, { cutoff: at.now }), /workflow_runs_finished_idx \(finished_at<\?\)/],
   ];
   for (const status of ['QUEUED', 'RUNNING', 'WAITING'])
-    cases.push([`svc_runs{status="${status}"}`, explain(`SELECT count(*) FROM workflow_runs WHERE status = '${status}'`), /USING (COVERING )?INDEX workflow_runs_(ready|running|due)_idx/]);
+    cases.push([
+      `svc_runs{status="${status}"}`,
+      explain(`SELECT count(*) FROM workflow_runs WHERE status = '${status}'`),
+      /USING (COVERING )?INDEX workflow_runs_(ready|running|due)_idx/,
+    ]);
   for (const [label, text, uses] of cases) {
     assert.match(text, uses, `${label}: ${text}`);
     // A scan of a partial index reads only the rows in that status (the claims in flight, the first QUEUED run, a count of one status).
-    assert.doesNotMatch(text, /SCAN (workflow_runs|webhook_events)(?! USING (COVERING )?INDEX workflow_runs_(running|ready|due)_idx)/, `${label} scans the table: ${text}`);
+    assert.doesNotMatch(
+      text,
+      /SCAN (workflow_runs|webhook_events)(?! USING (COVERING )?INDEX workflow_runs_(running|ready|due)_idx)/,
+      `${label} scans the table: ${text}`,
+    );
   }
 });
