@@ -85,7 +85,10 @@ test('two svc serve processes on one data folder, steps 3x the lease: every run 
 });
 
 test('SIGTERM with 200 runs in flight: they finish within the grace period, none twice, none stuck', async (t) => {
-  const service = await slowService(t, 1_000);
+  // Calls of 3 s, well inside the 10 s grace: with 1 s calls, posting the 200 webhooks on a
+  // busy machine took longer than the first calls, which were all over (135 at once at most)
+  // before the wait for 100 in progress began.
+  const service = await slowService(t, 3_000);
   const dataDir = await initFolder(t, 'svc-leases-');
   const server = await startServe(t, dataDir, ['--port', '0'], { env: env(service) });
   const token = await login(server);
