@@ -40,8 +40,8 @@ export function startLine(url: string, config: Config, initialised: InitResult |
  * (heapGrowthPercent 50), instead of up to 4x while collections are cheap, as they are for a
  * server whose live data is a few tens of MB. Otherwise garbage that outlives the young
  * generation (an import's batches, runs in flight) piles up to several times the live heap
- * before it is collected: a million-contact import peaked at 285-302 MB RSS with 30 MB live,
- * and at about 200 MB with this bound, in the same time. V8's flags are the process's, so
+ * before it is collected: a million-contact import peaked near 300 MB RSS, and at about
+ * 215 MB with this bound, in the same time (README, bench:scale). V8's flags are the process's, so
  * this applies to the engine's threads too; it is set before they start.
  */
 export function boundHeapGrowth(config: Pick<Config, 'heapGrowthPercent'>): void {
