@@ -20,6 +20,12 @@ import { createWorkspace } from '../src/core/services/workspaces.js';
 import { buildApp, type App, type AppDeps } from '../src/server/app.js';
 import { freePort } from '../src/cli/serve.js';
 import type { EngineOptions } from '../src/engine/scheduler.js';
+import { setPasswordHashCost } from '../src/core/crypto.js';
+
+// Servers built in a test process hash passwords at scrypt's N=2^10, not the product's 2^15:
+// the suite logs in thousands of times. `svc` itself (the CLI tests, the console's servers)
+// hashes at the product's cost, which test/cli/init.test.ts checks in the stored hash.
+setPasswordHashCost(1024);
 
 export const OWNER_PASSWORD = 'owner-password-1';
 

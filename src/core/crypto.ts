@@ -60,7 +60,20 @@ export function base62Fixed(n: number, width = 6): string {
 }
 
 // scrypt at N=2^15, r=8 costs 32 MiB and tens of milliseconds per guess.
-const SCRYPT = { N: 32768, r: 8, p: 1, keylen: 32, maxmem: 64 * 1024 * 1024 };
+export const PASSWORD_HASH_COST = 32768;
+const SCRYPT = { N: PASSWORD_HASH_COST, r: 8, p: 1, keylen: 32, maxmem: 64 * 1024 * 1024 };
+
+/**
+ * The scrypt cost (N) of the password hashes this process makes from now on. The product
+ * never calls it: the test suite's in-process servers hash at a lower cost (a few hundred
+ * thousand logins would otherwise spend minutes of CPU in scrypt), while `svc` itself, and
+ * so the CLI tests, hash at PASSWORD_HASH_COST. Verifying reads the cost from the hash.
+ */
+export function setPasswordHashCost(n: number): void {
+  if (!Number.isInteger(Math.log2(n)) || n < 1024) throw new Error('the scrypt cost must be a power of two, at least 1024');
+  SCRYPT.N = n;
+  dummyHash = undefined;
+}
 
 function scrypt(password: string, salt: Buffer, keylen: number, opts: ScryptOptions): Promise<Buffer> {
   return new Promise((resolve, reject) => scryptCb(password, salt, keylen, opts, (err, key) => (err ? reject(err) : resolve(key))));

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import cookie from '@fastify/cookie';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
+import fastJsonStringify from 'fast-json-stringify';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type RouteOptions } from 'fastify';
 import type { Config } from '../core/config.js';
 import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
@@ -83,30 +84,52 @@ const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
  * and path parameters arrive as text, so there Ajv coerces numbers and booleans, but only
  * from plain decimal text: "0x2", "2e0" or "+2" must not alias id 2.
  */
-function validatorCompilers() {
-  const strict = new Ajv({ allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true, strict: false });
-  const coercing = new Ajv({ allErrors: true, coerceTypes: 'array', removeAdditional: false, useDefaults: true, strict: false });
-  return ({ schema, httpPart }: { schema: object; httpPart?: string }) => {
-    if (httpPart === 'body') return strict.compile(schema);
-    const validate = coercing.compile(schema);
-    const integers = Object.entries((schema as { properties?: Record<string, { type?: string }> }).properties ?? {})
-      .filter(([, s]) => s.type === 'integer')
-      .map(([name]) => name);
-    if (!integers.length) return validate;
-    const checked: { (data: Record<string, unknown>): boolean; errors?: typeof validate.errors } = (data) => {
-      for (const name of integers) {
-        const raw = data?.[name];
-        if (typeof raw === 'string' && !DECIMAL_RE.test(raw)) {
-          checked.errors = [{ instancePath: `/${name}`, keyword: 'type', message: 'must be a decimal integer', params: {}, schemaPath: '' }];
-          return false;
-        }
+const strictAjv = new Ajv({ allErrors: true, coerceTypes: false, removeAdditional: false, useDefaults: true, strict: false });
+const coercingAjv = new Ajv({ allErrors: true, coerceTypes: 'array', removeAdditional: false, useDefaults: true, strict: false });
+
+/**
+ * Validators and serializers are compiled once per process, by the schema's text: every app
+ * built in one process (the tests build hundreds, a cluster benchmark several) shares them
+ * instead of compiling each route's schemas again, which is most of what building an app costs.
+ * Both kinds of function are pure; a validator's `errors` is read right after its call.
+ */
+const compiledValidators = new Map<string, ReturnType<typeof compileValidator>>();
+const compiledSerializers = new Map<string, (data: unknown) => string>();
+
+function validatorCompiler({ schema, httpPart }: { schema: object; httpPart?: string }) {
+  const key = `${httpPart === 'body' ? 'body' : 'text'} ${JSON.stringify(schema)}`;
+  let validate = compiledValidators.get(key);
+  if (!validate) compiledValidators.set(key, (validate = compileValidator(schema, httpPart)));
+  return validate;
+}
+
+function serializerCompiler({ schema }: { schema: object }) {
+  const key = JSON.stringify(schema);
+  let serialize = compiledSerializers.get(key);
+  if (!serialize) compiledSerializers.set(key, (serialize = fastJsonStringify(schema)));
+  return serialize;
+}
+
+function compileValidator(schema: object, httpPart: string | undefined) {
+  if (httpPart === 'body') return strictAjv.compile(schema);
+  const validate = coercingAjv.compile(schema);
+  const integers = Object.entries((schema as { properties?: Record<string, { type?: string }> }).properties ?? {})
+    .filter(([, s]) => s.type === 'integer')
+    .map(([name]) => name);
+  if (!integers.length) return validate;
+  const checked: { (data: Record<string, unknown>): boolean; errors?: typeof validate.errors } = (data) => {
+    for (const name of integers) {
+      const raw = data?.[name];
+      if (typeof raw === 'string' && !DECIMAL_RE.test(raw)) {
+        checked.errors = [{ instancePath: `/${name}`, keyword: 'type', message: 'must be a decimal integer', params: {}, schemaPath: '' }];
+        return false;
       }
-      const ok = validate(data);
-      checked.errors = validate.errors;
-      return ok;
-    };
-    return checked as typeof validate;
+    }
+    const ok = validate(data);
+    checked.errors = validate.errors;
+    return ok;
   };
+  return checked as typeof validate;
 }
 
 const DECIMAL_RE = /^-?(0|[1-9][0-9]{0,15})$/;
@@ -178,7 +201,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   if (deps.onRoute) app.addHook('onRoute', deps.onRoute);
-  app.setValidatorCompiler(validatorCompilers());
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
   // Only JSON is accepted; text/plain would otherwise slip past as a string body.
   app.removeContentTypeParser('text/plain');
 

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, extname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
@@ -55,7 +55,13 @@ export function readConsoleFiles(dir?: string): Map<string, ConsoleFile> | null 
   const embedded = dir === undefined ? embeddedFiles('console') : undefined;
   if (embedded) return embedded.has('index.html') ? new Map([...embedded].map(([path, body]) => [path, consoleFile(path, body)])) : null;
   dir ??= defaultConsoleDir();
-  if (!existsSync(join(dir, 'index.html'))) return null;
+  const index = join(dir, 'index.html');
+  if (!existsSync(index)) return null;
+  // Compressing every file at level 9 takes a while: a process that builds several apps
+  // (tests, a cluster benchmark) reads a folder again only when its build is newer.
+  const built = statSync(index).mtimeMs;
+  const cached = readFolders.get(dir);
+  if (cached?.built === built) return cached.files;
   const files = new Map<string, ConsoleFile>();
   const walk = (folder: string) => {
     for (const entry of readdirSync(folder, { withFileTypes: true })) {
@@ -65,8 +71,11 @@ export function readConsoleFiles(dir?: string): Map<string, ConsoleFile> | null 
     }
   };
   walk(dir);
+  readFolders.set(dir, { built, files });
   return files;
 }
+
+const readFolders = new Map<string, { built: number; files: Map<string, ConsoleFile> }>();
 
 export function consoleFile(name: string, body: Buffer): ConsoleFile {
   const type = TYPES[extname(name)] ?? 'application/octet-stream';

@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import Database from 'better-sqlite3';
+import { PASSWORD_HASH_COST } from '../../src/core/crypto.js';
 import { lines, runCli, runCliArgs, show, tempDir } from './helpers.js';
 
 describe('svc init', { concurrency: true }, () => {
@@ -29,6 +31,12 @@ describe('svc init', { concurrency: true }, () => {
     assert.ok(existsSync(config), 'config.json written');
     assert.ok(existsSync(join(dataDir, 'svc.db')), 'svc.db written');
     if (process.platform !== 'win32') assert.equal(statSync(config).mode & 0o077, 0, 'config.json must not be readable by group/others');
+    // The password is kept as a scrypt hash at the product's cost (N=2^15, r=8, p=1), never as itself.
+    const db = new Database(join(dataDir, 'svc.db'), { readonly: true });
+    const [stored] = db.prepare('SELECT password_hash FROM users').pluck().all() as string[];
+    db.close();
+    assert.match(stored ?? '', new RegExp(`^scrypt\\$${PASSWORD_HASH_COST}\\$8\\$1\\$[A-Za-z0-9_-]{22}\\$[A-Za-z0-9_-]{43}$`));
+    assert.equal(PASSWORD_HASH_COST, 32768);
 
     const again = await runCli(dataDir, ['init', '--yes', '--json']);
     assert.notEqual(again.code, 0, show(again));
