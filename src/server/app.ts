@@ -99,14 +99,20 @@ const compiledSerializers = new Map<string, (data: unknown) => string>();
 function validatorCompiler({ schema, httpPart }: { schema: object; httpPart?: string }) {
   const key = `${httpPart === 'body' ? 'body' : 'text'} ${JSON.stringify(schema)}`;
   let validate = compiledValidators.get(key);
-  if (!validate) compiledValidators.set(key, (validate = compileValidator(schema, httpPart)));
+  if (!validate) {
+    validate = compileValidator(schema, httpPart);
+    compiledValidators.set(key, validate);
+  }
   return validate;
 }
 
 function serializerCompiler({ schema }: { schema: object }) {
   const key = JSON.stringify(schema);
   let serialize = compiledSerializers.get(key);
-  if (!serialize) compiledSerializers.set(key, (serialize = fastJsonStringify(schema)));
+  if (!serialize) {
+    serialize = fastJsonStringify(schema);
+    compiledSerializers.set(key, serialize);
+  }
   return serialize;
 }
 
