@@ -2,6 +2,7 @@
 // (SVC_TEST_STORE=pg), on the server SVC_TEST_DATABASE_URL names (.ci/run sets it). Outside CI
 // without that variable it says so and does nothing; under CI=true it fails instead.
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 
 if (!process.env.SVC_TEST_DATABASE_URL) {
   if (process.env.CI === 'true') {
@@ -13,8 +14,18 @@ if (!process.env.SVC_TEST_DATABASE_URL) {
   );
   process.exit(0);
 }
-const files = process.argv.slice(2);
-const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], {
+// A file runs again here only when one of its servers follows SVC_TEST_STORE. The others (the
+// engine's HTTP and rendering tests, the query plans of SQLite, the tests that open both stores
+// themselves) would repeat exactly what the SQLite pass ran.
+const FOLLOWS_STORE = [/\b(buildAsOwner|joinNode|testStore)\(/, /\bbuild\(t(?!, \{ store: 'sqlite' \})/];
+const files = [];
+const repeated = [];
+for (const file of process.argv.slice(2)) {
+  const source = readFileSync(file, 'utf8');
+  (FOLLOWS_STORE.some((re) => re.test(source)) ? files : repeated).push(file);
+}
+console.log(`test:pg: ${files.length} files on PostgreSQL; not repeated, as no server of theirs follows the store: ${repeated.join(' ')}`);
+const result = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=3', ...files], {
   stdio: 'inherit',
   env: { ...process.env, SVC_TEST_STORE: 'pg' },
 });
