@@ -14,7 +14,7 @@ import { ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, sendProblem } from './plugins/errors.js';
-import { loggerOptions } from './plugins/logging.js';
+import { lazyChildLoggerFactory, loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
 import { sandboxRoutes } from './routes/sandbox.js';
 import { sandboxLookup } from '../core/services/sandbox.js';
@@ -179,6 +179,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
   const app = Fastify({
     ...(deps.logger === undefined ? { logger: loggerOptions(config, deps.logTo) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    ...(deps.logger !== false ? { childLoggerFactory: lazyChildLoggerFactory } : {}),
     bodyLimit: config.bodyLimit,
     trustProxy: trustProxyOption(config.trustProxy),
     rewriteUrl: (req) => (req.method === 'POST' ? webhookUrlForRouting(req.url ?? '/') : (req.url ?? '/')),
@@ -212,17 +213,19 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   // Only JSON is accepted; text/plain would otherwise slip past as a string body.
   app.removeContentTypeParser('text/plain');
 
-  app.addHook('onRequest', async (req, reply) => {
+  // The hooks every request passes are callback-style: an async hook costs a promise each.
+  app.addHook('onRequest', (req, reply, done) => {
     reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
+    done();
   });
 
   // Text with U+0000 fits neither store's columns on PostgreSQL: refused alike on both.
-  app.addHook('preValidation', async (req) => {
+  app.addHook('preValidation', (req, _reply, done) => {
     const body = req.body;
-    if (body === null || typeof body !== 'object' || Buffer.isBuffer(body) || typeof (body as { pipe?: unknown }).pipe === 'function') return;
+    if (body === null || typeof body !== 'object' || Buffer.isBuffer(body) || typeof (body as { pipe?: unknown }).pipe === 'function') return done();
     const at = nulPointer(body);
-    if (at !== undefined)
-      throw new ValidationError('validation_failed', 'Text may not contain the NUL character (U+0000)', [{ path: at, message: 'must not contain U+0000' }]);
+    if (at === undefined) return done();
+    done(new ValidationError('validation_failed', 'Text may not contain the NUL character (U+0000)', [{ path: at, message: 'must not contain U+0000' }]));
   });
 
   // Disk full: failed writes answer 503 storage_full, /readyz says not ready, the log says so once a minute.

@@ -122,9 +122,10 @@ export class Readiness {
 export function registerReadiness(app: App, readiness: Readiness): void {
   app.addHook('onReady', async () => readiness.markStarted());
   app.addHook('preClose', async () => readiness.markClosing());
-  app.addHook('onRequest', async (_req, reply) => {
-    if (!readiness.shuttingDown) return;
+  app.addHook('onRequest', (_req, reply, done) => {
+    if (!readiness.shuttingDown) return done();
     reply.header('connection', 'close');
-    return sendProblem(reply, problem(503, 'shutting_down', 'The server is shutting down; retry on another node or in a moment'), { 'retry-after': '5' });
+    // Answered here: the request goes no further (done is not called).
+    sendProblem(reply, problem(503, 'shutting_down', 'The server is shutting down; retry on another node or in a moment'), { 'retry-after': '5' });
   });
 }

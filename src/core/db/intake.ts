@@ -91,8 +91,20 @@ export interface Intake {
 const WORKFLOW_COLUMNS =
   'id, webhook_token, workspace_id, status, trigger_source, steps, webhook_lookup, webhook_path, create_if_not_found, contact_defaults, signing_secret';
 
+/** The current month (UTC) as YYYY-MM, worked out again only once the clock has left it. */
+let monthNow = { text: '', from: 0, until: 0 };
+
 function month(): string {
-  return new Date().toISOString().slice(0, 7);
+  const now = Date.now();
+  if (now < monthNow.from || now >= monthNow.until) {
+    const d = new Date(now);
+    monthNow = {
+      text: d.toISOString().slice(0, 7),
+      from: Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1),
+      until: Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1),
+    };
+  }
+  return monthNow.text;
 }
 
 /** The first accepted request with a key (SQLite): through the partial index of events that sent one. */

@@ -1,4 +1,4 @@
-import { createHash, createHmac } from 'node:crypto';
+import { createHash, createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import type { Config } from '../config.js';
@@ -55,9 +55,22 @@ export interface Accepted {
   replayed: boolean;
 }
 
+/** Signing secrets as key objects: an HMAC keyed by one starts in half the time of one keyed by text. */
+const signingKeys = new Map<string, KeyObject>();
+
+function signingKey(secret: string): KeyObject {
+  let key = signingKeys.get(secret);
+  if (!key) {
+    if (signingKeys.size > 10_000) signingKeys.clear();
+    key = createSecretKey(Buffer.from(secret, 'utf8'));
+    signingKeys.set(secret, key);
+  }
+  return key;
+}
+
 /** sha256=<lowercase hex> of HMAC-SHA256(secret, exact body bytes), compared in constant time. */
 export function verifySignature(secret: string, raw: Buffer, header: string | undefined): boolean {
-  const expected = `sha256=${createHmac('sha256', secret).update(raw).digest('hex')}`;
+  const expected = `sha256=${createHmac('sha256', signingKey(secret)).update(raw).digest('hex')}`;
   if (header === undefined || !SIGNATURE_RE.test(header)) {
     safeEqual(expected, expected);
     return false;
@@ -103,6 +116,19 @@ export interface RequestHead {
   contentLength: number | null;
 }
 
+/**
+ * Whether the body has at most `max` opening brackets, so cannot nest deeper than that: most
+ * bodies are settled by this count of bytes without walking the parsed value.
+ */
+function fewerBrackets(raw: Buffer, max: number): boolean {
+  let n = 0;
+  for (let i = 0; i < raw.length; i++) {
+    const c = raw[i];
+    if ((c === 0x7b || c === 0x5b) && ++n > max) return false;
+  }
+  return true;
+}
+
 const JSON_TYPE_RE = /^application\/json\s*(;.*)?$/i;
 const notFound = () => new NotFoundError('webhook_not_found', 'No active webhook workflow has this URL');
 
@@ -126,7 +152,7 @@ function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffe
     throw new AppError(400, 'invalid_json', 'The body is not valid JSON');
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ValidationError('body_not_object', 'The body must be a JSON object');
-  if (jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
+  if (!fewerBrackets(req.raw, MAX_BODY_DEPTH) && jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
   return { text, lookup: extractLookup(target, parsed as Record<string, unknown>, defaultRegion) };
 }
 

@@ -69,9 +69,14 @@ export function registerAuth(app: FastifyInstance, deps: { store: Store; config:
   });
 
   // Authentication runs before the body is read, so anonymous callers cannot make us parse.
-  app.addHook('onRequest', async (req) => {
+  // A public route (the webhooks) passes straight on, without a promise.
+  app.addHook('onRequest', (req, _reply, done) => {
     const access = req.routeOptions.config.access;
-    if (access === undefined || access === 'public') return;
+    if (access === undefined || access === 'public') return done();
+    check(req, access).then(() => done(), done);
+  });
+
+  async function check(req: FastifyRequest, access: Exclude<FastifyRequest['routeOptions']['config']['access'], undefined | 'public'>): Promise<void> {
     const principal = await authenticate(deps, req.headers.authorization);
     req.principal = principal;
     // On the sandbox address only sandbox credentials work, so a client pointed at the
@@ -88,5 +93,5 @@ export function registerAuth(app: FastifyInstance, deps: { store: Store; config:
       const caller = principal.kind === 'user' ? `user:${principal.userId}` : `key:${principal.apiKeyId}`;
       await takeOrThrow(calls, `${access.limit}:${caller}`, limits[access.limit], LIMIT_WHAT[access.limit]);
     }
-  });
+  }
 }
