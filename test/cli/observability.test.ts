@@ -52,6 +52,10 @@ test('logs are JSON lines when stdout is not a terminal (the default), secrets r
     logs.some((l) => l.includes('/v1/webhooks/in/[redacted]')),
     server.stdout(),
   );
+  // Each request's lines carry its id (the request's logger is made on its first line).
+  const requestLines = logs.map((l) => JSON.parse(l)).filter((e) => /^(incoming request|request completed)$/.test(e.msg));
+  assert.ok(requestLines.length >= 6, server.stdout());
+  for (const entry of requestLines) assert.match(String(entry.reqId), /^[0-9a-f-]{36}$/, JSON.stringify(entry));
   assertNoSecrets(server.stdout() + server.stderr());
 });
 
