@@ -152,7 +152,8 @@ function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffe
     throw new AppError(400, 'invalid_json', 'The body is not valid JSON');
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ValidationError('body_not_object', 'The body must be a JSON object');
-  if (!fewerBrackets(req.raw, MAX_BODY_DEPTH) && jsonDepthExceeds(parsed, MAX_BODY_DEPTH)) throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
+  if (!fewerBrackets(req.raw, MAX_BODY_DEPTH) && jsonDepthExceeds(parsed, MAX_BODY_DEPTH))
+    throw new ValidationError('body_too_deep', `The body nests more than ${MAX_BODY_DEPTH} levels deep`);
   return { text, lookup: extractLookup(target, parsed as Record<string, unknown>, defaultRegion) };
 }
 
