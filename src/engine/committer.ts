@@ -48,10 +48,18 @@ interface Entry {
 export class RunCommitter implements RunCommits {
   private queue: Entry[] = [];
   private scheduled = false;
+  /**
+   * Runs a function in a savepoint of the open transaction. Made once: better-sqlite3 builds
+   * a transaction function with Object.defineProperties, which per entry cost a worker
+   * thread about 6% of its time.
+   */
+  private readonly inSavepoint: (fn: () => void) => void;
   constructor(
     private readonly db: Db,
     private readonly sql: EngineSql = sqliteEngineSql(db),
-  ) {}
+  ) {
+    this.inSavepoint = db.$client.transaction((fn: () => void) => fn());
+  }
 
   commit(lease: LeasedRun, ops: EngineOp[], onFailure?: OnFailure): Promise<boolean> {
     return this.enqueue(lease, ops, onFailure);
@@ -95,9 +103,9 @@ export class RunCommitter implements RunCommits {
           failures.push(undefined);
           if (!ok) continue;
           try {
-            client.transaction(() => entry.ops.forEach((op) => op(this.sql)))();
+            this.inSavepoint(() => entry.ops.forEach((op) => op(this.sql)));
           } catch (err) {
-            if (entry.onFailure) client.transaction(() => entry.onFailure!(err)(this.sql))();
+            if (entry.onFailure) this.inSavepoint(() => entry.onFailure!(err)(this.sql));
             else failures[failures.length - 1] = err;
           }
         }

@@ -408,9 +408,11 @@ export function pgSchedulerSql(client: Pick<pg.PoolClient, 'query'>): SchedulerS
 /** How long an engine thread on PostgreSQL reuses a workspace, template or provider it read. */
 export const ENGINE_READ_CACHE_MS = 1_000;
 
+/** A run read with its workspace, contact and the contact's tags (a JSON array of names, in tag order). */
 interface RunWithContext extends RunRow {
-  ws_name: string;
-  ws_plan: string;
+  /** Null only for a run whose workspace is gone (SQLite's read joins it LEFT). */
+  ws_name: string | null;
+  ws_plan: string | null;
   c_id: number | null;
   c_email: string | null;
   c_phone: string | null;
@@ -432,9 +434,6 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
   const base = pgEngineSql(pool);
   const read = async <T>(name: string, text: string, values: unknown[]): Promise<T[]> =>
     (await pool.query({ name: `svc_engine_${name}`, text, values })).rows as T[];
-  // What the last run read brought along, taken by the executor's next calls (once each).
-  const contacts = new Map<number, ContactRow>();
-  const tags = new Map<number, { name: string }[]>();
   const cache = new Map<string, { at: number; value: Promise<unknown> }>();
   const cached = <T>(key: string, load: () => Promise<T>): Promise<T> => {
     const now = Date.now();
@@ -450,22 +449,26 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
   const workspaceOf = (id: number) => base.workspace(id) as Promise<{ id: number; name: string; plan: string } | undefined>;
   // The runs of a task start together, and reach their sends together: the reads of one turn
   // of the event loop are one query.
-  const runs = batchLoader(async (ids: number[]) => {
-    const rows = await read<RunWithContext>(
-      'runs_with_context',
-      `SELECT r.id, r.workspace_id, r.workflow_id, r.contact_id, r.status, r.definition, r.step_states, r."trigger", r.lease_owner,
-                (w.sandbox_of IS NOT NULL)::int AS sandbox, w.name AS ws_name, w.plan AS ws_plan,
-                c.id AS c_id, c.email AS c_email, c.phone AS c_phone, c.first_name AS c_first_name, c.last_name AS c_last_name,
-                c.attributes AS c_attributes,
-                (SELECT json_agg(t.name ORDER BY t.tag_key) FROM contact_tags t WHERE t.contact_id = c.id) AS c_tags
-           FROM workflow_runs r JOIN workspaces w ON w.id = r.workspace_id
-           LEFT JOIN contacts c ON c.id = r.contact_id AND c.workspace_id = r.workspace_id
-          WHERE r.id = ANY($1::bigint[])`,
-      [ids],
-    );
-    const byId = new Map(rows.map((r) => [r.id, r]));
-    return ids.map((id) => byId.get(id));
-  });
+  const context = new RunContext(
+    base,
+    batchLoader(async (ids: number[]) => {
+      const rows = await read<RunWithContext>(
+        'runs_with_context',
+        `SELECT r.id, r.workspace_id, r.workflow_id, r.contact_id, r.status, r.definition, r.step_states, r."trigger", r.lease_owner,
+                  (w.sandbox_of IS NOT NULL)::int AS sandbox, w.name AS ws_name, w.plan AS ws_plan,
+                  c.id AS c_id, c.email AS c_email, c.phone AS c_phone, c.first_name AS c_first_name, c.last_name AS c_last_name,
+                  c.attributes AS c_attributes,
+                  (SELECT json_agg(t.name ORDER BY t.tag_key) FROM contact_tags t WHERE t.contact_id = c.id) AS c_tags
+             FROM workflow_runs r JOIN workspaces w ON w.id = r.workspace_id
+             LEFT JOIN contacts c ON c.id = r.contact_id AND c.workspace_id = r.workspace_id
+            WHERE r.id = ANY($1::bigint[])`,
+        [ids],
+      );
+      const byId = new Map(rows.map((r) => [r.id, r]));
+      return ids.map((id) => byId.get(id));
+    }),
+    (ws) => cache.set(`w:${ws.id}`, { at: Date.now(), value: Promise.resolve(ws) }),
+  );
   const attempts = batchLoader(async (keys: { runId: number; stepIndex: number }[]) => {
     const rows = await read<{ run_id: number; step_index: number; status: string }>(
       'attempts_of_runs',
@@ -477,35 +480,116 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
   return {
     ...base,
     attemptsForStep: (runId, stepIndex) => attempts({ runId, stepIndex }),
-    async run(id) {
-      const row = await runs(id);
-      if (!row) return undefined;
-      const { ws_name, ws_plan, c_id, c_email, c_phone, c_first_name, c_last_name, c_attributes, c_tags, ...run } = row;
-      cache.set(`w:${run.workspace_id}`, { at: Date.now(), value: Promise.resolve({ id: run.workspace_id, name: ws_name, plan: ws_plan }) });
-      if (c_id !== null) {
-        // Left behind by runs that stopped before reading their contact: never many.
-        if (contacts.size > 1_000) contacts.clear();
-        if (tags.size > 1_000) tags.clear();
-        contacts.set(c_id, { id: c_id, email: c_email, phone: c_phone, first_name: c_first_name, last_name: c_last_name, attributes: c_attributes ?? '{}' });
-        tags.set(
-          c_id,
-          ((c_tags ? JSON.parse(c_tags) : []) as string[]).map((name) => ({ name })),
-        );
-      }
-      return run;
-    },
-    async contact(id, ws) {
-      const row = contacts.get(id);
-      contacts.delete(id);
-      return row ?? base.contact(id, ws);
-    },
-    async tags(contactId) {
-      const rows = tags.get(contactId);
-      tags.delete(contactId);
-      return rows ?? base.tags(contactId);
-    },
+    run: (id) => context.run(id),
+    contact: (id, ws) => context.contact(id, ws),
+    tags: (contactId) => context.tags(contactId),
     workspace: (id) => cached(`w:${id}`, () => workspaceOf(id)),
     template: (id, ws) => cached(`t:${ws}:${id}`, () => base.template(id, ws) as Promise<{ id: number; channel: string; content: string } | undefined>),
     provider: (ws, channel) => cached(`p:${ws}:${channel}`, () => base.provider(ws, channel) as Promise<string | undefined>),
+  };
+}
+
+/** Entries the context maps keep at most: left behind only by runs that stopped before reading them. */
+const CONTEXT_ENTRIES_MAX = 1_000;
+
+/**
+ * What reading a run with its context brought along, for the executor's next reads: it asks
+ * for the run's workspace, contact and tags right after the run, in the same turn of the
+ * event loop, so they are as fresh as the run. Every run read refreshes them; runs of one
+ * contact read together share one snapshot, as they did when each read its own a moment
+ * apart (none of them commits before all have read).
+ */
+class RunContext {
+  /** By contact id, with the workspace the run that read it belongs to. */
+  private readonly contacts = new Map<number, { row: ContactRow; workspaceId: number }>();
+  private readonly tagsOf = new Map<number, { name: string }[]>();
+  private readonly workspaces = new Map<number, { id: number; name: string; plan: string }>();
+
+  constructor(
+    private readonly base: EngineSql,
+    private readonly load: (id: number) => Promise<RunWithContext | undefined>,
+    private readonly onWorkspace?: (ws: { id: number; name: string; plan: string }) => void,
+  ) {}
+
+  async run(id: number): Promise<RunRow | undefined> {
+    const row = await this.load(id);
+    if (!row) return undefined;
+    const { ws_name, ws_plan, c_id, c_email, c_phone, c_first_name, c_last_name, c_attributes, c_tags, ...run } = row;
+    if (ws_name !== null && ws_plan !== null) {
+      const ws = { id: run.workspace_id, name: ws_name, plan: ws_plan };
+      if (this.workspaces.size > CONTEXT_ENTRIES_MAX) this.workspaces.clear();
+      this.workspaces.set(ws.id, ws);
+      this.onWorkspace?.(ws);
+    }
+    if (c_id !== null) {
+      if (this.contacts.size > CONTEXT_ENTRIES_MAX) this.contacts.clear();
+      if (this.tagsOf.size > CONTEXT_ENTRIES_MAX) this.tagsOf.clear();
+      this.contacts.set(c_id, {
+        row: { id: c_id, email: c_email, phone: c_phone, first_name: c_first_name, last_name: c_last_name, attributes: c_attributes ?? '{}' },
+        workspaceId: run.workspace_id,
+      });
+      this.tagsOf.set(
+        c_id,
+        ((c_tags ? JSON.parse(c_tags) : []) as string[]).map((name) => ({ name })),
+      );
+    } else if (run.contact_id !== null) {
+      // Gone (or moved) since an earlier read: nothing of it may be answered from here.
+      this.contacts.delete(run.contact_id);
+      this.tagsOf.delete(run.contact_id);
+    }
+    return run;
+  }
+
+  async contact(id: number, workspaceId: number): Promise<ContactRow | undefined> {
+    const read = this.contacts.get(id);
+    return read?.workspaceId === workspaceId ? read.row : this.base.contact(id, workspaceId);
+  }
+
+  async tags(contactId: number): Promise<{ name: string }[]> {
+    return this.tagsOf.get(contactId) ?? this.base.tags(contactId);
+  }
+
+  /** The workspace as the last run read found it. */
+  workspace(id: number): Maybe<{ id: number; name: string; plan: string } | undefined> {
+    return this.workspaces.get(id) ?? this.base.workspace(id);
+  }
+}
+
+/**
+ * The statements an engine thread reads through on SQLite. Every statement outside a
+ * transaction takes and drops the database's read lock (two fcntl calls and an fstat, about
+ * 2.5 µs, more than the read itself): reading a run also reads its workspace, contact and
+ * tags, and the runs a task starts together (in one turn, before any of them awaits) are
+ * read by one statement. Nothing is cached beyond that read: templates and providers are
+ * read as they are now, as ever.
+ */
+export function sqliteReadingEngineSql(db: Db): EngineSql {
+  const base = sqliteEngineSql(db);
+  const runs = db.$client.prepare<[string], RunWithContext>(
+    `SELECT r.id, r.workspace_id, r.workflow_id, r.contact_id, r.status, r.definition, r.step_states, r."trigger", r.lease_owner,
+            (w.sandbox_of IS NOT NULL) AS sandbox, w.name AS ws_name, w.plan AS ws_plan,
+            c.id AS c_id, c.email AS c_email, c.phone AS c_phone, c.first_name AS c_first_name, c.last_name AS c_last_name,
+            c.attributes AS c_attributes,
+            (SELECT json_group_array(t.name ORDER BY t.tag_key) FROM contact_tags t WHERE t.contact_id = c.id) AS c_tags
+       FROM json_each(?) j JOIN workflow_runs r ON r.id = j.value
+       LEFT JOIN workspaces w ON w.id = r.workspace_id
+       LEFT JOIN contacts c ON c.id = r.contact_id AND c.workspace_id = r.workspace_id`,
+  );
+  const context = new RunContext(
+    base,
+    batchLoader(
+      async (ids: number[]) => {
+        const byId = new Map(runs.all(JSON.stringify(ids)).map((r) => [r.id, r]));
+        return ids.map((id) => byId.get(id));
+      },
+      { schedule: queueMicrotask },
+    ),
+  );
+  return {
+    ...base,
+    run: (id) => context.run(id),
+    contact: (id, ws) => context.contact(id, ws),
+    tags: (contactId) => context.tags(contactId),
+    workspace: (id) => context.workspace(id),
   };
 }

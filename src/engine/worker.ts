@@ -9,7 +9,7 @@ import type { LeasedRun } from './committer.js';
 import { flushDeliveryCounts, setDeliveryFlusher, type DeliveryCount } from './counters.js';
 import { RunExecutor, type ExecutorDeps, type RunOutcome } from './executor.js';
 import { PgRunCommitter, RunCommitter } from './committer.js';
-import { pgReadingEngineSql, sqliteEngineSql } from './sql.js';
+import { pgReadingEngineSql, sqliteEngineSql, sqliteReadingEngineSql } from './sql.js';
 import { openPgStore } from '../core/db/store.js';
 import { RenderError, renderContent, type RenderContext } from './render.js';
 
@@ -57,8 +57,7 @@ function executorDeps(data: EngineWorkerData): ExecutorDeps {
   }
   setProcessWriteLock(new WriteLock(data.writeLock));
   const db = openDatabase(config.dbFile, { synchronous: config.dbSynchronous });
-  const sql = sqliteEngineSql(db);
-  return { db, sql, committer: new RunCommitter(db, sql) };
+  return { db, sql: sqliteReadingEngineSql(db), committer: new RunCommitter(db, sqliteEngineSql(db)) };
 }
 
 /** Connections each engine thread keeps open at most on PostgreSQL (reads and its group commit). */

@@ -5,7 +5,16 @@
  * fails, each key is loaded again alone, so that one key the database refuses fails only its
  * own read, not every read of its turn.
  */
-export function batchLoader<K, V>(load: (keys: K[]) => Promise<V[]>): (key: K) => Promise<V> {
+export function batchLoader<K, V>(
+  load: (keys: K[]) => Promise<V[]>,
+  /**
+   * When the batch is loaded: by default after the turn's I/O (setImmediate). A store whose
+   * reads are synchronous (SQLite) takes `queueMicrotask`: the keys asked for before the
+   * first await, and no turn of the event loop lost.
+   */
+  opts: { schedule?: (flush: () => void) => void } = {},
+): (key: K) => Promise<V> {
+  const schedule = opts.schedule ?? setImmediate;
   let pending: { key: K; resolve: (value: V) => void; reject: (err: unknown) => void }[] = [];
   const flush = async () => {
     const batch = pending;
@@ -20,7 +29,7 @@ export function batchLoader<K, V>(load: (keys: K[]) => Promise<V[]>): (key: K) =
   };
   return (key) =>
     new Promise<V>((resolve, reject) => {
-      if (!pending.length) setImmediate(() => void flush());
+      if (!pending.length) schedule(() => void flush());
       pending.push({ key, resolve, reject });
     });
 }
