@@ -1,7 +1,7 @@
 // Bundles the program with esbuild into dist/: svc.js (CLI and server) and worker.js (the
 // run engine's worker threads), and the web console into dist/console (src/console/build.mjs).
 // Migrations are copied beside the bundle.
-import { cpSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { build } from 'esbuild';
 import { buildConsole } from './src/console/build.mjs';
 
@@ -16,6 +16,12 @@ await build({
   format: 'esm',
   target: 'node22',
   sourcemap: 'linked',
+  // V8 keeps a bundle's source text in memory for as long as the program runs (it compiles
+  // functions lazily from it), once per thread. Without whitespace and comments it is 4.8 MB
+  // instead of 7.0 (svc.js) and 1.7 instead of 2.5 (worker.js). Names stay as written, so
+  // stack traces still name their functions; NODE_OPTIONS=--enable-source-maps maps their
+  // lines to the sources (the .map files beside the bundles).
+  minifyWhitespace: true,
   // Native addons and packages that locate their own files at run time stay in node_modules
   // (piscina starts its worker wrapper from beside its own module); pg's optional native
   // binding (pg-native) is only loaded through pg.native, which svc never uses.
@@ -34,6 +40,15 @@ await build({
   },
   logLevel: 'warning',
 });
+// V8 holds a source text as Latin-1 when every character is, and as UTF-16, twice the size,
+// as soon as one is not (before, a dash in a dependency's comment made svc.js 14 MB in
+// memory). esbuild writes every string, regular expression and identifier as ASCII (its
+// default charset), so any other character left is in a comment it keeps (a licence): each
+// UTF-16 unit of one becomes '?', which keeps every line and column, and so the source maps.
+for (const file of ['dist/svc.js', 'dist/worker.js']) {
+  const text = readFileSync(file, 'utf8');
+  writeFileSync(file, text.replace(/[^\x00-\x7f]/g, '?'));
+}
 cpSync('migrations', 'dist/migrations', { recursive: true });
 // The API reference page at /docs (Swagger UI), served from the bundle so it works offline.
 for (const file of ['swagger-ui.css', 'swagger-ui-bundle.js']) cpSync(`node_modules/swagger-ui-dist/${file}`, `dist/docs/${file}`);
