@@ -91,16 +91,27 @@ const coercingAjv = new Ajv({ allErrors: true, coerceTypes: 'array', removeAddit
  * Validators and serializers are compiled once per process, by the schema's text: every app
  * built in one process (the tests build hundreds, a cluster benchmark several) shares them
  * instead of compiling each route's schemas again, which is most of what building an app costs.
- * Both kinds of function are pure; a validator's `errors` is read right after its call.
+ * And each is compiled on its first use, not when its route is registered: Ajv and
+ * fast-json-stringify generate code, and a node serving webhooks would otherwise hold the
+ * compiled schemas of every route it never serves. Both kinds of function are pure; a
+ * validator's `errors` is read right after its call.
  */
-const compiledValidators = new Map<string, ReturnType<typeof compileValidator>>();
+type Validator = ReturnType<typeof compileValidator>;
+const compiledValidators = new Map<string, Validator>();
 const compiledSerializers = new Map<string, (data: unknown) => string>();
 
 function validatorCompiler({ schema, httpPart }: { schema: object; httpPart?: string }) {
   const key = `${httpPart === 'body' ? 'body' : 'text'} ${JSON.stringify(schema)}`;
   let validate = compiledValidators.get(key);
   if (!validate) {
-    validate = compileValidator(schema, httpPart);
+    let compiled: Validator | undefined;
+    const lazy = ((data: unknown) => {
+      compiled ??= compileValidator(schema, httpPart);
+      const ok = compiled(data);
+      lazy.errors = compiled.errors;
+      return ok;
+    }) as Validator;
+    validate = lazy;
     compiledValidators.set(key, validate);
   }
   return validate;
@@ -110,7 +121,8 @@ function serializerCompiler({ schema }: { schema: object }) {
   const key = JSON.stringify(schema);
   let serialize = compiledSerializers.get(key);
   if (!serialize) {
-    serialize = fastJsonStringify(schema);
+    let compiled: ((data: unknown) => string) | undefined;
+    serialize = (data) => (compiled ??= fastJsonStringify(schema))(data);
     compiledSerializers.set(key, serialize);
   }
   return serialize;
