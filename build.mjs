@@ -47,7 +47,7 @@ await build({
 // UTF-16 unit of one becomes '?', which keeps every line and column, and so the source maps.
 for (const file of ['dist/svc.js', 'dist/worker.js']) {
   const text = readFileSync(file, 'utf8');
-  writeFileSync(file, text.replace(/[^\x00-\x7f]/g, '?'));
+  writeFileSync(file, text.replace(/[\u0080-\uffff]/g, '?'));
 }
 cpSync('migrations', 'dist/migrations', { recursive: true });
 // The API reference page at /docs (Swagger UI), served from the bundle so it works offline.

@@ -122,7 +122,10 @@ function serializerCompiler({ schema }: { schema: object }) {
   let serialize = compiledSerializers.get(key);
   if (!serialize) {
     let compiled: ((data: unknown) => string) | undefined;
-    serialize = (data) => (compiled ??= fastJsonStringify(schema))(data);
+    serialize = (data) => {
+      compiled ??= fastJsonStringify(schema);
+      return compiled(data);
+    };
     compiledSerializers.set(key, serialize);
   }
   return serialize;
