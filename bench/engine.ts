@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import autocannon from 'autocannon';
 import { prepareBaseline } from './baseline.js';
-import { fixedRate, peakRssMb, runRequests, setUpRunWorkflow, startProcess, stop } from './lib.js';
+import { cpuMs, fixedRate, peakRssMb, runRequests, setUpRunWorkflow, startProcess, stop } from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const RUNS = Number(process.env.BENCH_RUNS ?? 20_000);
@@ -40,7 +40,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
  * Throughput of one build: RUNS runs queued by an ingest-only server on a fresh data folder,
  * then timed while a server with the engine on drains them.
  */
-async function throughput(checkout: string): Promise<{ runsPerSecond: number; failed: number; rss: number }> {
+async function throughput(checkout: string): Promise<{ runsPerSecond: number; failed: number; rss: number; cpuUsPerRun: number }> {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-engine-'));
   const dbFile = join(dataDir, 'svc.db');
   const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_WEBHOOK_RATE_LIMIT: '1000000' };
@@ -55,6 +55,8 @@ async function throughput(checkout: string): Promise<{ runsPerSecond: number; fa
     await autocannon({ url: base + path, connections: 50, amount: RUNS, requests: runRequests(RUNS) });
     await stop(svc.child);
     ({ svc, base } = await serve(env, checkout));
+    // The server's CPU time (all its threads) from the moment it listens to the last run done.
+    const cpuBefore = cpuMs(svc.child.pid!);
     const started = Date.now();
     let done = 0;
     while (done < RUNS) {
@@ -64,9 +66,10 @@ async function throughput(checkout: string): Promise<{ runsPerSecond: number; fa
       await new Promise((r) => setTimeout(r, 50));
     }
     const seconds = (Date.now() - started) / 1000;
+    const cpuUsPerRun = Math.round(((cpuMs(svc.child.pid!) - cpuBefore) * 1000) / RUNS);
     const rss = peakRssMb(svc.child.pid!);
     await stop(svc.child);
-    return { runsPerSecond: Math.round(RUNS / seconds), failed: counts(dbFile).FAILED ?? 0, rss };
+    return { runsPerSecond: Math.round(RUNS / seconds), failed: counts(dbFile).FAILED ?? 0, rss, cpuUsPerRun };
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
@@ -85,7 +88,8 @@ async function main(): Promise<void> {
       mine.push(await throughput(root));
       if (baseline) theirs.push(await throughput(baseline.dir));
     }
-    const show = (results: typeof mine) => results.map((r) => `${r.runsPerSecond} runs/s (${r.failed} failed, peak RSS ${r.rss} MB)`).join('; ');
+    const show = (results: typeof mine) =>
+      results.map((r) => `${r.runsPerSecond} runs/s, ${r.cpuUsPerRun} µs CPU a run (${r.failed} failed, peak RSS ${r.rss} MB)`).join('; ');
     console.log(
       `engine: ${RUNS} queued runs of 3 steps (update_contact, send_email via outbox, add_tags), ${process.env.SVC_WORKERS ?? 'default'} workers, drained from server start, ${ROUNDS} rounds`,
     );

@@ -1,4 +1,3 @@
-import { Agent } from 'undici';
 import type { Config } from '../core/config.js';
 import {
   accountKey,
@@ -10,6 +9,7 @@ import {
   DEFAULT_RATE_LIMIT_DELAY_MS,
   destinationKey,
   guardedConnector,
+  loadUndici,
   MAX_IN_THREAD_WAIT_MS,
   OutboundError,
   parseRetryAfter,
@@ -264,8 +264,9 @@ export async function safeRequest(req: HttpRequest, policy: HttpPolicy, options:
     controller.abort(new HttpRequestError('timeout', `no complete answer within ${policy.timeoutMs} ms`));
   }, policy.timeoutMs);
   // A custom resolver gets an Agent of its own; everything else shares this thread's pools.
+  const { Agent } = await loadUndici();
   const own = options.lookup ? new Agent({ connect: guardedConnector(outbound, policy.timeoutMs, options.lookup) }) : undefined;
-  const agent = own ?? agentFor(outbound, policy.timeoutMs);
+  const agent = own ?? (await agentFor(outbound, policy.timeoutMs));
 
   try {
     for (let redirects = 0; ; redirects++) {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { connect as netConnect, isIP, isIPv4, isIPv6, Socket } from 'node:net';
-import { Agent, buildConnector } from 'undici';
+import type { Agent, buildConnector } from 'undici';
 import type { Config } from '../core/config.js';
 
 /**
@@ -262,12 +262,30 @@ export async function resolveChecked(hostname: string, port: number | string, po
 // ---------------------------------------------------------------------------------------
 // Sockets: undici connector and plain TCP (SMTP)
 
+type Undici = typeof import('undici');
+let undici: Undici | undefined;
+
+/**
+ * undici, loaded on a thread's first call out (an http_request step, a provider's API, Stripe):
+ * most threads make none (webhook intake, the outbox), and it is the largest module they would
+ * otherwise evaluate at start, about 5 MB of heap in each of them.
+ */
+export async function loadUndici(): Promise<Undici> {
+  undici ??= await import('undici');
+  return undici;
+}
+
+function loadedUndici(): Undici {
+  if (!undici) throw new Error('undici is used before loadUndici() resolved');
+  return undici;
+}
+
 /**
  * An undici connector that resolves and checks the host, then connects to the checked
  * addresses in order. One timer bounds resolution and connect.
  */
 export function guardedConnector(policy: OutboundPolicy, timeoutMs: number, lookup: HostLookup = systemLookup): buildConnector.connector {
-  const base = buildConnector({ timeout: timeoutMs });
+  const base = loadedUndici().buildConnector({ timeout: timeoutMs });
   return (opts, callback) => {
     const host = bareHost(opts.hostname);
     const port = opts.port || (opts.protocol === 'https:' ? '443' : '80');
@@ -366,7 +384,8 @@ const agents = new Map<string, Agent>();
  * reused by every request (pools are per origin inside it). A pooled connection stays
  * bound to the address that was checked when it opened.
  */
-export function agentFor(policy: OutboundPolicy, connectTimeoutMs: number): Agent {
+export async function agentFor(policy: OutboundPolicy, connectTimeoutMs: number): Promise<Agent> {
+  const { Agent } = await loadUndici();
   const key = JSON.stringify([policy.allowPrivate, [...policy.allowedHosts].sort(), connectTimeoutMs]);
   let agent = agents.get(key);
   if (agent) {

@@ -1,6 +1,6 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { request } from 'undici';
 import type { Config } from '../core/config.js';
+import { loadUndici } from './outbound.js';
 
 /**
  * The small part of Stripe's API that billing uses: creating a Checkout Session over HTTP
@@ -42,6 +42,7 @@ export async function createCheckoutSession(
   let status: number;
   let text: string;
   try {
+    const { request } = await loadUndici();
     const res = await request(`${config.stripe.baseUrl}/v1/checkout/sessions`, {
       method: 'POST',
       headers: {

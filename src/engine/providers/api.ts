@@ -148,7 +148,7 @@ export async function postToProvider(
   policy: OutboundPolicy = defaultOutboundPolicy(),
 ): Promise<ApiReply> {
   const target = typeof url === 'string' ? new URL(url) : url;
-  const res = await agentFor(policy, timeoutMs).request({
+  const res = await (await agentFor(policy, timeoutMs)).request({
     origin: target.origin,
     path: `${target.pathname}${target.search}`,
     method: 'POST',

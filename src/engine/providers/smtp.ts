@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
-import { createTransport, type Transporter } from 'nodemailer';
+import type { Transporter } from 'nodemailer';
 import type { SmtpCredentials, SmtpSettings } from '../../core/services/channels.js';
 import {
   accountKey,
@@ -46,7 +46,16 @@ function evictIdle(now: number): void {
   }
 }
 
-function transportFor(settings: SmtpSettings, credentials: SmtpCredentials, timeoutMs: number, policy: OutboundPolicy): PooledTransport {
+/** nodemailer, loaded on a thread's first SMTP send (most threads make none: about 2 MB of heap each). */
+let nodemailer: Promise<typeof import('nodemailer')> | undefined;
+
+function transportFor(
+  createTransport: typeof import('nodemailer')['createTransport'],
+  settings: SmtpSettings,
+  credentials: SmtpCredentials,
+  timeoutMs: number,
+  policy: OutboundPolicy,
+): PooledTransport {
   const key = createHash('sha256')
     .update(JSON.stringify([settings, credentials, timeoutMs, policy.allowPrivate, [...policy.allowedHosts].sort()]))
     .digest('base64url');
@@ -173,8 +182,10 @@ export const smtpProvider: Provider = {
     const left = await waitUntilUnblocked(rateKey, MAX_IN_THREAD_WAIT_MS);
     if (left > 0) return rateLimited('smtp', left, 'an earlier send was told to slow down');
 
+    nodemailer ??= import('nodemailer');
+    const { createTransport } = await nodemailer;
     const release = await acquireSlot(destination, policy.perHostConcurrency);
-    const entry = transportFor(s, c, opts.timeoutMs, policy);
+    const entry = transportFor(createTransport, s, c, opts.timeoutMs, policy);
     entry.inFlight++;
     const r = msg.rendered;
     try {
