@@ -431,6 +431,41 @@ test('list filters: tag (any case), email (any case), phone (any format), q', as
   }
 });
 
+test('q follows every change of a searched field, and an update that writes the same values keeps the contact found', async (t) => {
+  const { s, token } = await setup(t);
+  const ada = await create(s, token, { email: 'ada@example.com', phone: '+16135550138', firstName: 'Ada', lastName: 'Lovelace' });
+  const found = async (q: string) => {
+    const res = await s.request('GET', `/contacts?q=${encodeURIComponent(q)}`, { token });
+    assert.equal(res.status, 200, res.text);
+    return res.body.data.map((c: { id: number }) => c.id) as number[];
+  };
+  // The same values written again (as PATCH with every field, and update_contact, do).
+  const same = await s.request('PATCH', `/contacts/${ada.id}`, {
+    token,
+    body: { email: 'ada@example.com', phone: '+16135550138', firstName: 'Ada', lastName: 'Lovelace' },
+  });
+  assert.equal(same.status, 200, same.text);
+  for (const q of ['ada@ex', 'Lovel', '6135550', 'Ada']) assert.deepEqual(await found(q), [ada.id], q);
+  // Each searched field changed alone: the new value is found, the old one no more.
+  const changes: [Record<string, string | null>, string, string][] = [
+    [{ email: 'countess@example.org' }, 'countess', 'ada@ex'],
+    [{ phone: '+14155552671' }, '4155552', '6135550'],
+    [{ lastName: 'King' }, 'King', 'Lovel'],
+    [{ firstName: 'Augusta' }, 'Augusta', 'Ada'],
+  ];
+  for (const [body, now, before] of changes) {
+    const res = await s.request('PATCH', `/contacts/${ada.id}`, { token, body });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(await found(now), [ada.id], `${JSON.stringify(body)}: ${now}`);
+    assert.deepEqual(await found(before), [], `${JSON.stringify(body)}: ${before}`);
+  }
+  // A field set to nothing is no longer found either.
+  const cleared = await s.request('PATCH', `/contacts/${ada.id}`, { token, body: { lastName: null } });
+  assert.equal(cleared.status, 200, cleared.text);
+  assert.deepEqual(await found('King'), []);
+  assert.deepEqual(await found('Augusta'), [ada.id]);
+});
+
 test('bad list query inputs are 400 problems', async (t) => {
   const { s, token } = await setup(t);
   await create(s, token, { email: 'q@example.com' });
