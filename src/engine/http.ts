@@ -264,8 +264,7 @@ export async function safeRequest(req: HttpRequest, policy: HttpPolicy, options:
     controller.abort(new HttpRequestError('timeout', `no complete answer within ${policy.timeoutMs} ms`));
   }, policy.timeoutMs);
   // A custom resolver gets an Agent of its own; everything else shares this thread's pools.
-  const { Agent } = await loadUndici();
-  const own = options.lookup ? new Agent({ connect: guardedConnector(outbound, policy.timeoutMs, options.lookup) }) : undefined;
+  const own = options.lookup ? new (await loadUndici()).Agent({ connect: guardedConnector(outbound, policy.timeoutMs, options.lookup) }) : undefined;
   const agent = own ?? (await agentFor(outbound, policy.timeoutMs));
 
   try {

@@ -405,7 +405,7 @@ export function pgSchedulerSql(client: Pick<pg.PoolClient, 'query'>): SchedulerS
   };
 }
 
-/** How long an engine thread on PostgreSQL reuses a workspace, template or provider it read. */
+/** How long an engine thread on PostgreSQL reuses a template or provider it read. */
 export const ENGINE_READ_CACHE_MS = 1_000;
 
 /** A run read with its workspace, contact and the contact's tags (a JSON array of names, in tag order). */
@@ -425,7 +425,7 @@ interface RunWithContext extends RunRow {
 /**
  * The statements an engine thread reads through on PostgreSQL, where each is a round trip:
  * reading a run also reads its workspace, contact and tags (one query instead of four; the
- * executor asks for them next and gets them from that read), and a workspace, template or
+ * executor asks for them next and gets them from that read: RunContext), and a template or
  * channel provider read is reused for ENGINE_READ_CACHE_MS: a change to one reaches the
  * runs of every node within a second, as the cluster's other caches do. Writes and the
  * reads inside a commit go through pgEngineSql as ever.
@@ -446,7 +446,6 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
     value.catch(() => cache.delete(key));
     return value;
   };
-  const workspaceOf = (id: number) => base.workspace(id) as Promise<{ id: number; name: string; plan: string } | undefined>;
   // The runs of a task start together, and reach their sends together: the reads of one turn
   // of the event loop are one query.
   const context = new RunContext(
@@ -467,7 +466,6 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
       const byId = new Map(rows.map((r) => [r.id, r]));
       return ids.map((id) => byId.get(id));
     }),
-    (ws) => cache.set(`w:${ws.id}`, { at: Date.now(), value: Promise.resolve(ws) }),
   );
   const attempts = batchLoader(async (keys: { runId: number; stepIndex: number }[]) => {
     const rows = await read<{ run_id: number; step_index: number; status: string }>(
@@ -483,7 +481,7 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
     run: (id) => context.run(id),
     contact: (id, ws) => context.contact(id, ws),
     tags: (contactId) => context.tags(contactId),
-    workspace: (id) => cached(`w:${id}`, () => workspaceOf(id)),
+    workspace: (id) => context.workspace(id),
     template: (id, ws) => cached(`t:${ws}:${id}`, () => base.template(id, ws) as Promise<{ id: number; channel: string; content: string } | undefined>),
     provider: (ws, channel) => cached(`p:${ws}:${channel}`, () => base.provider(ws, channel) as Promise<string | undefined>),
   };
@@ -508,7 +506,6 @@ class RunContext {
   constructor(
     private readonly base: EngineSql,
     private readonly load: (id: number) => Promise<RunWithContext | undefined>,
-    private readonly onWorkspace?: (ws: { id: number; name: string; plan: string }) => void,
   ) {}
 
   async run(id: number): Promise<RunRow | undefined> {
@@ -519,7 +516,6 @@ class RunContext {
       const ws = { id: run.workspace_id, name: ws_name, plan: ws_plan };
       if (this.workspaces.size > CONTEXT_ENTRIES_MAX) this.workspaces.clear();
       this.workspaces.set(ws.id, ws);
-      this.onWorkspace?.(ws);
     }
     if (c_id !== null) {
       if (this.contacts.size > CONTEXT_ENTRIES_MAX) this.contacts.clear();
