@@ -41,8 +41,8 @@ await build({
   logLevel: 'warning',
 });
 // V8 holds a source text as Latin-1 when every character is, and as UTF-16, twice the size,
-// as soon as one is not (before, a dash in a dependency's comment made svc.js 14 MB in
-// memory). esbuild writes every string, regular expression and identifier as ASCII (its
+// as soon as one is not (before, a dash in a dependency's comment did it to svc.js).
+// esbuild writes every string, regular expression and identifier as ASCII (its
 // default charset), so any other character left is in a comment it keeps (a licence): each
 // UTF-16 unit of one becomes '?', which keeps every line and column, and so the source maps.
 for (const file of ['dist/svc.js', 'dist/worker.js']) {
