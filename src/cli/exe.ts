@@ -1,7 +1,7 @@
 // The entry of the single executable (build-exe.mjs bundles it as CommonJS, the main script
 // of a Node single executable application). It does what bin/svc does for the npm install.
 //
-// `svc serve` runs with 4 MB semi-spaces and one malloc arena (see bin/svc). Inside the executable, arguments
+// `svc serve` runs with 4 MB semi-spaces and one malloc arena whose large blocks are mapped apart (see bin/svc). Inside the executable, arguments
 // are all the program's, never Node options, but Node still reads NODE_OPTIONS: the process
 // re-executes itself in place (same pid, same standard streams) with the flag added there.
 // The program itself is imported only after that, so the first image loads nothing.
@@ -15,9 +15,10 @@ if (
   !nodeOptions.includes(SEMI_SPACE)
 ) {
   // process.argv is [executable, argv0, ...arguments] in a single executable.
-  // And one malloc arena for the process, as bin/svc sets.
+  // And one malloc arena, large blocks mapped apart, as bin/svc sets.
   process.execve(process.execPath, process.argv.slice(1), {
     MALLOC_ARENA_MAX: '1',
+    MALLOC_MMAP_THRESHOLD_: '32768',
     ...process.env,
     NODE_OPTIONS: `${nodeOptions} ${SEMI_SPACE}=4`.trim(),
   });

@@ -186,12 +186,13 @@ test('the executable runs alone: version, serve on an empty folder, a webhook ru
   assert.equal(server.first.dataDir, join(f.work, 'data'));
   assert.ok(server.first.owner, 'serve --json names the generated owner');
   const { email, password } = server.first.owner;
-  // serve re-executed itself with 4 MB semi-spaces and one malloc arena, as bin/svc does (same pid).
+  // serve re-executed itself with 4 MB semi-spaces and bin/svc's malloc settings (same pid).
   assert.equal(server.first.pid, server.child.pid);
   if (process.platform === 'linux') {
     const environ = readFileSync(`/proc/${server.child.pid}/environ`, 'utf8').split('\0');
     assert.ok(environ.includes('NODE_OPTIONS=--max-semi-space-size=4'), environ.join(' '));
     assert.ok(environ.includes('MALLOC_ARENA_MAX=1'), environ.join(' '));
+    assert.ok(environ.includes('MALLOC_MMAP_THRESHOLD_=32768'), environ.join(' '));
   }
   const health = await request(server.url, 'GET', '/healthz');
   assert.equal(health.body.version, VERSION);
