@@ -34,6 +34,14 @@ export class WriteBatcher {
 
   private flushing: Promise<void> | undefined;
 
+  /**
+   * Run inside each transaction after its jobs and before COMMIT, with the transaction's
+   * batchId: for writes a batch makes once for all its jobs. Only jobs that ran in that
+   * transaction count: a rolled-back batch's jobs run again, each in a transaction (and
+   * generation) of its own. A hook that throws fails the batch like a failed COMMIT.
+   */
+  readonly beforeCommit: ((writer: Db, batchId: number) => void)[] = [];
+
   constructor(
     private readonly store: SqliteStore,
     private readonly maxBatch = 512,
@@ -108,6 +116,7 @@ export class WriteBatcher {
       }
     }
     try {
+      for (const hook of this.beforeCommit) hook(writer, this.generation);
       client.exec('COMMIT');
     } catch (err) {
       rollback(client);

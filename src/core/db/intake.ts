@@ -107,6 +107,45 @@ function month(): string {
   return monthNow.text;
 }
 
+/**
+ * Now as the schema's defaults write it (strftime '%Y-%m-%dT%H:%M:%fZ', which is what
+ * toISOString gives), made once per millisecond: SQLite formatting the default for each of a
+ * request's four timestamp columns cost more than binding one string.
+ */
+let stampNow = { at: 0, text: '' };
+
+function stamp(): string {
+  const now = Date.now();
+  if (now !== stampNow.at) stampNow = { at: now, text: new Date(now).toISOString() };
+  return stampNow.text;
+}
+
+/** Runs a batch started per workspace, written once before its COMMIT (SQLite). */
+class MonthTally {
+  private batchId = -1;
+  private readonly runs = new Map<number, number>();
+
+  add(batchId: number, workspaceId: number): void {
+    // Left over from a batch that was rolled back: its jobs count again as they run again.
+    if (batchId !== this.batchId) {
+      this.runs.clear();
+      this.batchId = batchId;
+    }
+    this.runs.set(workspaceId, (this.runs.get(workspaceId) ?? 0) + 1);
+  }
+
+  /** The counts of `batchId`'s runs, forgotten once taken. */
+  take(batchId: number): [number, number][] {
+    const counts = batchId === this.batchId ? [...this.runs] : [];
+    this.runs.clear();
+    return counts;
+  }
+}
+
+/** Adds runs to a workspace's month (SQLite). */
+const COUNT_RUNS =
+  'INSERT INTO run_month_counts (workspace_id, month, runs) VALUES (?, ?, ?) ON CONFLICT (workspace_id, month) DO UPDATE SET runs = runs + excluded.runs';
+
 /** The first accepted request with a key (SQLite): through the partial index of events that sent one. */
 export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webhook_events
       WHERE workflow_id = ? AND idempotency_key = ? AND status_code = 202 AND replay_of IS NULL AND received_at > ?
@@ -117,7 +156,7 @@ export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webh
  * writer connection for the batch (reads inside a batch see the batch's own writes) and on
  * the reading connection for the checks before it.
  */
-function sqliteStatements(db: Db): IntakeSql {
+function sqliteStatements(db: Db, batched?: { tally: MonthTally; batchId: () => number }): IntakeSql {
   const c = db.$client;
   const byToken = c.prepare<[string], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE webhook_token = ?`);
   const byId = c.prepare<[number], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE id = ?`);
@@ -128,15 +167,14 @@ function sqliteStatements(db: Db): IntakeSql {
   };
   // No RETURNING: it makes SQLite journal the statement; the id is the rowid. The month's
   // count is kept by this code, not a trigger, for the same reason (migration 0011).
-  const insertRun = c.prepare<[number, number, number, string, string]>(
-    'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?)',
+  const insertRun = c.prepare<[number, number, number, string, string, string, string, string]>(
+    'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
   );
-  const countRun = c.prepare<[number, string]>(
-    'INSERT INTO run_month_counts (workspace_id, month, runs) VALUES (?, ?, 1) ON CONFLICT (workspace_id, month) DO UPDATE SET runs = runs + 1',
-  );
-  const insertEvent = c.prepare<[EventRow]>(
-    `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of)
-     VALUES (@workspaceId, @workflowId, @statusCode, @code, @runId, @contactId, @sourceIp, @contentType, @idempotencyKey, @body, @bodySize, @bodySha256, @replayOf)`,
+  const countRuns = c.prepare<[number, string, number]>(COUNT_RUNS);
+  // Values by position: binding by name looks each one up on the object.
+  const insertEvent = c.prepare<unknown[]>(
+    `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of, received_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
   const firstByKey = c.prepare<[number, string, string], FirstAccepted>(FIRST_BY_IDEMPOTENCY_KEY);
   return {
@@ -144,17 +182,28 @@ function sqliteStatements(db: Db): IntakeSql {
     workflowById: (id) => byId.get(id),
     contactId: (workspaceId, kind, value) => (contact[kind] as { get(w: number, v: string | number): { id: number } | undefined }).get(workspaceId, value)?.id,
     insertRun(workspaceId, workflowId, contactId, definition, trigger) {
-      const id = Number(insertRun.run(workspaceId, workflowId, contactId, definition, trigger).lastInsertRowid);
-      countRun.run(workspaceId, month());
+      const at = stamp();
+      const id = Number(insertRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at).lastInsertRowid);
+      if (batched) batched.tally.add(batched.batchId(), workspaceId);
+      else countRuns.run(workspaceId, month(), 1);
       return id;
     },
-    insertEvent: (row) => void insertEvent.run(row),
+    insertEvent: (row) => void insertEvent.run(...eventValues(row), stamp()),
     firstByIdempotencyKey: (workflowId, key, since) => firstByKey.get(workflowId, key, since),
   };
 }
 
 export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake {
-  const write = sqliteStatements(store.writer);
+  // A batch's runs are counted in one statement per workspace before its COMMIT, not one per run.
+  const tally = new MonthTally();
+  const countRuns = store.writer.$client.prepare<[number, string, number]>(COUNT_RUNS);
+  batcher.beforeCommit.push((_writer, batchId) => {
+    const counts = tally.take(batchId);
+    if (!counts.length) return;
+    const at = month();
+    for (const [workspaceId, runs] of counts) countRuns.run(workspaceId, at, runs);
+  });
+  const write = sqliteStatements(store.writer, { tally, batchId: () => batcher.batchId });
   return {
     read: sqliteStatements(store.db),
     run: (job) => batcher.run(() => runSync(job(batcher.batchId), write)),
