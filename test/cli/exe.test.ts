@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -193,6 +193,20 @@ test('the executable runs alone: version, serve on an empty folder, a webhook ru
     assert.ok(environ.includes('NODE_OPTIONS=--max-semi-space-size=4'), environ.join(' '));
     assert.ok(environ.includes('MALLOC_ARENA_MAX=1'), environ.join(' '));
     assert.ok(environ.includes('MALLOC_MMAP_THRESHOLD_=32768'), environ.join(' '));
+    // Started without short builtin calls (the executable's own execArgv): V8 maps no second
+    // copy of its builtins' code beside a thread's code, so no part of the file is mapped
+    // executable twice.
+    const exe = realpathSync(`/proc/${server.child.pid}/exe`);
+    const code = readFileSync(`/proc/${server.child.pid}/maps`, 'utf8')
+      .split('\n')
+      .filter((line) => line.endsWith(` ${exe}`) && line.split(/\s+/)[1]!.includes('x'))
+      .map((line) => {
+        const [range, , offset] = line.split(/\s+/);
+        const [from, to] = range!.split('-').map((x) => Number.parseInt(x, 16));
+        const start = Number.parseInt(offset!, 16);
+        return { start, end: start + to! - from!, line };
+      });
+    for (const a of code) for (const b of code) if (a !== b) assert.ok(a.end <= b.start || b.end <= a.start, `mapped twice:\n${a.line}\n${b.line}`);
   }
   const health = await request(server.url, 'GET', '/healthz');
   assert.equal(health.body.version, VERSION);
