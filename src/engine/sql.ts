@@ -112,6 +112,28 @@ const RUN_SQL = `SELECT id, workspace_id, workflow_id, contact_id, status, defin
 const PROVIDER_SQL = `SELECT provider FROM channel_settings WHERE workspace_id = ? AND channel = ?
    AND NOT EXISTS (SELECT 1 FROM workspaces w WHERE w.id = channel_settings.workspace_id AND w.sandbox_of IS NOT NULL)`;
 
+/**
+ * The values of the engine's wider writes in their statements' order, shared by both stores.
+ * SQLite binds them by position too: by name, better-sqlite3 looks each one up on the object.
+ */
+const contactUpdateValues = (v: ContactUpdate) => [v.email, v.phone, v.firstName, v.lastName, v.attributes, v.now, v.id, v.workspaceId];
+const runSaveValues = (v: RunSave) => [v.status, v.stepStates, v.runAt, v.now, v.finishedAt, v.id, v.owner];
+const attemptInsertValues = (v: AttemptInsert) => [
+  v.workspaceId,
+  v.channel,
+  v.provider,
+  v.to,
+  v.status,
+  v.attempt,
+  v.providerMessageId,
+  v.error,
+  v.runId,
+  v.stepIndex,
+  v.templateId,
+  v.rendered,
+];
+const attemptMarkValues = (v: AttemptMark) => [v.status, v.providerMessageId, v.error, v.now, v.id];
+
 export function sqliteEngineSql(db: Db): EngineSql {
   const c = db.$client;
   const s = {
@@ -126,28 +148,26 @@ export function sqliteEngineSql(db: Db): EngineSql {
     ),
     addTag: c.prepare('INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING'),
     removeTag: c.prepare('DELETE FROM contact_tags WHERE contact_id = ? AND workspace_id = ? AND tag_key = ?'),
-    updateContact: c.prepare<[ContactUpdate]>(
-      'UPDATE contacts SET email = @email, phone = @phone, first_name = @firstName, last_name = @lastName, attributes = @attributes, updated_at = @now WHERE id = @id AND workspace_id = @workspaceId',
+    updateContact: c.prepare<unknown[]>(
+      'UPDATE contacts SET email = ?, phone = ?, first_name = ?, last_name = ?, attributes = ?, updated_at = ? WHERE id = ? AND workspace_id = ?',
     ),
     emailTaken: c.prepare<[number, string, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND email = ? AND id != ?'),
     phoneTaken: c.prepare<[number, string, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ? AND id != ?'),
-    saveRun: c.prepare<[RunSave]>(
-      `UPDATE workflow_runs SET status = @status, step_states = @stepStates, run_at = @runAt, lease_owner = NULL, lease_until = NULL,
-         updated_at = @now, finished_at = @finishedAt WHERE id = @id AND lease_owner = @owner`,
+    saveRun: c.prepare<unknown[]>(
+      `UPDATE workflow_runs SET status = ?, step_states = ?, run_at = ?, lease_owner = NULL, lease_until = NULL,
+         updated_at = ?, finished_at = ? WHERE id = ? AND lease_owner = ?`,
     ),
     saveProgress: c.prepare('UPDATE workflow_runs SET step_states = ?, updated_at = ? WHERE id = ? AND lease_owner = ?'),
     attemptsForStep: c.prepare<[number, number], { status: string }>(
       'SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id',
     ),
-    insertAttempt: c.prepare<[AttemptInsert]>(
+    insertAttempt: c.prepare<unknown[]>(
       `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
-       VALUES (@workspaceId, @channel, @provider, @to, @status, @attempt, @providerMessageId, @error, @runId, @stepIndex, @templateId, @rendered)`,
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     provider: c.prepare<[number, string], { provider: string }>(PROVIDER_SQL),
     recordRequest: c.prepare('INSERT INTO sandbox_requests (workspace_id, run_id, step_index, method, url, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)'),
-    markAttempt: c.prepare<[AttemptMark]>(
-      'UPDATE delivery_attempts SET status = @status, provider_message_id = @providerMessageId, error = @error, updated_at = @now WHERE id = @id',
-    ),
+    markAttempt: c.prepare<unknown[]>('UPDATE delivery_attempts SET status = ?, provider_message_id = ?, error = ?, updated_at = ? WHERE id = ?'),
     leaseHeld: c.prepare<[number, string], { id: number }>("SELECT id FROM workflow_runs WHERE id = ? AND lease_owner = ? AND status = 'RUNNING'"),
   };
   return {
@@ -162,12 +182,12 @@ export function sqliteEngineSql(db: Db): EngineSql {
     provider: (ws, channel) => s.provider.get(ws, channel)?.provider,
     addTag: (contactId, ws, key, name) => s.addTag.run(contactId, ws, key, name),
     removeTag: (contactId, ws, key) => s.removeTag.run(contactId, ws, key),
-    updateContact: (values) => s.updateContact.run(values),
-    saveRun: (values) => s.saveRun.run(values),
+    updateContact: (values) => s.updateContact.run(...contactUpdateValues(values)),
+    saveRun: (values) => s.saveRun.run(...runSaveValues(values)),
     saveProgress: (states, now, id, owner) => s.saveProgress.run(states, now, id, owner),
-    insertAttempt: (values) => Number(s.insertAttempt.run(values).lastInsertRowid),
+    insertAttempt: (values) => Number(s.insertAttempt.run(...attemptInsertValues(values)).lastInsertRowid),
     recordRequest: (ws, runId, stepIndex, method, url, headers, body) => s.recordRequest.run(ws, runId, stepIndex, method, url, headers, body),
-    markAttempt: (values) => s.markAttempt.run(values),
+    markAttempt: (values) => s.markAttempt.run(...attemptMarkValues(values)),
     leaseHeld: (id, token) => s.leaseHeld.get(id, token) !== undefined,
   };
 }
@@ -230,14 +250,14 @@ export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient,
       q(
         'update_contact',
         'UPDATE contacts SET email = $1, phone = $2, first_name = $3, last_name = $4, attributes = $5::json, updated_at = $6 WHERE id = $7 AND workspace_id = $8',
-        [v.email, v.phone, v.firstName, v.lastName, v.attributes, v.now, v.id, v.workspaceId],
+        contactUpdateValues(v),
       ),
     saveRun: (v) =>
       q(
         'save_run',
         `UPDATE workflow_runs SET status = $1, step_states = $2::json, run_at = $3, lease_owner = NULL, lease_until = NULL, updated_at = $4, finished_at = $5
           WHERE id = $6 AND lease_owner = $7`,
-        [v.status, v.stepStates, v.runAt, v.now, v.finishedAt, v.id, v.owner],
+        runSaveValues(v),
       ),
     saveProgress: (states, now, id, owner) =>
       q('save_progress', 'UPDATE workflow_runs SET step_states = $1::json, updated_at = $2 WHERE id = $3 AND lease_owner = $4', [states, now, id, owner]),
@@ -246,7 +266,7 @@ export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient,
         'insert_attempt',
         `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::json) RETURNING id`,
-        [v.workspaceId, v.channel, v.provider, v.to, v.status, v.attempt, v.providerMessageId, v.error, v.runId, v.stepIndex, v.templateId, v.rendered],
+        attemptInsertValues(v),
       ))!.id,
     recordRequest: (ws, runId, stepIndex, method, url, headers, body) =>
       q(
@@ -255,13 +275,7 @@ export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient,
         [ws, runId, stepIndex, method, url, headers, body],
       ),
     markAttempt: (v) =>
-      q('mark_attempt', 'UPDATE delivery_attempts SET status = $1, provider_message_id = $2, error = $3, updated_at = $4 WHERE id = $5', [
-        v.status,
-        v.providerMessageId,
-        v.error,
-        v.now,
-        v.id,
-      ]),
+      q('mark_attempt', 'UPDATE delivery_attempts SET status = $1, provider_message_id = $2, error = $3, updated_at = $4 WHERE id = $5', attemptMarkValues(v)),
     leaseHeld: async (id, token) =>
       (await one('lease_held', "SELECT id FROM workflow_runs WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING' FOR UPDATE", [id, token])) !== undefined,
   };
