@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { AttemptInsert, AttemptMark, ContactUpdate, EngineSql, RunSave, TagDelta } from './sql.js';
-import { pgEngineSql } from './sql.js';
+import { attemptInsertValues, pgEngineSql } from './sql.js';
 
 /** How one kind of write is sent for many rows at once: its statement and each row's key. */
 interface Kind {
@@ -161,21 +161,7 @@ export class HeldEngineSql implements EngineSql {
       this.attemptIds = rows.map((r) => r.id);
     }
     const id = this.attemptIds.shift()!;
-    await this.hold(this.kinds.insertAttempt, `a:${id}`, [
-      id,
-      v.workspaceId,
-      v.channel,
-      v.provider,
-      v.to,
-      v.status,
-      v.attempt,
-      v.providerMessageId,
-      v.error,
-      v.runId,
-      v.stepIndex,
-      v.templateId,
-      v.rendered,
-    ]);
+    await this.hold(this.kinds.insertAttempt, `a:${id}`, [id, ...attemptInsertValues(v)]);
     return id;
   }
 }

@@ -118,7 +118,7 @@ const PROVIDER_SQL = `SELECT provider FROM channel_settings WHERE workspace_id =
  */
 const contactUpdateValues = (v: ContactUpdate) => [v.email, v.phone, v.firstName, v.lastName, v.attributes, v.now, v.id, v.workspaceId];
 const runSaveValues = (v: RunSave) => [v.status, v.stepStates, v.runAt, v.now, v.finishedAt, v.id, v.owner];
-const attemptInsertValues = (v: AttemptInsert) => [
+export const attemptInsertValues = (v: AttemptInsert) => [
   v.workspaceId,
   v.channel,
   v.provider,
