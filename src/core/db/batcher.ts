@@ -40,7 +40,7 @@ export class WriteBatcher {
    * transaction count: a rolled-back batch's jobs run again, each in a transaction (and
    * generation) of its own. A hook that throws fails the batch like a failed COMMIT.
    */
-  readonly beforeCommit: ((writer: Db, batchId: number) => void)[] = [];
+  readonly beforeCommit: ((batchId: number) => void)[] = [];
 
   constructor(
     private readonly store: SqliteStore,
@@ -116,7 +116,7 @@ export class WriteBatcher {
       }
     }
     try {
-      for (const hook of this.beforeCommit) hook(writer, this.generation);
+      for (const hook of this.beforeCommit) hook(this.generation);
       client.exec('COMMIT');
     } catch (err) {
       rollback(client);

@@ -156,7 +156,7 @@ export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webh
  * writer connection for the batch (reads inside a batch see the batch's own writes) and on
  * the reading connection for the checks before it.
  */
-function sqliteStatements(db: Db, batched?: { tally: MonthTally; batchId: () => number }): IntakeSql {
+function sqliteStatements(db: Db, onRun?: (workspaceId: number) => void): IntakeSql {
   const c = db.$client;
   const byToken = c.prepare<[string], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE webhook_token = ?`);
   const byId = c.prepare<[number], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE id = ?`);
@@ -170,7 +170,6 @@ function sqliteStatements(db: Db, batched?: { tally: MonthTally; batchId: () => 
   const insertRun = c.prepare<[number, number, number, string, string, string, string, string]>(
     'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
   );
-  const countRuns = c.prepare<[number, string, number]>(COUNT_RUNS);
   // Values by position: binding by name looks each one up on the object.
   const insertEvent = c.prepare<unknown[]>(
     `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of, received_at)
@@ -184,8 +183,7 @@ function sqliteStatements(db: Db, batched?: { tally: MonthTally; batchId: () => 
     insertRun(workspaceId, workflowId, contactId, definition, trigger) {
       const at = stamp();
       const id = Number(insertRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at).lastInsertRowid);
-      if (batched) batched.tally.add(batched.batchId(), workspaceId);
-      else countRuns.run(workspaceId, month(), 1);
+      onRun?.(workspaceId);
       return id;
     },
     insertEvent: (row) => void insertEvent.run(...eventValues(row), stamp()),
@@ -197,14 +195,15 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
   // A batch's runs are counted in one statement per workspace before its COMMIT, not one per run.
   const tally = new MonthTally();
   const countRuns = store.writer.$client.prepare<[number, string, number]>(COUNT_RUNS);
-  batcher.beforeCommit.push((_writer, batchId) => {
+  batcher.beforeCommit.push((batchId) => {
     const counts = tally.take(batchId);
     if (!counts.length) return;
     const at = month();
     for (const [workspaceId, runs] of counts) countRuns.run(workspaceId, at, runs);
   });
-  const write = sqliteStatements(store.writer, { tally, batchId: () => batcher.batchId });
+  const write = sqliteStatements(store.writer, (workspaceId) => tally.add(batcher.batchId, workspaceId));
   return {
+    // The reading connection is query_only: its insertRun never gets as far as counting.
     read: sqliteStatements(store.db),
     run: (job) => batcher.run(() => runSync(job(batcher.batchId), write)),
     close: async () => {},
