@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import cookie from '@fastify/cookie';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
 import fastJsonStringify from 'fast-json-stringify';
@@ -259,7 +258,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     config.metricsToken !== null || config.metricsPort !== null ? new Metrics({ config, store: deps.store, storage, engine: () => app.engine }) : undefined;
   app.decorate('metrics', metrics);
   if (metrics) registerMetrics(app, metrics);
-  await app.register(cookie);
   registerAuth(app, { store: deps.store, config, redis });
   // Before the routes, so that the OpenAPI document sees every one of them.
   await registerOpenApi(app, { version: VERSION, publicUrl: config.publicUrl, sandboxUrl: config.sandboxUrl });

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
 import type { Config } from '../../core/config.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../../core/context.js';
 import type { Store } from '../../core/db/store.js';
@@ -62,18 +62,21 @@ export function registerAuth(app: FastifyInstance, deps: { store: Store; config:
   });
 
   // Every route must say who may call it; a route that forgets is closed, not open.
+  // Authentication runs before the body is read, so anonymous callers cannot make us parse:
+  // an onRequest hook of each route that needs it, after the application's own. A public
+  // route (the webhooks, the health checks) runs none, and no request looks its route's
+  // options up (Fastify builds req.routeOptions anew on every read).
   app.addHook('onRoute', (route) => {
-    if (route.config?.access === undefined && !route.url.startsWith('*') && route.url !== '/*') {
+    const access = route.config?.access;
+    if (access === undefined && !route.url.startsWith('*') && route.url !== '/*') {
       throw new Error(`route ${route.method} ${route.url} declares no config.access`);
     }
-  });
-
-  // Authentication runs before the body is read, so anonymous callers cannot make us parse.
-  // A public route (the webhooks) passes straight on, without a promise.
-  app.addHook('onRequest', (req, _reply, done) => {
-    const access = req.routeOptions.config.access;
-    if (access === undefined || access === 'public') return done();
-    check(req, access).then(() => done(), done);
+    if (access === undefined || access === 'public') return;
+    const authenticateFirst: onRequestHookHandler = (req, _reply, done) => {
+      check(req, access).then(() => done(), done);
+    };
+    const own = route.onRequest === undefined ? [] : Array.isArray(route.onRequest) ? route.onRequest : [route.onRequest];
+    route.onRequest = [authenticateFirst, ...own];
   });
 
   async function check(req: FastifyRequest, access: Exclude<FastifyRequest['routeOptions']['config']['access'], undefined | 'public'>): Promise<void> {

@@ -1,3 +1,4 @@
+import cookie from '@fastify/cookie';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
 import { changePassword, login, logout, me, refresh, switchWorkspace, type LoginResult, type LoginThrottle } from '../../core/services/auth.js';
@@ -43,6 +44,8 @@ const MeResponse = Type.Object({
 });
 
 export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publicUrl: string }): Promise<void> {
+  // Only the routes that set or read the refresh cookie parse cookies (its hooks would run on every request).
+  await app.register(cookie);
   const setCookie = (reply: FastifyReply, token: string, maxAge: number) => setRefreshCookie(reply, opts.publicUrl, token, maxAge);
 
   app.post(

@@ -1,3 +1,4 @@
+import cookie from '@fastify/cookie';
 import { Type } from '@sinclair/typebox';
 import { startSession } from '../../core/services/auth.js';
 import {
@@ -38,6 +39,8 @@ const read = { role: 'VIEWER' as const };
 const admin = { role: 'ADMIN' as const };
 
 export async function membershipRoutes(app: App, opts: { publicUrl: string }): Promise<void> {
+  // Only the routes that set or read the refresh cookie parse cookies (its hooks would run on every request).
+  await app.register(cookie);
   // Invitation emails are sent (and retried) after the 201; closing the server stops the
   // waiting between tries and lets tries in flight finish.
   const closing = new AbortController();
