@@ -25,7 +25,6 @@ const INDEXES = [
   'workflow_runs_contact_idx',
   'workflow_runs_ready_idx',
   'webhook_events_workflow_idx',
-  'webhook_events_received_idx',
 ];
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

@@ -270,6 +270,11 @@ test('the engine, intake, retention and metrics statements on runs read the part
       explain(`SELECT count(*) FROM workflow_runs WHERE status = '${status}'`),
       /USING (COVERING )?INDEX workflow_runs_(ready|running|due)_idx/,
     ]);
+  // Webhook events are pruned oldest id first (no index on received_at, migration 0014): the
+  // first ids in rowid order, a batch's worth (the LIMIT), never sorted.
+  const events = explain(RULES.find((r) => r.what === 'webhookEvents')!.sql, { cutoff: at.now });
+  assert.match(events, /SCAN webhook_events/, events);
+  assert.doesNotMatch(events, /TEMP B-TREE|webhook_events_received_idx/, events);
   for (const [label, text, uses] of cases) {
     assert.match(text, uses, `${label}: ${text}`);
     // A scan of a partial index reads only the rows in that status (the claims in flight, the first QUEUED run, a count of one status).

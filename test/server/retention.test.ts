@@ -10,7 +10,7 @@ import { sql } from 'drizzle-orm';
 import pg from 'pg';
 import { execute } from '../../src/core/db/dialect.js';
 import { PRUNE_BATCH, PRUNE_LOCK_KEY, pruneAll, pruneAllPg, Pruner, type PruneCounts } from '../../src/core/services/retention.js';
-import { build, scalarOf, sqliteStoreOf, testStore, type TestServer } from '../helpers.js';
+import { build, scalarOf, sqliteStoreOf, testStore, webhookWorkflow, type TestServer } from '../helpers.js';
 
 const DAY = 86_400_000;
 const ago = (days: number) => new Date(Date.now() - days * DAY).toISOString();
@@ -70,6 +70,34 @@ test('pruning deletes old finished runs in batches and old audit entries, and ke
   assert.equal(await count(s, sql`SELECT count(*) AS n FROM audit_logs WHERE action = 'test.recent'`), 1);
   // Nothing left: a second pass deletes nothing.
   assert.equal((await pruneNow(s)).runs, 0);
+});
+
+test('webhook events are pruned oldest id first, in batches, while the oldest is past the period; recent ones stay', async (t) => {
+  // No index on received_at (migration 0014): retention reads the first ids, whose events are
+  // the oldest, and stops at the first recent one.
+  const s = await build(t, { env: { SVC_WEBHOOK_EVENT_RETENTION_DAYS: '7' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const path = await webhookWorkflow(s, token, 'events', [{ type: 'add_tags', tags: ['x'] }]);
+  const workflowId = Number(await scalarOf(s, sql`SELECT id AS n FROM workflows WHERE webhook_token = ${path.split('/').pop()!}`));
+  const ws = s.workspaceId;
+  await s.store.transaction(async (tx) => {
+    const run = (query: ReturnType<typeof sql>) => execute(s.store, tx, query);
+    // Received over the weeks, in id order: more past the period than one batch, then recent ones.
+    for (let i = 0; i < PRUNE_BATCH + 20; i++) {
+      await run(
+        sql`INSERT INTO webhook_events (workspace_id, workflow_id, status_code, received_at) VALUES (${ws}, ${workflowId}, 202, ${ago(30 - (i * 20) / (PRUNE_BATCH + 20))})`,
+      );
+    }
+    for (const days of [6, 2, 0])
+      await run(sql`INSERT INTO webhook_events (workspace_id, workflow_id, status_code, received_at) VALUES (${ws}, ${workflowId}, 202, ${ago(days)})`);
+  });
+  // And one received through the URL now.
+  assert.equal((await s.request('POST', path, { body: { email: 'new@example.com' } })).status, 202);
+  const deleted = await pruneNow(s);
+  assert.equal(deleted.webhookEvents, PRUNE_BATCH + 20);
+  assert.equal(await count(s, sql`SELECT count(*) AS n FROM webhook_events`), 4, 'the recent events stay');
+  assert.equal(await count(s, sql`SELECT count(*) AS n FROM webhook_events WHERE received_at < ${ago(7)}`), 0);
+  assert.equal((await pruneNow(s)).webhookEvents, 0, 'nothing left past the period');
 });
 
 // PostgreSQL only: SQLite has one writer per file, so there is no other node to take turns with.

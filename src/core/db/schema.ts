@@ -353,7 +353,8 @@ export const webhookEvents = sqliteTable(
   },
   (t) => [
     index('webhook_events_workflow_idx').on(t.workflowId, t.id),
-    index('webhook_events_received_idx').on(t.receivedAt),
+    // No index on received_at (migration 0014): retention deletes the oldest ids first (an
+    // event's received_at grows with its id), and every accepted webhook wrote an entry.
     // Only requests that sent an Idempotency-Key are looked up by it.
     index('webhook_events_idempotency_idx').on(t.workflowId, t.idempotencyKey).where(sql`${t.idempotencyKey} IS NOT NULL`),
   ],

@@ -40,9 +40,14 @@ export const RULES: PruneRule[] = [
     sql: `DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at < @cutoff LIMIT ${PRUNE_BATCH})`,
   },
   {
+    // The oldest ids first, without an index on received_at (every webhook request wrote an
+    // entry into one): an event's received_at grows with its id, so the events past the
+    // period are the first ids. Of the first PRUNE_BATCH ids, those past it go; once the
+    // first id is recent, a pass reads PRUNE_BATCH rows and deletes nothing.
     what: 'webhookEvents',
     cutoff: (c, now) => before(c.webhookEventRetentionDays, now),
-    sql: `DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events WHERE received_at < @cutoff LIMIT ${PRUNE_BATCH})`,
+    sql: `DELETE FROM webhook_events WHERE id IN (
+            SELECT id FROM (SELECT id, received_at FROM webhook_events ORDER BY id LIMIT ${PRUNE_BATCH}) AS oldest WHERE received_at < @cutoff)`,
   },
   {
     // What a sandbox's http_request steps would have sent: kept as long as deliveries.
