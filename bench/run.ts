@@ -8,7 +8,20 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { prepareBaseline } from './baseline.js';
-import { cpuMs, json, load, peakRssMb, resetPeakRss, startProcess, startWebhookNode, stop, WEBHOOK_BODY, WEBHOOK_SIGNATURE, type LoadResult } from './lib.js';
+import {
+  cpuMs,
+  json,
+  load,
+  peakRssMb,
+  resetPeakRss,
+  startProcess,
+  startWebhookNode,
+  stop,
+  threadCpuMs,
+  WEBHOOK_BODY,
+  WEBHOOK_SIGNATURE,
+  type LoadResult,
+} from './lib.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -42,7 +55,7 @@ interface Target {
   settle?: () => Promise<void>;
 }
 
-async function compare(targets: Target[]): Promise<{ results: LoadResult[][]; cpuUs: number[][] }> {
+async function compare(targets: Target[]): Promise<{ results: LoadResult[][]; cpuUs: number[][]; threadUs: Map<string, number>[][] }> {
   // Peak RSS under the load, from here on: not the set-up's login (scrypt takes 32 MiB).
   for (const t of targets) resetPeakRss(t.pid);
   for (const t of targets) {
@@ -53,16 +66,21 @@ async function compare(targets: Target[]): Promise<{ results: LoadResult[][]; cp
   // Server CPU time (user + system) per answered request: what a busy load generator
   // sharing the machine cannot distort, unlike req/s.
   const cpuUs: number[][] = targets.map(() => []);
+  // The same by thread: where it goes (the main thread, the engine's threads, V8's helpers).
+  const threadUs: Map<string, number>[][] = targets.map(() => []);
   for (let round = 0; round < ROUNDS; round++) {
     for (const [i, t] of targets.entries()) {
       const before = cpuMs(t.pid);
+      const threadsBefore = threadCpuMs(t.pid);
       const r = await load({ url: t.url, body, headers: t.headers, seconds: SECONDS, connections: CONNECTIONS });
       await t.settle?.();
       results[i]!.push(r);
-      cpuUs[i]!.push(((cpuMs(t.pid) - before) * 1000) / Math.max(1, r.requests));
+      const per = (ms: number) => (ms * 1000) / Math.max(1, r.requests);
+      cpuUs[i]!.push(per(cpuMs(t.pid) - before));
+      threadUs[i]!.push(new Map([...threadCpuMs(t.pid)].map(([name, ms]) => [name, per(ms - (threadsBefore.get(name) ?? 0))])));
     }
   }
-  return { results, cpuUs };
+  return { results, cpuUs, threadUs };
 }
 
 function summary(results: LoadResult[]): LoadResult {
@@ -115,7 +133,7 @@ async function main(): Promise<void> {
     })),
   ];
   try {
-    const { results, cpuUs } = await compare(targets);
+    const { results, cpuUs, threadUs } = await compare(targets);
     const byName = (name: string) => targets.findIndex((t) => t.name === name);
     const bareRounds = results[0]!;
     const bareCpu = cpuUs[0]!;
@@ -131,6 +149,17 @@ async function main(): Promise<void> {
     console.log(`server CPU per request, per round (µs; +eng until its runs finished): ${targets.map((t, i) => `${t.name} ${us(cpuUs[i]!)}`).join('; ')}`);
     const cpuRatio = (name: string, against = bareCpu) => median(cpuUs[byName(name)]!.map((x, i) => x / against[i]!)).toFixed(2);
     console.log(`CPU per request vs bare (median of rounds): svc ${cpuRatio('svc')}x (target <= 2), svc+engine ${cpuRatio('svc+eng')}x (target <= 3.5)`);
+    // Threads under 0.5 µs a request (signal handling, timers) are left out.
+    const byThread = (i: number) => {
+      const names = [...new Set(threadUs[i]!.flatMap((m) => [...m.keys()]))];
+      return names
+        .map((name): [string, number] => [name, median(threadUs[i]!.map((m) => m.get(name) ?? 0))])
+        .filter(([, us]) => us >= 0.5)
+        .sort((a, b) => b[1] - a[1])
+        .map(([name, us]) => `${name} ${us.toFixed(0)}`)
+        .join(', ');
+    };
+    console.log(`CPU per request by thread (µs, median of rounds): ${targets.map((t, i) => `${t.name}: ${byThread(i)}`).join('; ')}`);
     if (baseline) {
       console.log(`CPU per request vs bare, baseline: base ${cpuRatio('base')}x, base+engine ${cpuRatio('base+eng')}x`);
       console.log(
