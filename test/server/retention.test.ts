@@ -82,7 +82,10 @@ test('webhook events are pruned oldest id first, in batches, while the oldest is
   const ws = s.workspaceId;
   await s.store.transaction(async (tx) => {
     const run = (query: ReturnType<typeof sql>) => execute(s.store, tx, query);
-    // Received over the weeks, in id order: more past the period than one batch, then recent ones.
+    // First an event stamped a day ahead (a clock set right after it): it stays, and does not
+    // hold up the rest. Then, received over the weeks in id order, more past the period than
+    // one batch, then recent ones.
+    await run(sql`INSERT INTO webhook_events (workspace_id, workflow_id, status_code, received_at) VALUES (${ws}, ${workflowId}, 202, ${ago(-1)})`);
     for (let i = 0; i < PRUNE_BATCH + 20; i++) {
       await run(
         sql`INSERT INTO webhook_events (workspace_id, workflow_id, status_code, received_at) VALUES (${ws}, ${workflowId}, 202, ${ago(30 - (i * 20) / (PRUNE_BATCH + 20))})`,
@@ -95,7 +98,7 @@ test('webhook events are pruned oldest id first, in batches, while the oldest is
   assert.equal((await s.request('POST', path, { body: { email: 'new@example.com' } })).status, 202);
   const deleted = await pruneNow(s);
   assert.equal(deleted.webhookEvents, PRUNE_BATCH + 20);
-  assert.equal(await count(s, sql`SELECT count(*) AS n FROM webhook_events`), 4, 'the recent events stay');
+  assert.equal(await count(s, sql`SELECT count(*) AS n FROM webhook_events`), 5, 'the recent events stay');
   assert.equal(await count(s, sql`SELECT count(*) AS n FROM webhook_events WHERE received_at < ${ago(7)}`), 0);
   assert.equal((await pruneNow(s)).webhookEvents, 0, 'nothing left past the period');
 });

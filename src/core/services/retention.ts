@@ -13,7 +13,11 @@ interface PruneRule {
   /** The cutoff (ISO time) for now, or null when the setting keeps these rows for ever. */
   cutoff(config: Config, now: number): string | null;
   sql: string;
+  /** Whether to run another batch after one that deleted `n` rows (default: it was full). */
+  again?(n: number): boolean;
 }
+
+const again = (rule: PruneRule, n: number) => (rule.again ? rule.again(n) : n >= PRUNE_BATCH);
 
 const before = (days: number, now: number) => new Date(now - days * DAY_MS).toISOString();
 
@@ -43,11 +47,14 @@ export const RULES: PruneRule[] = [
     // The oldest ids first, without an index on received_at (every webhook request wrote an
     // entry into one): an event's received_at grows with its id, so the events past the
     // period are the first ids. Of the first PRUNE_BATCH ids, those past it go; once the
-    // first id is recent, a pass reads PRUNE_BATCH rows and deletes nothing.
+    // first id is recent, a pass reads PRUNE_BATCH rows and deletes nothing. Batches go on
+    // while one deletes anything, not only while one is full: a few early ids stamped later
+    // (a clock set back, a restored copy) would otherwise hold it to one short batch a turn.
     what: 'webhookEvents',
     cutoff: (c, now) => before(c.webhookEventRetentionDays, now),
     sql: `DELETE FROM webhook_events WHERE id IN (
             SELECT id FROM (SELECT id, received_at FROM webhook_events ORDER BY id LIMIT ${PRUNE_BATCH}) AS oldest WHERE received_at < @cutoff)`,
+    again: (n) => n > 0,
   },
   {
     // What a sandbox's http_request steps would have sent: kept as long as deliveries.
@@ -83,7 +90,7 @@ export class Pruner {
       if (cutoff === null) continue;
       const n = stmt.run({ cutoff }).changes;
       deleted[rule.what] = n;
-      if (n >= PRUNE_BATCH) more = true;
+      if (again(rule, n)) more = true;
     }
     return { deleted, more };
   }
@@ -104,15 +111,15 @@ export async function pruneAllPg(store: Store, config: Config, now = Date.now())
       const raw = rawSql(store, tx);
       const [lock] = await raw.all<{ held: boolean }>('SELECT pg_try_advisory_xact_lock(?) AS held', [PRUNE_LOCK_KEY]);
       if (!lock?.held) return false;
-      let again = false;
+      let more = false;
       for (const rule of RULES) {
         const cutoff = rule.cutoff(config, now);
         if (cutoff === null) continue;
         const n = await raw.run(rule.sql.replace('@cutoff', '?'), [cutoff]);
         total[rule.what] += n;
-        if (n >= PRUNE_BATCH) again = true;
+        if (again(rule, n)) more = true;
       }
-      return again;
+      return more;
     });
     if (!more) return total;
   }
