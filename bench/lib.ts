@@ -44,10 +44,19 @@ export function stop(child: ChildProcess): Promise<void> {
   });
 }
 
+/**
+ * A /proc stat line read: the process's or thread's name and its user plus system CPU time so
+ * far, in milliseconds (the name may hold spaces and parentheses: the fields follow its last ')').
+ */
+function parseStat(stat: string): { name: string; ms: number } {
+  const close = stat.lastIndexOf(')');
+  const fields = stat.slice(close + 2).split(' ');
+  return { name: stat.slice(stat.indexOf('(') + 1, close), ms: ((Number(fields[11]) + Number(fields[12])) * 1000) / 100 };
+}
+
 /** User plus system CPU time of a process so far, in milliseconds (from /proc). */
 export function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  return parseStat(readFileSync(`/proc/${pid}/stat`, 'utf8')).ms;
 }
 
 /**
@@ -65,10 +74,8 @@ export function threadCpuMs(pid: number): Map<string, number> {
   }
   for (const task of tasks) {
     try {
-      const stat = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
-      byName.set(name, (byName.get(name) ?? 0) + ((Number(fields[11]) + Number(fields[12])) * 1000) / 100);
+      const { name, ms } = parseStat(readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8'));
+      byName.set(name, (byName.get(name) ?? 0) + ms);
     } catch {
       // The thread ended between the listing and the read.
     }
