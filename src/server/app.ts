@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage } from 'node:http';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
 import fastJsonStringify from 'fast-json-stringify';
@@ -12,7 +13,7 @@ import { clusterSignals } from '../core/signals.js';
 import { ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
-import { problem, registerErrorHandling, sendProblem } from './plugins/errors.js';
+import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
 import { lazyChildLoggerFactory, loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
 import { sandboxRoutes } from './routes/sandbox.js';
@@ -44,6 +45,7 @@ import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
 import { Readiness, registerReadiness } from './readiness.js';
 import { consoleRoutes, readConsoleFiles } from './console.js';
+import { isWebhookRequest, WebhookIngress } from './webhookIngress.js';
 
 export interface AppDeps {
   config: Config;
@@ -77,6 +79,15 @@ declare module 'fastify' {
 export type App = FastifyInstance<any, any, any, FastifyBaseLogger, TypeBoxTypeProvider>;
 
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** A request's id: the client's X-Request-Id when it is well formed, else a new one. */
+function requestId(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
+}
+
+/** Fastify's defaults for the server it would build, on the one buildApp builds (see serverFactory). */
+const KEEP_ALIVE_TIMEOUT_MS = 72_000;
 
 /**
  * Bodies are validated strictly (no type coercion, unknown fields refused); query strings
@@ -154,8 +165,7 @@ function compileValidator(schema: object, httpPart: string | undefined) {
 
 const DECIMAL_RE = /^-?(0|[1-9][0-9]{0,15})$/;
 
-/** On every response: no MIME sniffing of JSON into HTML, no URL (tokens!) in Referer. */
-export const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'referrer-policy': 'no-referrer' } as const;
+export { SECURITY_HEADERS };
 
 /**
  * Fastify's own hop count trusts no hop at all (it cannot check the peer), so a count is
@@ -191,17 +201,24 @@ export function webhookUrlForRouting(url: string): string {
 
 export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
+  // The inbound webhook is answered on node:http directly (webhookIngress.ts): the server
+  // hands it its requests before Fastify sees them; every other request goes to Fastify.
+  let ingress: WebhookIngress | undefined;
   const app = Fastify({
+    serverFactory: (handler) => {
+      const server = createServer((req, res) => (ingress && isWebhookRequest(req.method, req.url) ? ingress.handle(req, res) : handler(req, res)));
+      server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
+      server.requestTimeout = 0;
+      server.setTimeout(0);
+      return server;
+    },
     ...(deps.logger === undefined ? { logger: loggerOptions(config, deps.logTo) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
     ...(deps.logger !== false ? { childLoggerFactory: lazyChildLoggerFactory } : {}),
     bodyLimit: config.bodyLimit,
     trustProxy: trustProxyOption(config.trustProxy),
     rewriteUrl: (req) => (req.method === 'POST' ? webhookUrlForRouting(req.url ?? '/') : (req.url ?? '/')),
     requestIdHeader: false,
-    genReqId: (req) => {
-      const given = req.headers['x-request-id'];
-      return typeof given === 'string' && REQUEST_ID_RE.test(given) ? given : randomUUID();
-    },
+    genReqId: requestId,
     // Requests arriving while closing are answered 503 shutting_down as a problem (readiness.ts).
     return503OnClosing: false,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
@@ -306,7 +323,20 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     signals?.wake();
   });
   readiness.attach({ batcher, engine });
-  await app.register(webhookRoutes, { config, receiver, onAccepted: () => app.runsQueued(), storage, isSandbox: sandboxLookup(deps.store.db), redis });
+  ingress = new WebhookIngress({
+    config,
+    receiver,
+    readiness,
+    storage,
+    metrics,
+    redis,
+    log: app.log,
+    requestId,
+    trustProxy: trustProxyOption(config.trustProxy),
+    isSandbox: sandboxLookup(deps.store.db),
+    onAccepted: () => app.runsQueued(),
+  });
+  await app.register(webhookRoutes, { ingress });
   // The web console, after every API route: its paths (/, /app/*, /invite) are none of the API's.
   await app.register(consoleRoutes, config.consoleDir ? { files: readConsoleFiles(config.consoleDir) } : {});
 

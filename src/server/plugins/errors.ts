@@ -10,6 +10,9 @@ declare module 'fastify' {
   }
 }
 
+/** On every response: no MIME sniffing of JSON into HTML, no URL (tokens!) in Referer. */
+export const SECURITY_HEADERS = { 'x-content-type-options': 'nosniff', 'referrer-policy': 'no-referrer' } as const;
+
 export interface Problem {
   type: 'about:blank';
   title: string;
