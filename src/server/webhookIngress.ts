@@ -7,7 +7,14 @@ import type { SharedRedis } from '../core/redis.js';
 import type { StorageHealth } from '../core/db/storage.js';
 import { AppError } from '../core/errors.js';
 import { hasSandboxAddress, sandboxHostMatcher } from '../core/services/sandbox.js';
-import { SIGNATURE_HEADER, type Accepted, type ReceivedRequest, type WebhookReceiver, type WebhookTarget } from '../core/services/webhooks.js';
+import {
+  SIGNATURE_HEADER,
+  type Accepted,
+  type ReceivedRequest,
+  type RequestHead,
+  type WebhookReceiver,
+  type WebhookTarget,
+} from '../core/services/webhooks.js';
 import type { Metrics } from './metrics.js';
 import { problem, SECURITY_HEADERS, STORAGE_FULL_RETRY_AFTER, type Problem } from './plugins/errors.js';
 import type { Readiness } from './readiness.js';
@@ -137,6 +144,8 @@ interface Exchange {
   headers: Record<string, string>;
   address: string;
   problemCode: string | null;
+  /** Whether its lines are logged here (at info, when Fastify did not route it). */
+  logged: boolean;
 }
 
 /**
@@ -184,8 +193,9 @@ export class WebhookIngress {
       headers: { 'x-request-id': id, ...SECURITY_HEADERS },
       address: this.clientAddress(req),
       problemCode: null,
+      logged: !routed && this.logsRequests,
     };
-    if (!routed && this.logsRequests) this.log(x).info({ req: { method: req.method, url: req.url, ip: x.address, id } }, 'incoming request');
+    if (x.logged) this.log(x).info({ req: { method: req.method, url: req.url, ip: x.address, id } }, 'incoming request');
     if (!routed && this.deps.readiness.shuttingDown) {
       x.headers.connection = 'close';
       x.headers['retry-after'] = '5';
@@ -207,6 +217,9 @@ export class WebhookIngress {
             ),
           );
         }
+        // Most requests: an active workflow already cached, no sandbox address to check.
+        const cached = this.isSandbox ? undefined : this.deps.receiver.admitCached(token, this.head(x.req));
+        if (cached) return this.readBody(x, cached);
         this.admit(x, token).catch((err: unknown) => this.fail(x, err));
       },
       (err) => this.fail(x, err),
@@ -255,15 +268,14 @@ export class WebhookIngress {
     };
   }
 
+  private head(req: IncomingMessage): RequestHead {
+    const length = Number(req.headers['content-length']);
+    return { contentType: req.headers['content-type'] ?? null, contentLength: Number.isFinite(length) ? length : null };
+  }
+
   private async admit(x: Exchange, token: string): Promise<void> {
-    const { headers } = x.req;
-    const length = Number(headers['content-length']);
     // An empty token is one no workflow has: admit answers 404 like any unknown one.
-    const target = await this.deps.receiver.admit(
-      token,
-      { contentType: headers['content-type'] ?? null, contentLength: Number.isFinite(length) ? length : null },
-      this.received(x, null),
-    );
+    const target = await this.deps.receiver.admit(token, this.head(x.req), this.received(x, null));
     if (this.isSandbox && (await this.isSandbox(target.workspaceId)) !== this.onSandboxAddress(this.host(x.req))) {
       throw new AppError(404, 'webhook_not_found', NOT_FOUND);
     }
@@ -364,6 +376,6 @@ export class WebhookIngress {
       problemCode: x.problemCode,
       getHeader: (name: string) => x.headers[name],
     });
-    if (this.logsRequests) this.log(x).info({ res: { statusCode: status }, responseTime: seconds * 1000 }, 'request completed');
+    if (x.logged) this.log(x).info({ res: { statusCode: status }, responseTime: seconds * 1000 }, 'request completed');
   }
 }

@@ -237,13 +237,7 @@ export class WebhookReceiver {
    * known.
    */
   async admit(token: string, head: RequestHead, req: ReceivedRequest): Promise<WebhookTarget> {
-    const check = (target: WebhookTarget | undefined): AppError | undefined => {
-      if (!target?.active) return notFound();
-      if (!head.contentType || !JSON_TYPE_RE.test(head.contentType))
-        return new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
-      if (head.contentLength !== null && head.contentLength > this.config.webhookBodyLimit) return this.tooLarge();
-      return undefined;
-    };
+    const check = (target: WebhookTarget | undefined): AppError | undefined => (target?.active ? this.headError(head) : notFound());
     let target = await this.target(token);
     let error = check(target);
     if (error && target?.active) {
@@ -252,6 +246,23 @@ export class WebhookReceiver {
     }
     if (!error) return target!;
     throw target ? await this.refuse(target, error, req) : error;
+  }
+
+  /**
+   * admit() without waiting, for most requests: the token's workflow is cached as active and
+   * the head is one it takes. Undefined otherwise, and then admit() decides (and records).
+   */
+  admitCached(token: string, head: RequestHead): WebhookTarget | undefined {
+    const target = this.activeByToken.get(token);
+    return target && !this.headError(head) ? target : undefined;
+  }
+
+  /** What an active workflow refuses of a request's head: its Content-Type (415) or declared size (413). */
+  private headError(head: RequestHead): AppError | undefined {
+    if (!head.contentType || !JSON_TYPE_RE.test(head.contentType))
+      return new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
+    if (head.contentLength !== null && head.contentLength > this.config.webhookBodyLimit) return this.tooLarge();
+    return undefined;
   }
 
   tooLarge(): AppError {
@@ -283,7 +294,7 @@ export class WebhookReceiver {
     }
     // A contact to create is created first, in a transaction of its own: creating a contact
     // is the contacts service's work (normalising, tags, audit).
-    const known = await this.createMissingContact(target, req, checked.lookup);
+    const known = target.createIfNotFound && checked.lookup.kind !== 'contactId' ? await this.createMissingContact(target, req, checked.lookup) : undefined;
     const outcome = await this.intake.run((batch) => this.accept(batch, target, req, checked.text, checked.lookup, known));
     if (outcome.ok) return outcome.accepted;
     if ('error' in outcome) throw outcome.error;
