@@ -14,6 +14,7 @@ import { deliveryTotals } from '../engine/counters.js';
 import type { Engine } from '../engine/scheduler.js';
 import type { App } from './app.js';
 import { problem, sendProblem } from './plugins/errors.js';
+import { WEBHOOK_ROUTE } from './webhookIngress.js';
 
 /**
  * Counts of runs by status are index range scans; past this many a count stops (a backlog
@@ -22,7 +23,6 @@ import { problem, sendProblem } from './plugins/errors.js';
 export const RUN_COUNT_CAP = 100_000;
 /** The label of requests no route matched (never the raw URL: it may hold a token). */
 const UNMATCHED = '(unmatched)';
-const WEBHOOK_ROUTE = '/v1/webhooks/in/:token';
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 export interface MetricsSources {
