@@ -180,23 +180,43 @@ export class WebhookIngress {
     this.bodyLimit = deps.config.webhookBodyLimit;
   }
 
-  /** Answers one webhook request; `routed` when Fastify routed it (app.inject) rather than the server. */
+  /**
+   * Answers one webhook request; `routed` when Fastify routed it (app.inject) rather than the
+   * server. Never throws: this runs in the server's request listener, where a throw would
+   * take the process down (Fastify's own handlers catch theirs).
+   */
   handle(req: IncomingMessage, res: ServerResponse, routed?: RoutedBy): void {
-    const id = routed?.id ?? this.deps.requestId(req);
-    const x: Exchange = {
-      req,
-      res,
-      id,
-      log: routed?.log,
-      started: routed ? 0 : performance.now(),
-      routed,
-      headers: { 'x-request-id': id, ...SECURITY_HEADERS },
-      address: this.clientAddress(req),
-      problemCode: null,
-      logged: !routed && this.logsRequests,
-    };
-    if (x.logged) this.log(x).info({ req: { method: req.method, url: req.url, ip: x.address, id } }, 'incoming request');
-    if (!routed && this.deps.readiness.shuttingDown) {
+    let x: Exchange;
+    try {
+      const id = routed?.id ?? this.deps.requestId(req);
+      x = {
+        req,
+        res,
+        id,
+        log: routed?.log,
+        started: routed ? 0 : performance.now(),
+        routed,
+        headers: { 'x-request-id': id, ...SECURITY_HEADERS },
+        address: this.clientAddress(req),
+        problemCode: null,
+        logged: !routed && this.logsRequests,
+      };
+    } catch (err) {
+      (routed?.log ?? this.deps.log).error({ err }, 'webhook failed');
+      res.destroy();
+      return;
+    }
+    try {
+      this.begin(x);
+    } catch (err) {
+      this.fail(x, err);
+    }
+  }
+
+  private begin(x: Exchange): void {
+    const { req } = x;
+    if (x.logged) this.log(x).info({ req: { method: req.method, url: req.url, ip: x.address, id: x.id } }, 'incoming request');
+    if (!x.routed && this.deps.readiness.shuttingDown) {
       x.headers.connection = 'close';
       x.headers['retry-after'] = '5';
       return this.sendProblem(x, problem(503, 'shutting_down', 'The server is shutting down; retry on another node or in a moment'));
@@ -206,24 +226,27 @@ export class WebhookIngress {
     this.limit.take(
       x.address,
       (limit) => {
-        Object.assign(x.headers, limit.headers);
-        if (limit.exceeded) {
-          return this.fail(
-            x,
-            new AppError(
-              429,
-              'rate_limited',
-              `More than ${this.deps.config.webhookRateLimit} webhook requests a minute from this address; retry after ${limit.retryAfter} s`,
-            ),
-          );
+        try {
+          this.limited(x, token, limit);
+        } catch (err) {
+          this.fail(x, err);
         }
-        // Most requests: an active workflow already cached, no sandbox address to check.
-        const cached = this.isSandbox ? undefined : this.deps.receiver.admitCached(token, this.head(x.req));
-        if (cached) return this.readBody(x, cached);
-        this.admit(x, token).catch((err: unknown) => this.fail(x, err));
       },
       (err) => this.fail(x, err),
     );
+  }
+
+  /** After the per-address limit counted the request: 429, or on to the token and the body. */
+  private limited(x: Exchange, token: string, limit: Limit): void {
+    Object.assign(x.headers, limit.headers);
+    if (limit.exceeded) {
+      const detail = `More than ${this.deps.config.webhookRateLimit} webhook requests a minute from this address; retry after ${limit.retryAfter} s`;
+      return this.fail(x, new AppError(429, 'rate_limited', detail));
+    }
+    // Most requests: an active workflow already cached, no sandbox address to check.
+    const cached = this.isSandbox ? undefined : this.deps.receiver.admitCached(token, this.head(x.req));
+    if (cached) return this.readBody(x, cached);
+    this.admit(x, token).catch((err: unknown) => this.fail(x, err));
   }
 
   private log(x: Exchange): FastifyBaseLogger {
@@ -338,7 +361,14 @@ export class WebhookIngress {
 
   private accepted(x: Exchange, accepted: Accepted): void {
     if (accepted.replayed) x.headers['idempotent-replayed'] = 'true';
-    else this.deps.onAccepted?.();
+    else {
+      // The run is committed: whatever happens in waking the engine, the answer is 202.
+      try {
+        this.deps.onAccepted?.();
+      } catch (err) {
+        this.log(x).error({ err }, 'could not tell the engine of a queued run');
+      }
+    }
     this.send(x, 202, JSON_TYPE, `{"runId":${accepted.runId},"contactId":${accepted.contactId}}`);
   }
 
@@ -368,8 +398,14 @@ export class WebhookIngress {
     x.headers['content-length'] = String(Buffer.byteLength(body));
     // Before the answer is written: with app.inject, Fastify's onResponse hooks run within end().
     x.routed?.answered(x.problemCode, x.headers);
-    res.writeHead(status, x.headers);
-    res.end(body);
+    try {
+      res.writeHead(status, x.headers);
+      res.end(body);
+    } catch (err) {
+      // Only a header the client sent back could be malformed here; nothing to answer with.
+      this.log(x).error({ err }, 'webhook answer failed');
+      res.destroy();
+    }
     if (x.routed) return;
     const seconds = (performance.now() - x.started) / 1000;
     this.deps.metrics?.observe('POST', WEBHOOK_ROUTE, status, seconds, {
