@@ -1,7 +1,7 @@
 // The entry of the single executable (build-exe.mjs bundles it as CommonJS, the main script
 // of a Node single executable application). It does what bin/svc does for the npm install.
 //
-// `svc serve` runs with 4 MB semi-spaces and one malloc arena whose large blocks are mapped apart (see bin/svc). Inside the executable, arguments
+// `svc serve` runs with 4 MB semi-spaces (16 MB with SVC_ENGINE=false) and one malloc arena whose large blocks are mapped apart (see bin/svc). Inside the executable, arguments
 // are all the program's, never Node options, but Node still reads NODE_OPTIONS: the process
 // re-executes itself in place (same pid, same standard streams) with the flag added there.
 // Short builtin calls are off for every command: build-exe.mjs puts the V8 flag in the
@@ -22,7 +22,8 @@ if (
     MALLOC_ARENA_MAX: '1',
     MALLOC_MMAP_THRESHOLD_: '32768',
     ...process.env,
-    NODE_OPTIONS: `${nodeOptions} ${SEMI_SPACE}=4`.trim(),
+    // 16 MB on an ingest-only node, as bin/svc gives it.
+    NODE_OPTIONS: `${nodeOptions} ${SEMI_SPACE}=${['0', 'false', 'no', 'off'].includes((process.env.SVC_ENGINE ?? '').trim().toLowerCase()) ? 16 : 4}`.trim(),
   });
 }
 

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { test } from 'node:test';
+import { type TestContext, test } from 'node:test';
 import { skipOutsideCI } from '../ci.js';
-import { cliEnv, REPO } from './helpers.js';
+import { cliEnv, REPO, tempDir } from './helpers.js';
 
 /**
  * The runtime check of bin/svc: a Node older than 22 gets one clear line and exit 1 before
@@ -61,4 +61,32 @@ test('bin/svc runs on the Node that runs the tests (22 or newer)', () => {
   const r = spawnSync(process.execPath, [BIN, '--version'], { encoding: 'utf8', env: cliEnv(), timeout: 30_000 });
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout.trim(), /^\d+\.\d+\.\d+ \(schema \d{4}_[a-z0-9_]+\)$/);
+});
+
+/** Starts `bin/svc serve` on a fresh folder and gives back the V8 flags its process runs with. */
+async function serveFlags(t: TestContext, env: NodeJS.ProcessEnv): Promise<string[]> {
+  const child = spawn(process.execPath, [BIN, '--data-dir', tempDir(t), 'serve', '--port', '0'], { env: cliEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  let output = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (output += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (output += d));
+  const until = Date.now() + 60_000;
+  while (!/svc listening on/.test(output)) {
+    assert.ok(Date.now() < until && child.exitCode === null, `serve did not start:\n${output}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // Re-executed in place: the same pid, its command line now carrying the flags.
+  return readFileSync(`/proc/${child.pid}/cmdline`, 'utf8')
+    .split('\0')
+    .filter((a) => a.startsWith('--'));
+}
+
+test('bin/svc serve re-executes with 4 MB semi-spaces, 16 MB on an ingest-only node', { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
+  const withEngine = await serveFlags(t, {});
+  assert.ok(withEngine.includes('--max-semi-space-size=4'), withEngine.join(' '));
+  assert.ok(withEngine.includes('--no-short-builtin-calls'), withEngine.join(' '));
+  for (const value of ['false', ' OFF ', '0']) {
+    const ingestOnly = await serveFlags(t, { SVC_ENGINE: value });
+    assert.ok(ingestOnly.includes('--max-semi-space-size=16'), `SVC_ENGINE=${value}: ${ingestOnly.join(' ')}`);
+  }
 });
