@@ -45,7 +45,7 @@ import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
 import { Readiness, registerReadiness } from './readiness.js';
 import { consoleRoutes, readConsoleFiles } from './console.js';
-import { isWebhookRequest, WebhookIngress } from './webhookIngress.js';
+import { isWebhookRequest, MAX_TOKEN_LENGTH, WEBHOOK_PREFIX, WebhookIngress, webhookToken } from './webhookIngress.js';
 
 export interface AppDeps {
   config: Config;
@@ -178,24 +178,19 @@ export function trustProxyOption(setting: Config['trustProxy']): false | string[
   return [...setting];
 }
 
-const WEBHOOK_PREFIX = '/v1/webhooks/in';
-const MAX_PARAM_LENGTH = 256;
 /** What an empty, over-long or multi-segment webhook token is routed as: a token no workflow has. */
 const UNROUTABLE_TOKEN = '-';
-const SINGLE_SEGMENT_RE = new RegExp(`^/[^/]{1,${MAX_PARAM_LENGTH}}$`);
 
 /**
  * Every POST under /v1/webhooks/in reaches the webhook route, so that the per-address
  * limit counts it and it is answered 404 webhook_not_found with the rate-limit headers,
  * whatever the token looks like (empty, longer than the router takes, or with slashes).
+ * Which URLs those are is the ingress's rule (webhookToken); this only applies it for the
+ * requests Fastify routes itself (app.inject).
  */
 export function webhookUrlForRouting(url: string): string {
-  if (!url.startsWith(WEBHOOK_PREFIX)) return url;
+  if (!isWebhookRequest('POST', url) || webhookToken(url) !== '') return url;
   const q = url.indexOf('?');
-  const path = q === -1 ? url : url.slice(0, q);
-  const rest = path.slice(WEBHOOK_PREFIX.length);
-  if (rest !== '' && !rest.startsWith('/')) return url;
-  if (SINGLE_SEGMENT_RE.test(rest)) return url;
   return `${WEBHOOK_PREFIX}/${UNROUTABLE_TOKEN}${q === -1 ? '' : url.slice(q)}`;
 }
 
@@ -221,7 +216,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     genReqId: requestId,
     // Requests arriving while closing are answered 503 shutting_down as a problem (readiness.ts).
     return503OnClosing: false,
-    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    routerOptions: { maxParamLength: MAX_TOKEN_LENGTH },
     // Errors raised by the router itself, before any route runs: answered as problems too.
     frameworkErrors: (err, req, reply) => {
       const code = (err as { code?: string }).code;

@@ -22,9 +22,9 @@ import { sharedLimitStore } from './sharedLimits.js';
 
 /** The inbound webhook's route, as the metrics, the logs and the OpenAPI document name it. */
 export const WEBHOOK_ROUTE = '/v1/webhooks/in/:token';
-const PREFIX = '/v1/webhooks/in';
+export const WEBHOOK_PREFIX = '/v1/webhooks/in';
 /** Longer tokens, more than one segment or none are answered as a token no workflow has. */
-const MAX_TOKEN_LENGTH = 256;
+export const MAX_TOKEN_LENGTH = 256;
 const NOT_FOUND = 'No active webhook workflow has this URL';
 const JSON_TYPE = 'application/json; charset=utf-8';
 const PROBLEM_TYPE = 'application/problem+json; charset=utf-8';
@@ -36,8 +36,8 @@ const WINDOW_MS = 60_000;
  * webhook_not_found after the per-address limit counted them).
  */
 export function isWebhookRequest(method: string | undefined, url: string | undefined): boolean {
-  if (method !== 'POST' || !url?.startsWith(PREFIX)) return false;
-  const next = url.charCodeAt(PREFIX.length);
+  if (method !== 'POST' || !url?.startsWith(WEBHOOK_PREFIX)) return false;
+  const next = url.charCodeAt(WEBHOOK_PREFIX.length);
   // End, '/', '?'
   return Number.isNaN(next) || next === 47 || next === 63;
 }
@@ -46,8 +46,8 @@ export function isWebhookRequest(method: string | undefined, url: string | undef
 export function webhookToken(url: string): string | null {
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);
-  const segment = path.slice(PREFIX.length + 1);
-  if (path.length <= PREFIX.length + 1 || segment.length > MAX_TOKEN_LENGTH || segment.includes('/')) return '';
+  const segment = path.slice(WEBHOOK_PREFIX.length + 1);
+  if (path.length <= WEBHOOK_PREFIX.length + 1 || segment.length > MAX_TOKEN_LENGTH || segment.includes('/')) return '';
   if (!segment.includes('%')) return segment;
   try {
     return decodeURIComponent(segment);
