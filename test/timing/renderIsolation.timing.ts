@@ -2,6 +2,9 @@
  * Previews and test emails render in a thread of their own (issue 8, item 5): a template
  * that burns its whole render budget, previewed in a loop by a VIEWER, does not slow the
  * webhooks of another workspace, which the main thread goes on parsing.
+ *
+ * A timing file: `npm test` runs it alone, after the other files, because beside two other
+ * test files on two cores its p99 measured their load (128 ms in a CI run), not svc's.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -57,6 +60,7 @@ test('while a hostile template is previewed in a loop, webhook p99 of another wo
   await Promise.all(loops);
   latencies.sort((a, b) => a - b);
   const p99 = latencies[Math.floor(latencies.length * 0.99)]!;
+  t.diagnostic(`webhook p99 ${p99.toFixed(1)} ms over ${latencies.length} requests, ${previews} previews`);
   assert.ok(previews >= 3, `the previews kept the render thread busy (${previews})`);
   assert.ok(latencies.length >= 50, `${latencies.length} webhooks in 4 s`);
   assert.ok(p99 < 100, `webhook p99 ${p99.toFixed(1)} ms over ${latencies.length} requests while previews rendered`);
