@@ -111,6 +111,10 @@ export class Engine {
   private promotedAt = 0;
   private timer: NodeJS.Timeout | undefined;
   private renewTimer: NodeJS.Timeout | undefined;
+  /** How often the leases of the runs in flight are renewed: a third of the lease. */
+  private readonly renewEveryMs: number;
+  /** When the last renewal began. */
+  private renewedAt = 0;
   private tasks = 0;
   private claiming = false;
   private again = false;
@@ -131,6 +135,7 @@ export class Engine {
     opts: EngineOptions = {},
   ) {
     this.leaseMs = (opts.leaseSeconds ?? config.runLeaseSeconds) * 1000;
+    this.renewEveryMs = Math.max(100, Math.floor(this.leaseMs / 3));
     this.pollMs = opts.pollMs ?? 250;
     this.batchSize = opts.batchSize ?? 32;
     this.runConcurrency = opts.runConcurrency ?? config.runConcurrency;
@@ -177,9 +182,9 @@ export class Engine {
 
   start(): void {
     this.started = true;
+    this.renewedAt = Date.now();
     this.schedule(0);
-    const renewEvery = Math.max(100, Math.floor(this.leaseMs / 3));
-    this.renewTimer = setInterval(() => void this.renew(), renewEvery);
+    this.renewTimer = setInterval(() => void this.renew(), this.renewEveryMs);
     this.renewTimer.unref();
   }
 
@@ -265,6 +270,11 @@ export class Engine {
     this.claiming = true;
     let full = false;
     try {
+      // After a stall of this process (a busy machine, a long pause), the claim's timer may
+      // fire before the renewal's: the leases of the runs still in flight here are renewed
+      // first, so this claim's promotion of expired claims never takes back this process's
+      // own runs and executes them a second time.
+      if (this.inFlight.size > 0 && Date.now() - this.renewedAt >= this.renewEveryMs) await this.renew();
       // At most a few tasks' worth per claim: a backlog is taken up in steps, so the first
       // runs start at once and intake is never held up by one huge claim.
       const free = Math.min(this.runConcurrency - this.inFlight.size, this.batchSize * this.config.workers * 4);
@@ -333,6 +343,7 @@ export class Engine {
 
   /** Extends the lease of every run in flight; a lease found taken over is given up. */
   private async renew(): Promise<void> {
+    this.renewedAt = Date.now();
     const held = [...this.inFlight].filter(([, c]) => !c.lost);
     if (!held.length) return;
     const until = new Date(Date.now() + this.leaseMs).toISOString();

@@ -71,9 +71,11 @@ const env = (service: SlowService, extra: NodeJS.ProcessEnv = {}) => ({
 });
 
 test('two svc serve processes on one data folder, steps 3x the lease: every run executes once', async (t) => {
-  const service = await slowService(t, 3_000);
+  // A lease of 2 s, renewed every 667 ms: one process may be starved for over a second by a
+  // busy machine without the other taking its runs over (with 1 s, a CI run saw one run twice).
+  const service = await slowService(t, 6_000);
   const dataDir = await initFolder(t, 'svc-leases-');
-  const e = env(service, { SVC_RUN_LEASE_SECONDS: '1' });
+  const e = env(service, { SVC_RUN_LEASE_SECONDS: '2' });
   const one = await startServe(t, dataDir, ['--port', '0'], { env: e });
   const two = await startServe(t, dataDir, ['--port', '0'], { env: e });
   const token = await login(one);

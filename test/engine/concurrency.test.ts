@@ -133,6 +133,27 @@ test('a step five times longer than the lease runs once: the lease is renewed wh
   for (const id of runIds) assert.equal(service.calls.get(String(id)), 1, `run ${id} was executed ${service.calls.get(String(id))} times`);
 });
 
+test('a stall of the process longer than the lease: its own runs are renewed before expired claims are taken back, none runs twice', async (t) => {
+  const { s, service } = await setUp(t, 4_000, { leaseSeconds: 1 });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const path = await workflow(s, token, [slowCall(service), { type: 'add_tags', tags: ['once'] }]);
+  const runIds = await postMany(s, path, 5, 'stall');
+  await service.whenInProgress(5);
+  // The engine's main thread is this one: block it twice for longer than the lease, as a
+  // starved process or a long pause would. When it wakes, the claim's timer and the renewal's
+  // are both due; whichever fires first, the process's own runs must keep their leases.
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  for (let i = 0; i < 2; i++) {
+    Atomics.wait(cell, 0, 0, 1_500);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  for (const id of runIds) {
+    const run = await waitForRun(s, token, id, ['COMPLETED', 'FAILED'], 30_000);
+    assert.equal(run.status, 'COMPLETED', JSON.stringify(run));
+  }
+  for (const id of runIds) assert.equal(service.calls.get(String(id)), 1, `run ${id} was executed ${service.calls.get(String(id))} times`);
+});
+
 test('with 20,000 slow runs of workspace A queued, a webhook run of workspace B completes within 2 s', async (t) => {
   const { s, service } = await setUp(t, 2_000);
   const tokenA = await s.login(s.owner.email, s.owner.password);
