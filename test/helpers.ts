@@ -11,7 +11,7 @@ import { queryRows } from '../src/core/db/dialect.js';
 import { findMigrationsDir, readJournal } from '../src/core/db/migrate.js';
 import { findPgMigrationsDir } from '../src/core/db/pgMigrate.js';
 import { isSqliteStore, type SqliteStore, type Store } from '../src/core/db/store.js';
-import { createDatabase } from './pg.js';
+import { createMigratedDatabase } from './pg.js';
 import type { WorkspaceContext } from '../src/core/context.js';
 import type { Plan, Role } from '../src/core/db/schema.js';
 import { mintApiKey } from '../src/core/services/apiKeys.js';
@@ -150,7 +150,7 @@ export async function build(
   // SVC_TEST_STORE=pg: the same server on a database of its own on the PostgreSQL test server.
   let dropDatabase: (() => Promise<void>) | undefined;
   if (testStore() === 'pg' && opts.store !== 'sqlite') {
-    const database = await createDatabase();
+    const database = await createMigratedDatabase();
     env.SVC_DATABASE_URL = database.url;
     dropDatabase = database.drop;
   }
