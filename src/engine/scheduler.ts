@@ -65,6 +65,8 @@ interface Claim {
   workspaceId: number;
   /** The renewal found the lease taken over: the run's writes will be dropped; stop renewing. */
   lost: boolean;
+  /** When the lease runs out as last written by this process (epoch ms). */
+  until: number;
 }
 
 /** The young generation (V8 new space) of each engine thread, in MB. */
@@ -113,8 +115,6 @@ export class Engine {
   private renewTimer: NodeJS.Timeout | undefined;
   /** How often the leases of the runs in flight are renewed: a third of the lease. */
   private readonly renewEveryMs: number;
-  /** When the last renewal began. */
-  private renewedAt = 0;
   private tasks = 0;
   private claiming = false;
   private again = false;
@@ -182,7 +182,6 @@ export class Engine {
 
   start(): void {
     this.started = true;
-    this.renewedAt = Date.now();
     this.schedule(0);
     this.renewTimer = setInterval(() => void this.renew(), this.renewEveryMs);
     this.renewTimer.unref();
@@ -229,10 +228,25 @@ export class Engine {
    * workspace served last. Pure with respect to the engine's state: the batcher may run it
    * twice (after a rollback), so the claims are recorded by the caller once it committed.
    */
-  private *claimJob(free: number): Job<SchedulerSql, { claims: (LeasedRun & { workspaceId: number })[]; cursor: number }> {
+  private *claimJob(
+    free: number,
+  ): Job<SchedulerSql, { claims: (LeasedRun & { workspaceId: number })[]; cursor: number; until: number; renewed: Map<number, 'held' | 'lost'> }> {
     const now = Date.now();
     const nowIso = new Date(now).toISOString();
+    const renewed = new Map<number, 'held' | 'lost'>();
     if (now - this.promotedAt >= PROMOTE_EVERY_MS) {
+      // Expired claims are taken back below. After a stall of this process (a starved machine,
+      // a laptop waking from sleep) the leases of its own runs in flight may have run out too,
+      // with the renewal's timer not yet fired: those due within a renewal period are renewed
+      // first, in this same transaction, so this process never takes its own runs back and
+      // executes them a second time. (On PostgreSQL a row a commit has locked is skipped by
+      // both statements alike, and renewed first by the next promotion.)
+      const renewUntil = new Date(now + this.leaseMs).toISOString();
+      for (const [id, c] of this.inFlight) {
+        if (c.lost || c.until - now > this.renewEveryMs) continue;
+        const result = yield* stmt((s: SchedulerSql) => s.renew(id, c.token, renewUntil));
+        if (result === 'held' || result === 'lost') renewed.set(id, result);
+      }
       yield* stmt((s: SchedulerSql) => s.promoteWaiting(nowIso, PROMOTE_LIMIT));
       yield* stmt((s: SchedulerSql) => s.promoteExpired(nowIso, PROMOTE_LIMIT));
       // Set at once, not after the commit: if the batch is rolled back and run again, the
@@ -262,7 +276,7 @@ export class Engine {
       }
       active = next;
     }
-    return { claims, cursor };
+    return { claims, cursor, until: now + this.leaseMs, renewed };
   }
 
   private async tick(): Promise<void> {
@@ -270,19 +284,15 @@ export class Engine {
     this.claiming = true;
     let full = false;
     try {
-      // After a stall of this process (a busy machine, a long pause), the claim's timer may
-      // fire before the renewal's: the leases of the runs still in flight here are renewed
-      // first, so this claim's promotion of expired claims never takes back this process's
-      // own runs and executes them a second time.
-      if (this.inFlight.size > 0 && Date.now() - this.renewedAt >= this.renewEveryMs) await this.renew();
       // At most a few tasks' worth per claim: a backlog is taken up in steps, so the first
       // runs start at once and intake is never held up by one huge claim.
       const free = Math.min(this.runConcurrency - this.inFlight.size, this.batchSize * this.config.workers * 4);
       if (free > 0) {
-        const { claims, cursor } = await this.tx(() => this.claimJob(free));
+        const { claims, cursor, until, renewed } = await this.tx(() => this.claimJob(free));
         this.cursor = cursor;
+        this.applyRenewals(renewed, until);
         for (const c of claims) {
-          this.inFlight.set(c.id, { token: c.token, workspaceId: c.workspaceId, lost: false });
+          this.inFlight.set(c.id, { token: c.token, workspaceId: c.workspaceId, lost: false, until });
           this.perWorkspace.set(c.workspaceId, (this.perWorkspace.get(c.workspaceId) ?? 0) + 1);
         }
         this.dispatch(claims);
@@ -343,26 +353,43 @@ export class Engine {
 
   /** Extends the lease of every run in flight; a lease found taken over is given up. */
   private async renew(): Promise<void> {
-    this.renewedAt = Date.now();
     const held = [...this.inFlight].filter(([, c]) => !c.lost);
     if (!held.length) return;
-    const until = new Date(Date.now() + this.leaseMs).toISOString();
+    const leaseMs = this.leaseMs;
     try {
-      const lost = await this.tx(function* () {
-        const gone: number[] = [];
+      const { renewed, until } = await this.tx(function* () {
+        // From when the transaction runs, not from when it was queued: on a busy node it may
+        // wait its turn behind other batches for a good part of a short lease.
+        const now = Date.now();
+        const untilIso = new Date(now + leaseMs).toISOString();
+        const results = new Map<number, 'held' | 'lost'>();
         // 'busy' is tried again next time; 'done' is reported by its thread soon.
-        for (const [id, c] of held) if ((yield* stmt((s: SchedulerSql) => s.renew(id, c.token, until))) === 'lost') gone.push(id);
-        return gone;
+        for (const [id, c] of held) {
+          const result = yield* stmt((s: SchedulerSql) => s.renew(id, c.token, untilIso));
+          if (result === 'held' || result === 'lost') results.set(id, result);
+        }
+        return { renewed: results, until: now + leaseMs };
       });
-      for (const id of lost) {
-        const claim = this.inFlight.get(id);
-        if (claim) claim.lost = true;
-      }
-      if (lost.length)
-        this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
+      this.applyRenewals(renewed, until);
     } catch (err) {
       if (!this.batcher?.storage?.full) this.log.error({ err }, 'renewing run leases failed');
     }
+  }
+
+  /** Records what a committed renewal found: leases extended to `until`, or taken over. */
+  private applyRenewals(renewed: Map<number, 'held' | 'lost'>, until: number): void {
+    const lost: number[] = [];
+    for (const [id, result] of renewed) {
+      const claim = this.inFlight.get(id);
+      if (!claim) continue;
+      if (result === 'held') claim.until = Math.max(claim.until, until);
+      else if (!claim.lost) {
+        claim.lost = true;
+        lost.push(id);
+      }
+    }
+    if (lost.length)
+      this.log.warn({ runIds: lost.slice(0, 20), count: lost.length }, 'runs were taken over after their lease ran out; their further writes are dropped');
   }
 
   /**

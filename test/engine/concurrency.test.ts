@@ -134,7 +134,9 @@ test('a step five times longer than the lease runs once: the lease is renewed wh
 });
 
 test('a stall of the process longer than the lease: its own runs are renewed before expired claims are taken back, none runs twice', async (t) => {
-  const { s, service } = await setUp(t, 4_000, { leaseSeconds: 1 });
+  // A 2 s lease (renewed every 667 ms), not 1 s: on a busy CI machine, PostgreSQL's renewals
+  // could come late by themselves, and the test is about the stalls it makes.
+  const { s, service } = await setUp(t, 6_000, { leaseSeconds: 2 });
   const token = await s.login(s.owner.email, s.owner.password);
   const path = await workflow(s, token, [slowCall(service), { type: 'add_tags', tags: ['once'] }]);
   const runIds = await postMany(s, path, 5, 'stall');
@@ -144,7 +146,7 @@ test('a stall of the process longer than the lease: its own runs are renewed bef
   // are both due; whichever fires first, the process's own runs must keep their leases.
   const cell = new Int32Array(new SharedArrayBuffer(4));
   for (let i = 0; i < 2; i++) {
-    Atomics.wait(cell, 0, 0, 1_500);
+    Atomics.wait(cell, 0, 0, 2_500);
     await new Promise((r) => setTimeout(r, 200));
   }
   for (const id of runIds) {
