@@ -84,6 +84,19 @@ const PROMOTE_LIMIT = 1_000;
 const PROMOTE_EVERY_MS = 250;
 
 /**
+ * Extends the leases of `claims` to `untilIso`, each only while its token still holds it.
+ * 'busy' is left out (tried again next time), and so is 'done' (its thread reports it soon).
+ */
+function* renewLeases(claims: Iterable<[number, Claim]>, untilIso: string): Job<SchedulerSql, Map<number, 'held' | 'lost'>> {
+  const renewed = new Map<number, 'held' | 'lost'>();
+  for (const [id, c] of claims) {
+    const result = yield* stmt((s: SchedulerSql) => s.renew(id, c.token, untilIso));
+    if (result === 'held' || result === 'lost') renewed.set(id, result);
+  }
+  return renewed;
+}
+
+/**
  * The scheduler. Each claim takes one QUEUED run with a lease token of its own (a random
  * value in lease_owner), renewed every third of the lease while the run is in flight;
  * every write of the run checks the token (RunCommitter), so a run that outlived its lease
@@ -233,7 +246,7 @@ export class Engine {
   ): Job<SchedulerSql, { claims: (LeasedRun & { workspaceId: number })[]; cursor: number; until: number; renewed: Map<number, 'held' | 'lost'> }> {
     const now = Date.now();
     const nowIso = new Date(now).toISOString();
-    const renewed = new Map<number, 'held' | 'lost'>();
+    let renewed = new Map<number, 'held' | 'lost'>();
     if (now - this.promotedAt >= PROMOTE_EVERY_MS) {
       // Expired claims are taken back below. After a stall of this process (a starved machine,
       // a laptop waking from sleep) the leases of its own runs in flight may have run out too,
@@ -241,12 +254,8 @@ export class Engine {
       // first, in this same transaction, so this process never takes its own runs back and
       // executes them a second time. (On PostgreSQL a row a commit has locked is skipped by
       // both statements alike, and renewed first by the next promotion.)
-      const renewUntil = new Date(now + this.leaseMs).toISOString();
-      for (const [id, c] of this.inFlight) {
-        if (c.lost || c.until - now > this.renewEveryMs) continue;
-        const result = yield* stmt((s: SchedulerSql) => s.renew(id, c.token, renewUntil));
-        if (result === 'held' || result === 'lost') renewed.set(id, result);
-      }
+      const due = [...this.inFlight].filter(([, c]) => !c.lost && c.until - now <= this.renewEveryMs);
+      if (due.length) renewed = yield* renewLeases(due, new Date(now + this.leaseMs).toISOString());
       yield* stmt((s: SchedulerSql) => s.promoteWaiting(nowIso, PROMOTE_LIMIT));
       yield* stmt((s: SchedulerSql) => s.promoteExpired(nowIso, PROMOTE_LIMIT));
       // Set at once, not after the commit: if the batch is rolled back and run again, the
@@ -361,14 +370,8 @@ export class Engine {
         // From when the transaction runs, not from when it was queued: on a busy node it may
         // wait its turn behind other batches for a good part of a short lease.
         const now = Date.now();
-        const untilIso = new Date(now + leaseMs).toISOString();
-        const results = new Map<number, 'held' | 'lost'>();
-        // 'busy' is tried again next time; 'done' is reported by its thread soon.
-        for (const [id, c] of held) {
-          const result = yield* stmt((s: SchedulerSql) => s.renew(id, c.token, untilIso));
-          if (result === 'held' || result === 'lost') results.set(id, result);
-        }
-        return { renewed: results, until: now + leaseMs };
+        const renewed = yield* renewLeases(held, new Date(now + leaseMs).toISOString());
+        return { renewed, until: now + leaseMs };
       });
       this.applyRenewals(renewed, until);
     } catch (err) {
