@@ -89,38 +89,62 @@ export class RunCommitter implements RunCommits {
       setImmediate(() => this.flush());
     }
     if (!entries.length) return;
-    const client = this.db.$client;
-    const held: boolean[] = [];
-    const failures: unknown[] = [];
     const lock = processWriteLock();
     lock?.acquire();
+    let outcome: { held: boolean[]; failures: unknown[] };
     try {
-      client.exec('BEGIN IMMEDIATE');
-      try {
-        for (const entry of entries) {
-          const ok = entry.lease === null || (this.sql.leaseHeld(entry.lease.id, entry.lease.token) as boolean);
-          held.push(ok);
-          failures.push(undefined);
-          if (!ok) continue;
-          try {
-            this.inSavepoint(() => entry.ops.forEach((op) => op(this.sql)));
-          } catch (err) {
-            if (entry.onFailure) this.inSavepoint(() => entry.onFailure!(err)(this.sql));
-            else failures[failures.length - 1] = err;
-          }
-        }
-        client.exec('COMMIT');
-      } catch (err) {
-        if (client.inTransaction) client.exec('ROLLBACK');
-        throw err;
-      }
+      // Tried first without a savepoint per run (two statements each): a run's writes almost
+      // never fail. When one does, the whole transaction is rolled back and the batch applied
+      // again carefully, each run's part in its own savepoint, so only that part is undone.
+      outcome = this.apply(entries, false) ?? this.apply(entries, true)!;
     } catch (err) {
       for (const entry of entries) entry.reject(err);
       return;
     } finally {
       lock?.release();
     }
+    const { held, failures } = outcome;
     entries.forEach((entry, i) => (failures[i] !== undefined ? entry.reject(failures[i]) : entry.resolve(held[i]!)));
+  }
+
+  /**
+   * One transaction of the entries' writes, each only while its lease holds. Careless: a
+   * failing write rolls the whole transaction back and answers undefined. Careful: a run's
+   * failing part is undone alone (its savepoint), and its onFailure written instead.
+   */
+  private apply(entries: Entry[], careful: boolean): { held: boolean[]; failures: unknown[] } | undefined {
+    const client = this.db.$client;
+    const held: boolean[] = [];
+    const failures: unknown[] = [];
+    client.exec('BEGIN IMMEDIATE');
+    try {
+      for (const entry of entries) {
+        const ok = entry.lease === null || (this.sql.leaseHeld(entry.lease.id, entry.lease.token) as boolean);
+        held.push(ok);
+        failures.push(undefined);
+        if (!ok) continue;
+        if (!careful) {
+          try {
+            for (const op of entry.ops) op(this.sql);
+          } catch {
+            client.exec('ROLLBACK');
+            return undefined;
+          }
+          continue;
+        }
+        try {
+          this.inSavepoint(() => entry.ops.forEach((op) => op(this.sql)));
+        } catch (err) {
+          if (entry.onFailure) this.inSavepoint(() => entry.onFailure!(err)(this.sql));
+          else failures[failures.length - 1] = err;
+        }
+      }
+      client.exec('COMMIT');
+    } catch (err) {
+      if (client.inTransaction) client.exec('ROLLBACK');
+      throw err;
+    }
+    return { held, failures };
   }
 }
 
