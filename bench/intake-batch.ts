@@ -90,7 +90,7 @@ async function measure(source: string, drop: string | null): Promise<{ intake: n
       const now = new Date().toISOString();
       const until = new Date(Date.now() + 30_000).toISOString();
       await batcher.run(() => {
-        const claimed = scheduler.claim(workspaceId, BATCH, now, until) as { id: number }[];
+        const claimed = scheduler.claim(workspaceId, BATCH, now, until, `bench-${b}`) as { id: number }[];
         if (claimed.length !== BATCH) throw new Error(`claimed ${claimed.length} runs, not ${BATCH}`);
       });
       claimUs += cpuUs() - between;

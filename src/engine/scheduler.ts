@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { BroadcastChannel } from 'node:worker_threads';
 import { Piscina } from 'piscina';
@@ -97,9 +97,9 @@ function* renewLeases(claims: Iterable<[number, Claim]>, untilIso: string): Job<
 }
 
 /**
- * The scheduler. Each claim takes one QUEUED run with a lease token of its own (a random
- * value in lease_owner), renewed every third of the lease while the run is in flight;
- * every write of the run checks the token (RunCommitter), so a run that outlived its lease
+ * The scheduler. Each claim takes QUEUED runs under a lease token of its own (a random
+ * value in lease_owner, shared by the runs of that claim), renewed every third of the lease
+ * while a run is in flight; every write of a run checks its id with the token (RunCommitter), so a run that outlived its lease
  * and was taken over by another process writes nothing and calls out no more.
  *
  * Claims are sized to the free capacity (`runConcurrency` runs in flight at most, and
@@ -263,6 +263,7 @@ export class Engine {
       this.promotedAt = now;
     }
     const until = new Date(now + this.leaseMs).toISOString();
+    const token = randomBytes(16).toString('hex');
     const ids = yield* stmt((s: SchedulerSql) => s.queuedWorkspaces());
     const ordered = [...ids.filter((id) => id > this.cursor), ...ids.filter((id) => id <= this.cursor)];
     const claimedNow = new Map<number, number>();
@@ -276,8 +277,8 @@ export class Engine {
       for (const workspaceId of active) {
         if (remaining <= 0) break;
         const want = Math.min(share, remaining, this.allowance(workspaceId, claimedNow));
-        const rows = yield* stmt((s: SchedulerSql) => s.claim(workspaceId, want, nowIso, until));
-        for (const row of rows) claims.push({ id: row.id, token: row.token, workspaceId });
+        const rows = yield* stmt((s: SchedulerSql) => s.claim(workspaceId, want, nowIso, until, token));
+        for (const row of rows) claims.push({ id: row.id, token, workspaceId });
         claimedNow.set(workspaceId, (claimedNow.get(workspaceId) ?? 0) + rows.length);
         remaining -= rows.length;
         if (rows.length) cursor = workspaceId;

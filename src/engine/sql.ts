@@ -289,8 +289,12 @@ export interface SchedulerSql {
   promoteExpired(now: string, limit: number): Maybe<unknown>;
   /** The workspaces with QUEUED runs. */
   queuedWorkspaces(): Maybe<number[]>;
-  /** Takes up to `limit` QUEUED runs of a workspace, oldest first, each with a new lease token. */
-  claim(workspaceId: number, limit: number, now: string, until: string): Maybe<{ id: number; token: string }[]>;
+  /**
+   * Takes up to `limit` QUEUED runs of a workspace, oldest first, under the lease token `token`:
+   * new for each claiming transaction, shared by the runs it takes (every lease check names
+   * the run's id with it), so no token is made and read back per run.
+   */
+  claim(workspaceId: number, limit: number, now: string, until: string, token: string): Maybe<{ id: number }[]>;
   /**
    * Extends a lease: 'held' when extended; 'busy' when the row is being written right now
    * (PostgreSQL: locked by a commit, skipped rather than waited for, tried at the next
@@ -320,9 +324,9 @@ export const SQLITE_SCHEDULER_STATEMENTS = {
          UNION ALL
          SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
        ) SELECT id FROM ws WHERE id IS NOT NULL`,
-  claim: `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = lower(hex(randomblob(16))), lease_until = @until, updated_at = @now
+  claim: `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = @token, lease_until = @until, updated_at = @now
         WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit)
-        RETURNING id, lease_owner AS token`,
+        RETURNING id`,
   renew: `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
   status: 'SELECT status FROM workflow_runs WHERE id = ?',
   release: `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
@@ -335,7 +339,7 @@ export function sqliteSchedulerSql(db: Db): SchedulerSql {
     promoteWaiting: c.prepare<{ now: string; limit: number }>(q.promoteWaiting),
     promoteExpired: c.prepare<{ now: string; limit: number }>(q.promoteExpired),
     queuedWorkspaces: c.prepare<[], { id: number }>(q.queuedWorkspaces),
-    claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string }, { id: number; token: string }>(q.claim),
+    claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string; token: string }, { id: number }>(q.claim),
     renew: c.prepare<{ id: number; token: string; until: string }>(q.renew),
     status: c.prepare<[number], { status: string }>(q.status),
     release: c.prepare<{ id: number; token: string; now: string }>(q.release),
@@ -344,7 +348,7 @@ export function sqliteSchedulerSql(db: Db): SchedulerSql {
     promoteWaiting: (now, limit) => s.promoteWaiting.run({ now, limit }),
     promoteExpired: (now, limit) => s.promoteExpired.run({ now, limit }),
     queuedWorkspaces: () => s.queuedWorkspaces.all().map((r) => r.id),
-    claim: (workspaceId, limit, now, until) => s.claim.all({ workspaceId, limit, now, until }),
+    claim: (workspaceId, limit, now, until, token) => s.claim.all({ workspaceId, limit, now, until, token }),
     renew: (id, token, until) => (s.renew.run({ id, token, until }).changes > 0 ? 'held' : renewalOf(s.status.get(id))),
     release: (id, token, now) => s.release.run({ id, token, now }),
   };
@@ -385,14 +389,14 @@ export function pgSchedulerSql(client: Pick<pg.PoolClient, 'query'>): SchedulerS
           [],
         )
       ).rows.map((r) => r.id),
-    claim: async (workspaceId, limit, now, until) =>
+    claim: async (workspaceId, limit, now, until, token) =>
       (
-        await q<{ id: number; token: string }>(
+        await q<{ id: number }>(
           'claim',
-          `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = replace(gen_random_uuid()::text, '-', ''), lease_until = $3, updated_at = $4
+          `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = $5, lease_until = $3, updated_at = $4
             WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-            RETURNING id, lease_owner AS token`,
-          [workspaceId, limit, until, now],
+            RETURNING id`,
+          [workspaceId, limit, until, now, token],
         )
       ).rows,
     // A row locked by a commit is skipped, not waited for: waiting here, with other leases of
