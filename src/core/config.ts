@@ -43,6 +43,8 @@ export interface Config {
    */
   readonly trustProxy: false | number | readonly string[];
   readonly bodyLimit: number;
+  /** A request whose body goes this long without a byte arriving is answered 408 and closed. */
+  readonly bodyTimeoutSeconds: number;
   readonly webhookRateLimit: number;
   readonly webhookBodyLimit: number;
   /** The largest contact import accepted (POST /contacts/import); a larger declared length is refused with 413. */
@@ -434,6 +436,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     defaultPhoneRegion: toRegion(pick(env.SVC_DEFAULT_PHONE_REGION, file.defaultPhoneRegion)),
     trustProxy: toTrustProxy(pick(env.SVC_TRUST_PROXY, file.trustProxy)),
     bodyLimit: toInt('bodyLimit', pick(env.SVC_BODY_LIMIT, file.bodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
+    bodyTimeoutSeconds: toInt('bodyTimeoutSeconds', pick(env.SVC_BODY_TIMEOUT_SECONDS, file.bodyTimeoutSeconds), 30, 1, 3600),
     webhookRateLimit: toInt('webhookRateLimit', pick(env.SVC_WEBHOOK_RATE_LIMIT, file.webhookRateLimit), 120, 1, 1_000_000),
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     importMaxBytes: toInt('importMaxBytes', pick(env.SVC_IMPORT_MAX_BYTES, file.importMaxBytes), 1024 * 1024 * 1024, 1024, 64 * 1024 * 1024 * 1024),

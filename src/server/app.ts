@@ -14,6 +14,7 @@ import { ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
+import { cutOffStalledBodies } from './bodyTimeout.js';
 import { lazyChildLoggerFactory, loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
 import { sandboxRoutes } from './routes/sandbox.js';
@@ -204,7 +205,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       const server = createServer((req, res) => (ingress && isWebhookRequest(req.method, req.url) ? ingress.handle(req, res) : handler(req, res)));
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       server.requestTimeout = 0;
-      server.setTimeout(0);
+      cutOffStalledBodies(server, config.bodyTimeoutSeconds * 1000);
       return server;
     },
     ...(deps.logger === undefined ? { logger: loggerOptions(config, deps.logTo) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),

@@ -117,6 +117,11 @@ export async function contactImportRoutes(app: App): Promise<void> {
         },
         (err: unknown) => hooks.onError(err),
       );
+      // Node gives a kept-alive socket the keep-alive timeout once the 202 is out; the upload
+      // still under way keeps the body timeout instead (server/bodyTimeout.ts).
+      reply.raw.once('finish', () => {
+        if (!req.raw.complete && !socket.destroyed) socket.setTimeout(config.bodyTimeoutSeconds * 1000);
+      });
       return reply.code(202).header('location', `/contacts/imports/${job.id}`).send(job);
     },
   );

@@ -1,0 +1,140 @@
+/**
+ * A request body that stops arriving is cut off after the body timeout (server/bodyTimeout.ts):
+ * answered 408 request_timeout when nothing was answered yet, and closed; an import already
+ * answered 202 is closed and its job says the client went away. A body that keeps moving is
+ * never cut, however long it takes, and neither is a kept-alive connection between requests.
+ * Raw sockets against the real server, with a 1 s timeout.
+ */
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { test } from 'node:test';
+import { buildAsOwner, webhookWorkflow, type TestServer } from '../helpers.js';
+
+const env = { SVC_BODY_TIMEOUT_SECONDS: '1', SVC_WEBHOOK_RATE_LIMIT: '1000' };
+
+/** A raw connection to the server, collecting what it answers until it closes. */
+async function open(s: TestServer): Promise<{ socket: Socket; closed: Promise<{ text: string; ms: number }> }> {
+  const { hostname, port } = new URL(s.url);
+  const socket = connect(Number(port), hostname);
+  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  const started = Date.now();
+  let text = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (c: string) => (text += c));
+  const closed = new Promise<{ text: string; ms: number }>((resolve) => socket.once('close', () => resolve({ text, ms: Date.now() - started })));
+  socket.on('error', () => {});
+  return { socket, closed };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function head(method: string, path: string, headers: Record<string, string | number>): string {
+  return `${method} ${path} HTTP/1.1\r\nHost: localhost\r\n${Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join('\r\n')}\r\n\r\n`;
+}
+
+function assertTimeoutAnswer(text: string): void {
+  assert.match(text, /^HTTP\/1\.1 408 /, text);
+  assert.match(text, /content-type: application\/problem\+json/i);
+  assert.match(text, /connection: close/i);
+  const body = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4));
+  assert.equal(body.status, 408);
+  assert.equal(body.code, 'request_timeout');
+}
+
+test('a body that stalls halfway is answered 408 request_timeout and its connection closed; nothing is written', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const { socket, closed } = await open(s);
+  const body = JSON.stringify({ email: 'stalled@example.com', firstName: 'Stalled' });
+  socket.write(head('POST', '/contacts', { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }));
+  socket.write(body.slice(0, 10));
+  const { text, ms } = await closed;
+  assertTimeoutAnswer(text);
+  assert.ok(ms >= 900 && ms < 5000, `closed after ${ms} ms`);
+  const list = await s.request('GET', '/contacts', { token });
+  assert.deepEqual(list.body.data, []);
+  // The server goes on answering.
+  assert.equal((await s.request('POST', '/contacts', { token, body: { email: 'next@example.com' } })).status, 201);
+});
+
+test('a stalled webhook body is cut off the same way, and no event or run is recorded', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const path = await webhookWorkflow(s, token, 'stall', [{ type: 'add_tags', tags: ['x'] }]);
+  const { socket, closed } = await open(s);
+  socket.write(head('POST', path, { 'content-type': 'application/json', 'content-length': 200 }));
+  socket.write('{"email": "a@exa');
+  const { text } = await closed;
+  assertTimeoutAnswer(text);
+  const workflowId = (await s.request('GET', '/workflows', { token })).body.data[0].id;
+  const events = await s.request('GET', `/workflows/${workflowId}/webhook-events`, { token });
+  assert.equal(events.status, 200, events.text);
+  assert.deepEqual(events.body.data, []);
+  assert.deepEqual((await s.request('GET', '/runs', { token })).body.data, []);
+});
+
+test('a body that keeps moving is not cut, though it takes several timeouts to arrive', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const { socket, closed } = await open(s);
+  const body = JSON.stringify({ email: 'slow@example.com', firstName: 'Slow' });
+  socket.write(
+    head('POST', '/contacts', {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      connection: 'close',
+    }),
+  );
+  // About 3 s in all, a piece every 400 ms.
+  const pieces = body.match(/.{1,6}/g)!;
+  for (const piece of pieces) {
+    socket.write(piece);
+    await sleep(3000 / pieces.length);
+  }
+  const { text } = await closed;
+  assert.match(text, /^HTTP\/1\.1 201 /, text);
+  assert.equal((await s.request('GET', '/contacts?email=slow%40example.com', { token })).body.data.length, 1);
+});
+
+test('a kept-alive connection idle between requests for longer than the body timeout still serves the next request', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const { socket, closed } = await open(s);
+  const get = head('GET', '/contacts', { authorization: `Bearer ${token}` });
+  let text = '';
+  socket.on('data', (c: string) => (text += c));
+  socket.write(get);
+  await sleep(2500);
+  assert.match(text, /^HTTP\/1\.1 200 /);
+  assert.ok(!socket.destroyed, 'the idle kept-alive connection is still open');
+  socket.write(head('GET', '/contacts', { authorization: `Bearer ${token}`, connection: 'close' }));
+  const all = (await closed).text;
+  assert.equal(all.match(/HTTP\/1\.1 200 /g)?.length, 2, all);
+});
+
+test('an import upload that stalls after its 202: the connection is closed and the job reports the rows it committed', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const { socket, closed } = await open(s);
+  socket.write(head('POST', '/contacts/import', { authorization: `Bearer ${token}`, 'content-type': 'application/x-ndjson', 'transfer-encoding': 'chunked' }));
+  const rows = `${Array.from({ length: 4500 }, (_, i) => JSON.stringify({ email: `u${i}@example.com` })).join('\n')}\n{"email": "half@ex`;
+  socket.write(`${Buffer.byteLength(rows).toString(16)}\r\n${rows}\r\n`);
+  // Then nothing: no further chunk, no end.
+  const { text, ms } = await closed;
+  assert.match(text, /^HTTP\/1\.1 202 /, text);
+  assert.ok(ms < 10_000, `closed after ${ms} ms`);
+  const id = JSON.parse(
+    text
+      .slice(text.indexOf('\r\n\r\n') + 4)
+      .replace(/^[0-9a-f]+\r\n/, '')
+      .replace(/\r\n0\r\n\r\n$/, ''),
+  ).id;
+  let job: any;
+  for (let i = 0; i < 100; i++) {
+    job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
+    if (job.status !== 'RUNNING') break;
+    await sleep(100);
+  }
+  assert.equal(job.status, 'FAILED', JSON.stringify(job));
+  assert.equal(job.failure.code, 'client_disconnected');
+  assert.equal(job.created, 4000, JSON.stringify(job));
+  assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
+});
