@@ -55,14 +55,12 @@ const save =
       finishedAt: new Date().toISOString(),
     });
 
-test('one run whose write fails in a shared commit: its part alone is undone and its onFailure written, the others commit', async (t) => {
-  const { db, workspaceId, contacts, runs, status, tags, email } = await setUp(t);
-  const committer = new RunCommitter(db);
-  const [a, b, c, d] = runs as [number, number, number, number];
-  const [ca, cb, cc, cd] = contacts as [number, number, number, number];
-  const clash: EngineOp = (s) =>
+/** A write that fails on the unique email: the contact takes the email another one has. */
+const takeEmail =
+  (id: number, workspaceId: number): EngineOp =>
+  (s) =>
     s.updateContact({
-      id: cb,
+      id,
       workspaceId,
       email: 'taken@example.com',
       phone: null,
@@ -71,6 +69,13 @@ test('one run whose write fails in a shared commit: its part alone is undone and
       attributes: '{}',
       now: new Date().toISOString(),
     });
+
+test('one run whose write fails in a shared commit: its part alone is undone and its onFailure written, the others commit', async (t) => {
+  const { db, workspaceId, contacts, runs, status, tags, email } = await setUp(t);
+  const committer = new RunCommitter(db);
+  const [a, b, c, d] = runs as [number, number, number, number];
+  const [ca, cb, cc, cd] = contacts as [number, number, number, number];
+  const clash = takeEmail(cb, workspaceId);
   // Queued in one turn of the event loop: one transaction.
   const results = await Promise.allSettled([
     committer.commit({ id: a, token: 'tok' }, [(s) => s.addTag(ca, workspaceId, 'first', 'first'), save(a, 'COMPLETED')]),
@@ -95,17 +100,7 @@ test('a failing write without onFailure rejects that run alone; the batch beside
   const committer = new RunCommitter(db);
   const [a, b] = runs as [number, number];
   const [ca, cb] = contacts as [number, number];
-  const broken: EngineOp = (s) =>
-    s.updateContact({
-      id: cb,
-      workspaceId,
-      email: 'taken@example.com',
-      phone: null,
-      firstName: null,
-      lastName: null,
-      attributes: '{}',
-      now: new Date().toISOString(),
-    });
+  const broken = takeEmail(cb, workspaceId);
   const [first, second] = await Promise.allSettled([
     committer.commit({ id: a, token: 'tok' }, [(s) => s.addTag(ca, workspaceId, 'kept', 'kept'), save(a, 'COMPLETED')]),
     committer.commit({ id: b, token: 'tok' }, [(s) => s.addTag(cb, workspaceId, 'dropped', 'dropped'), broken, save(b, 'COMPLETED')]),
