@@ -260,7 +260,11 @@ test('the engine, intake, retention and metrics statements on runs read the part
     ['due WAITING runs', explain(q.promoteWaiting, { now: at.now, limit: 50 }), /workflow_runs_due_idx \(run_at<\?\)/],
     ['expired claims', explain(q.promoteExpired, { now: at.now, limit: 50 }), /workflow_runs_running_idx/],
     ['workspaces with QUEUED runs', explain(q.queuedWorkspaces), /workflow_runs_ready_idx/],
-    ['claim', explain(q.claim, { workspaceId: at.workspaceId, limit: 50, now: at.now, until: at.until, token: at.token }), /workflow_runs_ready_idx \(workspace_id=\?\)/],
+    [
+      'claim',
+      explain(q.claim, { workspaceId: at.workspaceId, limit: 50, now: at.now, until: at.until, token: at.token }),
+      /workflow_runs_ready_idx \(workspace_id=\?\)/,
+    ],
     ['idempotency key', explain(FIRST_BY_IDEMPOTENCY_KEY, 1, 'key', at.now), /webhook_events_idempotency_idx \(workflow_id=\? AND idempotency_key=\?\)/],
     ['retention of runs', explain(RULES.find((r) => r.what === 'runs')!.sql, { cutoff: at.now }), /workflow_runs_finished_idx \(finished_at<\?\)/],
   ];
