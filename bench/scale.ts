@@ -81,6 +81,9 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       ['GET /contacts?limit=50 (first page)', () => '/contacts?limit=50'],
       ['GET /contacts?q=Smith77', () => '/contacts?q=Smith77'],
       ['GET /contacts?q=user<n>@ (one match)', (s) => `/contacts?q=${encodeURIComponent(`user${(++k % s.n) + 1}@`)}`],
+      ['GET /contacts?q=zq (two characters, no match)', () => '/contacts?q=zq'],
+      ['GET /contacts?tag=vip&q=zq (no match)', () => '/contacts?tag=vip&q=zq'],
+      ['GET /contacts?tag=nosuch&q=Smith (no match)', () => '/contacts?tag=nosuch&q=Smith'],
       ['GET /contacts?tag=vip', () => '/contacts?tag=vip'],
       ['GET /contacts?email=...', (s) => `/contacts?email=user${(++k % s.n) + 1}@${s.prefix}.example`],
       [

@@ -128,6 +128,37 @@ test('the list pages by cursor with Load more', { skip: skipOutsideCI }, async (
   assert.equal(await page.getByRole('button', { name: 'Load more' }).count(), 0);
 });
 
+test('a search matching few contacts far down a long list: the page goes on by itself through short pages until it finds them', {
+  skip: skipOutsideCI,
+}, async (t) => {
+  const { s, token } = await consoleServer(t);
+  // 25,000 contacts; the two that match `zq` are the oldest, past two of GET /contacts's
+  // bounded parts (LIST_SCAN_ROWS), so the first answers are empty pages with a next cursor.
+  const rows = [
+    { email: 'zq-first@example.com' },
+    { email: 'zq-second@example.com' },
+    ...Array.from({ length: 24_998 }, (_, i) => ({ email: `c${i}@example.com` })),
+  ];
+  const imported = await s.request('POST', '/contacts/import', {
+    token,
+    raw: rows.map((r) => JSON.stringify(r)).join('\n'),
+    headers: { 'content-type': 'application/x-ndjson' },
+  });
+  assert.ok(imported.status === 200 || imported.status === 202, imported.text);
+  for (let i = 0; i < 200 && (await s.request('GET', '/billing/plan', { token })).body.usage.contacts < 25_000; i++)
+    await new Promise((r) => setTimeout(r, 100));
+  const first = await s.request('GET', '/contacts?q=zq', { token });
+  assert.deepEqual([first.body.data.length, typeof first.body.nextCursor], [0, 'string'], 'the API answers an empty page that goes on');
+  const { context, page } = await newContext(browser!, s.url);
+  t.after(() => context.close());
+  await page.goto('/app/contacts?q=zq');
+  await logIn(page, s.owner.email, s.owner.password);
+  const table = page.locator('tbody tr');
+  await table.nth(1).waitFor();
+  assert.deepEqual(await table.locator('td:nth-child(2)').allTextContents(), ['zq-second@example.com', 'zq-first@example.com']);
+  assert.equal(await page.getByRole('button', { name: 'Load more' }).count(), 0);
+});
+
 /** The inputs of the attributes editor, row by row: [name, value]. */
 async function attributeRows(page: import('playwright-core').Page): Promise<[string, string][]> {
   const count = await page.getByLabel(/^Name of attribute \d+$/).count();

@@ -334,7 +334,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List contacts */
+        /**
+         * List contacts
+         * @description Contacts, newest first, filtered by tag, email, phone or q (a substring of email, phone or name). A page that checks filters row by row (a one- or two-character q, or a tag with a q) examines at most 10,000 rows and may end early, short or empty, with a nextCursor: follow nextCursor until it is null to see every match.
+         */
         get: operations["getContacts"];
         put?: never;
         /** Create a contact */

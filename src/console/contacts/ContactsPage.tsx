@@ -8,6 +8,8 @@ import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
 
 const PAGE = 50;
+/** Requests the list makes by itself to fill its first page when pages come back short. */
+const AUTO_PAGES = 20;
 
 /** The search parameters with one set, or removed when empty. */
 function withParam(params: URLSearchParams, name: string, value: string): URLSearchParams {
@@ -40,6 +42,18 @@ export function ContactsPage() {
     getNextPageParam: (last) => last.nextCursor ?? undefined,
   });
   const rows = contacts.data?.pages.flatMap((p) => p.data) ?? [];
+  // A search matching few contacts comes back in short or empty pages, each the result of a
+  // bounded part of the list (API: GET /contacts): go on by itself until a page's worth more
+  // is shown, for at most AUTO_PAGES requests at a time; then "Load more" goes on.
+  const filters = `${q}\n${tag}`;
+  const [asked, setMore] = useState({ filters, want: PAGE, from: 0 });
+  // A new search starts over.
+  const more = asked.filters === filters ? asked : { filters, want: PAGE, from: 0 };
+  const fetched = contacts.data?.pages.length ?? 0;
+  useEffect(() => {
+    if (contacts.hasNextPage && !contacts.isFetching && !contacts.error && rows.length < more.want && fetched - more.from < AUTO_PAGES)
+      void contacts.fetchNextPage();
+  }, [contacts, rows.length, fetched, more]);
 
   return (
     <Page
@@ -75,7 +89,7 @@ export function ContactsPage() {
         loading={contacts.isPending && 'Loading contacts…'}
         rows={rows}
         rowKey={(c) => c.id}
-        empty={q || tag ? 'No contact matches.' : 'No contacts yet.'}
+        empty={q || tag ? (contacts.hasNextPage ? 'No contact matches in the part of the list searched so far.' : 'No contact matches.') : 'No contacts yet.'}
         columns={[
           {
             header: 'Name',
@@ -99,7 +113,15 @@ export function ContactsPage() {
       />
       {contacts.hasNextPage && (
         <p>
-          <button type="button" className="button-secondary" onClick={() => void contacts.fetchNextPage()} disabled={contacts.isFetchingNextPage}>
+          <button
+            type="button"
+            className="button-secondary"
+            onClick={() => {
+              setMore({ filters, want: rows.length + PAGE, from: fetched });
+              void contacts.fetchNextPage();
+            }}
+            disabled={contacts.isFetchingNextPage}
+          >
             {contacts.isFetchingNextPage ? 'Loading…' : 'Load more'}
           </button>
         </p>

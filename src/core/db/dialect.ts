@@ -59,13 +59,15 @@ export function escapeLike(s: string): string {
  * expression of migrations/pg/0001 (a query must use that exact expression to use it).
  */
 export const contactSearch = {
-  /** The ids of matching contacts, newest first, below the cursor, at most `limit` when given: a subquery to drive a list. */
-  ids(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, before: number | undefined, limit: number | undefined): SQL {
-    const limitSql = limit !== undefined ? sql` LIMIT ${limit}` : sql``;
+  /** The ids of matching contacts, newest first, below the cursor, at most `limit` when given (after `offset`): a subquery to drive a list. */
+  ids(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, before: number | undefined, limit: number | undefined, offset = 0): SQL {
+    const limitSql = limit !== undefined ? sql` LIMIT ${limit}${offset ? sql` OFFSET ${offset}` : sql``}` : sql``;
     if (store.dialect === 'pg') {
       const below = before ? sql` AND id < ${before}` : sql``;
       return sql`SELECT id FROM contacts WHERE workspace_id = ${workspaceId} AND ${pgMatch(q)}${below} ORDER BY id DESC${limitSql}`;
     }
+    // A bound on rowid from below is not one FTS5 seeks to (a window's lower end made a
+    // common q walk all its matches): a window is a LIMIT from the cursor down instead.
     const below = before ? sql` AND rowid < ${before}` : sql``;
     return sql`SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)}${below} ORDER BY rowid DESC${limitSql}`;
   },
