@@ -1,6 +1,6 @@
-import { and, desc, eq, lt, sql, type SQL } from 'drizzle-orm';
+import { and, desc, eq, gt, lt, sql, type SQL } from 'drizzle-orm';
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
-import { approximateSize, decodeCursor, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
+import { approximateSize, cursorPastWindow, decodeCursor, LIST_SCAN_ROWS, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
 import type { Store, TransactionOptions } from './db/store.js';
@@ -58,6 +58,12 @@ export interface PageRequest {
    * both indexes equally good on paper, SQLite would otherwise walk the workspace's runs.
    */
   workspaceScope?: 'index' | 'row';
+  /**
+   * The condition whose index drives the list when the other conditions are checked on each
+   * of its rows: a page then examines at most LIST_SCAN_ROWS of them and may end early
+   * (short or empty) with a nextCursor past them.
+   */
+  driver?: SQL | undefined;
 }
 
 type PagedTable = SQLiteTable & { id: SQLiteColumn; workspaceId: SQLiteColumn; $inferSelect: { id: number } };
@@ -80,10 +86,13 @@ export async function selectPage<T extends PagedTable, R>(
   let cursor = decodeCursor(page.cursor);
   let bytes = 0;
   let largest = 0; // the largest row seen; before any, a first chunk of 8 rows
+  // The first row of the driver past the LIST_SCAN_ROWS this page may examine (none: it reads on).
+  const beyond = page.driver ? await windowEnd(ctx, table, cursor, page.workspaceScope, page.driver) : null;
+  const window = beyond !== null ? gt(table.id, beyond) : undefined;
   for (;;) {
     const want = page.limit + 1 - rows.length;
     const chunk = largest === 0 ? Math.min(want, 8) : Math.max(1, Math.min(want, Math.floor((MAX_PAGE_BYTES - bytes) / largest)));
-    const got = (await pageQuery(ctx, table, cursor, chunk, page.workspaceScope, ...conditions)) as T['$inferSelect'][];
+    const got = (await pageQuery(ctx, table, cursor, chunk, page.workspaceScope, window, ...conditions)) as T['$inferSelect'][];
     for (const row of got) {
       const size = approximateSize(row as Record<string, unknown>);
       largest = Math.max(largest, size);
@@ -92,9 +101,32 @@ export async function selectPage<T extends PagedTable, R>(
       bytes += size;
       rows.push(row);
     }
-    if (got.length < chunk || rows.length > page.limit) return toPage(rows, page.limit, shape);
+    if (got.length < chunk || rows.length > page.limit) {
+      const result = toPage(rows, page.limit, shape);
+      // The window held fewer rows than the page: the next page goes on past it.
+      if (beyond !== null && rows.length <= page.limit) result.nextCursor = cursorPastWindow(beyond);
+      return result;
+    }
     cursor = rows[rows.length - 1]!.id;
   }
+}
+
+/** The id of the driver's row LIST_SCAN_ROWS below the cursor (one seek and a skip along its index), or null when fewer remain. */
+async function windowEnd<T extends PagedTable>(
+  ctx: WorkspaceContext,
+  table: T,
+  cursor: number | undefined,
+  workspaceScope: PageRequest['workspaceScope'],
+  driver: SQL,
+): Promise<number | null> {
+  const [row] = await ctx.db
+    .select({ id: table.id })
+    .from(table as SQLiteTable)
+    .where(pageWhere(ctx, table, cursor, workspaceScope, [driver]))
+    .orderBy(desc(table.id))
+    .limit(1)
+    .offset(LIST_SCAN_ROWS);
+  return (row?.id as number | undefined) ?? null;
 }
 
 /**
@@ -111,16 +143,25 @@ export function pageQuery<T extends PagedTable>(
   workspaceScope: PageRequest['workspaceScope'],
   ...conditions: (SQL | undefined)[]
 ) {
-  const below = cursor ? lt(table.id, cursor) : undefined;
-  // A unary + keeps the term out of index selection; the rows are filtered by it all the same.
-  const where =
-    workspaceScope === 'row'
-      ? and(sql`+${table.workspaceId} = ${ctx.workspaceId}`, below, ...conditions)
-      : inWorkspace(ctx, table.workspaceId, below, ...conditions);
   return ctx.db
     .select()
     .from(table as SQLiteTable)
-    .where(where)
+    .where(pageWhere(ctx, table, cursor, workspaceScope, conditions))
     .orderBy(desc(table.id))
     .limit(chunk);
+}
+
+/** The workspace's rows below the cursor that meet the conditions. */
+function pageWhere<T extends PagedTable>(
+  ctx: WorkspaceContext,
+  table: T,
+  cursor: number | undefined,
+  workspaceScope: PageRequest['workspaceScope'],
+  conditions: (SQL | undefined)[],
+): SQL | undefined {
+  const below = cursor ? lt(table.id, cursor) : undefined;
+  // A unary + keeps the term out of index selection; the rows are filtered by it all the same.
+  return workspaceScope === 'row'
+    ? and(sql`+${table.workspaceId} = ${ctx.workspaceId}`, below, ...conditions)
+    : inWorkspace(ctx, table.workspaceId, below, ...conditions);
 }

@@ -8,6 +8,20 @@ export const MAX_LIMIT = 200;
  */
 export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
 
+/**
+ * The most rows of its driving index a page examines when further filters are checked on each
+ * of them (a contact search beside a tag, the runs of a workflow in one status). Without a
+ * bound, a filter that matches few of the driver's rows walked all of them for one page, on
+ * the thread that answers every request. A page that has examined this many ends early,
+ * short or even empty, with a nextCursor past them: every match is still found, in order.
+ */
+export const LIST_SCAN_ROWS = 10_000;
+
+/** The cursor of the page after a window whose driver goes on at `beyond` (the first row past it). */
+export function cursorPastWindow(beyond: number): string {
+  return encodeCursor(beyond + 1);
+}
+
 /** About how many bytes a row takes in an answer: its strings, buffers and JSON values. */
 export function approximateSize(row: Record<string, unknown>): number {
   let n = 16;

@@ -11,8 +11,9 @@ import { eq } from 'drizzle-orm';
 import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
 import { pageQuery, type WorkspaceContext } from '../../src/core/context.js';
 import { auditLogs, deliveryAttempts, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
-import { contactListQuery, contactTagsQuery, LIST_SCAN_ROWS, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
-import { runFilterConditions, runScope } from '../../src/core/services/runs.js';
+import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
+import { LIST_SCAN_ROWS } from '../../src/core/pagination.js';
+import { listRuns, listWorkspaceRuns, runFilterConditions, runScope } from '../../src/core/services/runs.js';
 import { RULES } from '../../src/core/services/retention.js';
 import { FIRST_BY_IDEMPOTENCY_KEY } from '../../src/core/db/intake.js';
 import { SQLITE_SCHEDULER_STATEMENTS } from '../../src/engine/sql.js';
@@ -263,6 +264,37 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
     const text = lines.join(' | ');
     assert.match(text, uses, `${label}: ${text}`);
     assert.doesNotMatch(text, /TEMP B-TREE|^SCAN/, `${label}: ${text}`);
+  }
+  // A workflow's runs in one status: the workflow's index walks, the status is checked per
+  // run, LIST_SCAN_ROWS a page at most. The two runs WAITING are the oldest of the 20,000:
+  // the first page is empty and goes on, and following nextCursor finds both, newest first.
+  await sqliteStoreOf(s).exclusive((w) =>
+    w.$client.prepare("UPDATE workflow_runs SET status = 'WAITING' WHERE id IN (SELECT id FROM workflow_runs ORDER BY id LIMIT 2)").run(),
+  );
+  const waiting = (s.db.$client.prepare("SELECT id FROM workflow_runs WHERE status = 'WAITING' ORDER BY id DESC").all() as { id: number }[]).map((r) => r.id);
+  const failed = (s.db.$client.prepare("SELECT id FROM workflow_runs WHERE status = 'FAILED' ORDER BY id DESC").all() as { id: number }[]).map((r) => r.id);
+  for (const [status, expected] of [
+    ['WAITING', waiting],
+    ['FAILED', failed],
+  ] as const) {
+    for (const list of [
+      (cursor?: string) => listRuns(ctx, wf, { limit: 50, status, cursor }),
+      (cursor?: string) => listWorkspaceRuns(ctx, { limit: 50, status, workflowId: wf, cursor }),
+    ]) {
+      const ids: number[] = [];
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = await list(cursor);
+        if (pages === 0 && status === 'WAITING')
+          assert.deepEqual([page.data.length, typeof page.nextCursor], [0, 'string'], 'an empty first page that goes on');
+        ids.push(...page.data.map((r) => r.runId));
+        cursor = page.nextCursor ?? undefined;
+        pages++;
+      } while (cursor);
+      assert.deepEqual(ids, expected, status);
+      if (status === 'WAITING') assert.equal(pages, Math.ceil(20_000 / LIST_SCAN_ROWS), 'each page examines LIST_SCAN_ROWS runs');
+    }
   }
   // The month's runs are read from their counter, not counted from the 20,000 rows.
   const token = await s.login(s.owner.email, s.owner.password);

@@ -5,7 +5,7 @@ import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { contactSearch, escapeLike, queryRows } from '../db/dialect.js';
 import { contacts, contactTags, tagCounts } from '../db/schema.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
-import { decodeCursor, encodeCursor, toPage, type Page } from '../pagination.js';
+import { cursorPastWindow, decodeCursor, LIST_SCAN_ROWS, toPage, type Page } from '../pagination.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail, normalizePhone } from '../validation.js';
 
 export interface ContactView {
@@ -328,16 +328,6 @@ function listPlan(filter: ContactFilter) {
 }
 
 /**
- * The most rows of its driver a page of GET /contacts examines when other filters are checked
- * on each of them (a short `q`, or a tag beside a `q`). Without a bound, a filter that matches
- * few rows walked the whole workspace for one page: a two-letter `q` matching nothing took
- * about 340 ms at a million contacts, and `tag` with a common `q` 600 ms, on the one thread
- * that answers every request. A page that has examined this many ends early, short or even
- * empty, with a `nextCursor` to go on from: every match is still found, a page at a time.
- */
-export const LIST_SCAN_ROWS = 10_000;
-
-/**
  * The id of the driver's first row past the next LIST_SCAN_ROWS below the cursor, when a page
  * has filters checked per row and more rows than that remain; null otherwise (the page reads
  * to the end). One seek and a skip along the driver's index.
@@ -380,7 +370,7 @@ export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter)
   const page = toPage(rows, filter.limit, (r) => view(r, tags.get(r.id) ?? []));
   // The page examined its LIST_SCAN_ROWS rows without filling: the next one starts at the
   // first row past them (a cursor is the id the next page reads below).
-  if (beyond !== null && rows.length <= filter.limit) page.nextCursor = encodeCursor(beyond + 1);
+  if (beyond !== null && rows.length <= filter.limit) page.nextCursor = cursorPastWindow(beyond);
   return page;
 }
 

@@ -77,7 +77,13 @@ export async function listRuns(
     .from(workflows)
     .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  return selectPage(ctx, workflowRuns, { ...opts, workspaceScope: 'row' }, runView, ...runFilterConditions({ workflowId, status: opts.status }));
+  return selectPage(
+    ctx,
+    workflowRuns,
+    { ...opts, workspaceScope: 'row', driver: runDriver({ workflowId, status: opts.status }) },
+    runView,
+    ...runFilterConditions({ workflowId, status: opts.status }),
+  );
 }
 
 export interface RunFilter extends PageRequest {
@@ -103,7 +109,20 @@ export function runFilterConditions(filter: Omit<RunFilter, 'limit' | 'cursor'>)
  * conditions on this workspace's runs, so nothing about other workspaces can be learnt.
  */
 export async function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<RunView>> {
-  return selectPage(ctx, workflowRuns, { ...filter, workspaceScope: runScope(filter) }, runView, ...runFilterConditions(filter));
+  return selectPage(ctx, workflowRuns, { ...filter, workspaceScope: runScope(filter), driver: runDriver(filter) }, runView, ...runFilterConditions(filter));
+}
+
+/**
+ * With a workflow, automation or contact named and a further filter, the index of the one
+ * named walks and the others are checked on each run: a page examines a bounded part of it
+ * (selectPage's driver). One filter alone seeks straight through its own index.
+ */
+export function runDriver(filter: Omit<RunFilter, 'limit' | 'cursor'>): SQL | undefined {
+  const conditions = runFilterConditions(filter).filter((c) => c !== undefined);
+  if (conditions.length < 2 || runScope(filter) !== 'row') return undefined;
+  if (filter.workflowId !== undefined) return eq(workflowRuns.workflowId, filter.workflowId);
+  if (filter.automationId !== undefined) return eq(workflowRuns.automationId, filter.automationId);
+  return eq(workflowRuns.contactId, filter.contactId!);
 }
 
 /** With a workflow, automation or contact named, its index is the one to walk (see PageRequest). */
