@@ -66,3 +66,10 @@ export function nulPointer(value: unknown): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * The most tags one contact may have. Every list page, export and run of a contact reads all
+ * of its tags: without a bound, a contact given a million of them (100 per request) would
+ * make each of those cost a million rows.
+ */
+export const MAX_TAGS_PER_CONTACT = 1000;

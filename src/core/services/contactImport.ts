@@ -9,7 +9,16 @@ import { isSqliteStore } from '../db/store.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
-import { ATTRIBUTES_MAX_BYTES, iterateContacts, normalizeInput, normalizeTags, type ContactFilter, type ContactInput, type ContactView } from './contacts.js';
+import {
+  ATTRIBUTES_MAX_BYTES,
+  iterateContacts,
+  MAX_TAGS_PER_CONTACT,
+  normalizeInput,
+  normalizeTags,
+  type ContactFilter,
+  type ContactInput,
+  type ContactView,
+} from './contacts.js';
 
 export interface ImportJobView {
   id: number;
@@ -493,6 +502,10 @@ async function applyBatch(
           added: new Map(row.tags.map((t) => [t.toLowerCase(), t])),
           dirty: true,
         };
+        if (entry.tags.size > MAX_TAGS_PER_CONTACT) {
+          result.errors.push({ line: row.line, field: 'tags', reason: `a contact has at most ${MAX_TAGS_PER_CONTACT} tags` });
+          continue;
+        }
         if (Buffer.byteLength(JSON.stringify(attributes)) > ATTRIBUTES_MAX_BYTES) {
           result.errors.push({ line: row.line, field: 'attributes', reason: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
           continue;
@@ -508,21 +521,19 @@ async function applyBatch(
         continue;
       }
       // Merge like PATCH /contacts/:id: given fields replace, attributes merge one level
-      // deep (null removes a key), tags are added.
-      let changed = false;
-      const set = <K extends 'email' | 'phone' | 'firstName' | 'lastName'>(key: K, value: string | null | undefined) => {
-        if (value === undefined || value === target[key]) return;
-        target[key] = value as Entry[K];
-        changed = true;
+      // deep (null removes a key), tags are added. Worked out first and applied only when the
+      // row passes every check: a row refused changes nothing.
+      const next = {
+        email: email ?? target.email,
+        phone: phone ?? target.phone,
+        firstName: row.values.firstName !== undefined ? row.values.firstName : target.firstName,
+        lastName: row.values.lastName !== undefined ? row.values.lastName : target.lastName,
       };
-      set('email', email ?? undefined);
-      set('phone', phone ?? undefined);
-      set('firstName', row.values.firstName);
-      set('lastName', row.values.lastName);
-      if (!target.email && !target.phone) {
+      if (!next.email && !next.phone) {
         result.errors.push({ line: row.line, field: 'email', reason: 'email or phone is required' });
         continue;
       }
+      let attributes = target.attributes;
       if (row.attributes) {
         const merged = { ...target.attributes };
         for (const [k, v] of Object.entries(row.attributes)) {
@@ -533,17 +544,24 @@ async function applyBatch(
           result.errors.push({ line: row.line, field: 'attributes', reason: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
           continue;
         }
-        if (JSON.stringify(merged) !== JSON.stringify(target.attributes)) {
-          target.attributes = merged;
+        if (JSON.stringify(merged) !== JSON.stringify(target.attributes)) attributes = merged;
+      }
+      const newTags = row.tags.filter((t) => !target.tags.has(t.toLowerCase()));
+      if (target.tags.size + newTags.length > MAX_TAGS_PER_CONTACT) {
+        result.errors.push({ line: row.line, field: 'tags', reason: `a contact has at most ${MAX_TAGS_PER_CONTACT} tags` });
+        continue;
+      }
+      let changed = attributes !== target.attributes || newTags.length > 0;
+      for (const key of ['email', 'phone', 'firstName', 'lastName'] as const) {
+        if (next[key] !== target[key]) {
+          target[key] = next[key];
           changed = true;
         }
       }
-      for (const t of row.tags) {
-        if (!target.tags.has(t.toLowerCase())) {
-          target.tags.add(t.toLowerCase());
-          target.added.set(t.toLowerCase(), t);
-          changed = true;
-        }
+      target.attributes = attributes;
+      for (const t of newTags) {
+        target.tags.add(t.toLowerCase());
+        target.added.set(t.toLowerCase(), t);
       }
       if (target.email) byEmail.set(target.email, target);
       if (target.phone) byPhone.set(target.phone, target);

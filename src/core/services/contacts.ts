@@ -6,7 +6,7 @@ import { contactSearch, escapeLike, queryRows } from '../db/dialect.js';
 import { contacts, contactTags, tagCounts } from '../db/schema.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { cursorPastWindow, decodeCursor, LIST_SCAN_ROWS, toPage, type Page } from '../pagination.js';
-import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail, normalizePhone } from '../validation.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone } from '../validation.js';
 
 export interface ContactView {
   id: number;
@@ -153,6 +153,8 @@ function requireEmailOrPhone(email: string | null | undefined, phone: string | n
   }
 }
 
+export { MAX_TAGS_PER_CONTACT };
+
 async function insertTags(ctx: WorkspaceContext, contactId: number, names: string[]): Promise<string[]> {
   const added: string[] = [];
   for (const name of names) {
@@ -162,6 +164,14 @@ async function insertTags(ctx: WorkspaceContext, contactId: number, names: strin
       .onConflictDoNothing()
       .returning({ contactId: contactTags.contactId });
     if (inserted.length) added.push(name);
+  }
+  if (added.length) {
+    // In the caller's transaction: over the bound, it is rolled back with nothing added.
+    const [row] = await ctx.db.select({ n: sql<number>`count(*)` }).from(contactTags).where(eq(contactTags.contactId, contactId));
+    if (Number(row?.n ?? 0) > MAX_TAGS_PER_CONTACT)
+      throw new ValidationError('too_many_tags', `A contact has at most ${MAX_TAGS_PER_CONTACT} tags`, [
+        { path: '/tags', message: `would take the contact over ${MAX_TAGS_PER_CONTACT} tags` },
+      ]);
   }
   return added;
 }
