@@ -340,34 +340,42 @@ function listPlan(filter: ContactFilter) {
 /**
  * The id of the driver's first row past the next LIST_SCAN_ROWS below the cursor, when a page
  * has filters checked per row and more rows than that remain; null otherwise (the page reads
- * to the end). One seek and a skip along the driver's index.
+ * to the end). One seek and a skip along the driver's index. A tag's window is also at most
+ * LIST_SCAN_ROWS contacts wide: PostgreSQL may walk the contacts of the window's id range
+ * rather than the tag's rows, and a sparse tag's rows span many contacts.
  */
 export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilter): Promise<number | null> {
   const { before, indexedQ, tagKey, driver, windowed } = listPlan(filter);
   if (!windowed) return null;
-  const skip = LIST_SCAN_ROWS;
-  let rows: { id: number }[];
   if (driver === 'q') {
-    const [row] = await queryRows(ctx.store, ctx.db, contactSearch.ids(ctx.store, ctx.workspaceId, indexedQ!, before, 1, skip));
-    rows = row ? [{ id: Number(Object.values(row)[0]) }] : [];
-  } else if (driver === 'tag') {
-    rows = await ctx.db
-      .select({ id: contactTags.contactId })
-      .from(contactTags)
-      .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey!), before ? lt(contactTags.contactId, before) : undefined))
-      .orderBy(desc(contactTags.contactId))
-      .limit(1)
-      .offset(skip);
-  } else {
-    rows = await ctx.db
+    const [row] = await queryRows(ctx.store, ctx.db, contactSearch.ids(ctx.store, ctx.workspaceId, indexedQ!, before, 1, LIST_SCAN_ROWS));
+    return row ? Number(Object.values(row)[0]) : null;
+  }
+  const contactsBeyond = await nthBelow(
+    ctx.db
       .select({ id: contacts.id })
       .from(contacts)
-      .where(inWorkspace(ctx, contacts.workspaceId, before ? lt(contacts.id, before) : undefined))
-      .orderBy(desc(contacts.id))
-      .limit(1)
-      .offset(skip);
-  }
-  return rows[0]?.id ?? null;
+      .where(inWorkspace(ctx, contacts.workspaceId, before ? lt(contacts.id, before) : undefined)),
+    contacts.id,
+  );
+  if (driver !== 'tag' || contactsBeyond === null) return contactsBeyond;
+  const tagBeyond = await nthBelow(
+    ctx.db
+      .select({ id: contactTags.contactId })
+      .from(contactTags)
+      .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey!), before ? lt(contactTags.contactId, before) : undefined)),
+    contactTags.contactId,
+  );
+  return tagBeyond === null ? contactsBeyond : Math.max(tagBeyond, contactsBeyond);
+}
+
+/** The id LIST_SCAN_ROWS rows down a query's ids, newest first; null when it has fewer. */
+async function nthBelow(
+  query: { orderBy(c: SQL): { limit(n: number): { offset(n: number): Promise<{ id: number }[]> } } },
+  id: SQLiteColumn,
+): Promise<number | null> {
+  const [row] = await query.orderBy(desc(id)).limit(1).offset(LIST_SCAN_ROWS);
+  return row ? Number(row.id) : null;
 }
 
 export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Promise<Page<ContactView>> {
