@@ -205,7 +205,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       const server = createServer((req, res) => (ingress && isWebhookRequest(req.method, req.url) ? ingress.handle(req, res) : handler(req, res)));
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       server.requestTimeout = 0;
-      cutOffStalledBodies(server, config.bodyTimeoutSeconds * 1000);
+      cutOffStalledBodies(server, config.bodyTimeoutSeconds * 1000, requestId);
       return server;
     },
     ...(deps.logger === undefined ? { logger: loggerOptions(config, deps.logTo) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),

@@ -16,14 +16,14 @@ import { problem, SECURITY_HEADERS } from './plugins/errors.js';
  * socket svc itself paused because it is not reading yet (backpressure). A socket idle between
  * requests is closed, as Node does without this (keepAliveTimeout).
  */
-export function cutOffStalledBodies(server: Server, timeoutMs: number): void {
+export function cutOffStalledBodies(server: Server, timeoutMs: number, requestId: (req: IncomingMessage) => string): void {
   server.timeout = timeoutMs;
   server.on('timeout', (socket: Socket) => {
     const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
     const req: IncomingMessage | undefined = res?.req;
     if (req && !req.complete) {
       if (socket.isPaused()) return;
-      answerTimeout(socket, res!);
+      answerTimeout(socket, res!, requestId(req));
       return;
     }
     // A response under way: the request is complete, the time is the server's or the reader's.
@@ -35,7 +35,7 @@ export function cutOffStalledBodies(server: Server, timeoutMs: number): void {
 const BODY = JSON.stringify(problem(408, 'request_timeout', 'No part of the request body arrived for too long; send it again'));
 
 /** 408 as a problem, written on the socket itself (the request's handler may still hold the response), then closed. */
-function answerTimeout(socket: Socket, res: ServerResponse): void {
+function answerTimeout(socket: Socket, res: ServerResponse, id: string): void {
   if (res.headersSent || socket.destroyed) {
     socket.destroy();
     return;
@@ -46,6 +46,7 @@ function answerTimeout(socket: Socket, res: ServerResponse): void {
     `Content-Length: ${Buffer.byteLength(BODY)}`,
     'Connection: close',
     'Cache-Control: no-store',
+    `X-Request-Id: ${id}`,
     ...Object.entries(SECURITY_HEADERS).map(([name, value]) => `${name}: ${value}`),
   ].join('\r\n');
   // Whatever the handler writes after this goes nowhere: the socket is closed once this is out.

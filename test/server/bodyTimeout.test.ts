@@ -34,10 +34,13 @@ function head(method: string, path: string, headers: Record<string, string | num
     .join('\r\n')}\r\n\r\n`;
 }
 
-function assertTimeoutAnswer(text: string): void {
+function assertTimeoutAnswer(text: string, requestId?: string): void {
   assert.match(text, /^HTTP\/1\.1 408 /, text);
   assert.match(text, /content-type: application\/problem\+json/i);
   assert.match(text, /connection: close/i);
+  assert.match(text, /x-content-type-options: nosniff/i);
+  // Every answer carries X-Request-Id, the client's when it sent one (API.md).
+  assert.match(text, requestId ? new RegExp(`x-request-id: ${requestId}\r\n`, 'i') : /x-request-id: [0-9a-f-]{36}\r\n/i);
   const body = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4));
   assert.equal(body.status, 408);
   assert.equal(body.code, 'request_timeout');
@@ -47,10 +50,17 @@ test('a body that stalls halfway is answered 408 request_timeout and its connect
   const { s, token } = await buildAsOwner(t, { env });
   const { socket, closed } = await open(s);
   const body = JSON.stringify({ email: 'stalled@example.com', firstName: 'Stalled' });
-  socket.write(head('POST', '/contacts', { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }));
+  socket.write(
+    head('POST', '/contacts', {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      'x-request-id': 'trace-42',
+    }),
+  );
   socket.write(body.slice(0, 10));
   const { text, ms } = await closed;
-  assertTimeoutAnswer(text);
+  assertTimeoutAnswer(text, 'trace-42');
   assert.ok(ms >= 900 && ms < 5000, `closed after ${ms} ms`);
   const list = await s.request('GET', '/contacts', { token });
   assert.deepEqual(list.body.data, []);
