@@ -1,6 +1,6 @@
 import { and, desc, eq, gt, lt, sql, type SQL } from 'drizzle-orm';
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
-import { approximateSize, cursorPastWindow, decodeCursor, LIST_SCAN_ROWS, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
+import { approximateSize, decodeCursor, LIST_SCAN_ROWS, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
 import type { Store, TransactionOptions } from './db/store.js';
@@ -101,23 +101,21 @@ export async function selectPage<T extends PagedTable, R>(
       bytes += size;
       rows.push(row);
     }
-    if (got.length < chunk || rows.length > page.limit) {
-      const result = toPage(rows, page.limit, shape);
-      // The window held fewer rows than the page: the next page goes on past it.
-      if (beyond !== null && rows.length <= page.limit) result.nextCursor = cursorPastWindow(beyond);
-      return result;
-    }
+    if (got.length < chunk || rows.length > page.limit) return toPage(rows, page.limit, shape, beyond);
     cursor = rows[rows.length - 1]!.id;
   }
 }
 
-/** The id of the driver's row LIST_SCAN_ROWS below the cursor (one seek and a skip along its index), or null when fewer remain. */
-async function windowEnd<T extends PagedTable>(
+/**
+ * The id of the driver's row LIST_SCAN_ROWS below the cursor (one seek and a skip along its
+ * index; no driver: the workspace's rows), or null when fewer remain.
+ */
+export async function windowEnd<T extends PagedTable>(
   ctx: WorkspaceContext,
   table: T,
   cursor: number | undefined,
   workspaceScope: PageRequest['workspaceScope'],
-  driver: SQL,
+  driver?: SQL,
 ): Promise<number | null> {
   const [row] = await ctx.db
     .select({ id: table.id })

@@ -17,11 +17,6 @@ export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
  */
 export const LIST_SCAN_ROWS = 10_000;
 
-/** The cursor of the page after a window whose driver goes on at `beyond` (the first row past it). */
-export function cursorPastWindow(beyond: number): string {
-  return encodeCursor(beyond + 1);
-}
-
 /** About how many bytes a row takes in an answer: its strings, buffers and JSON values. */
 export function approximateSize(row: Record<string, unknown>): number {
   let n = 16;
@@ -53,10 +48,15 @@ export function decodeCursor(cursor: string | undefined): number | undefined {
   return Number(match[1]);
 }
 
-/** Takes limit+1 rows (newest first) and turns them into a page. */
-export function toPage<T extends { id: number }, R>(rows: T[], limit: number, shape: (row: T) => R): Page<R> {
+/**
+ * Takes limit+1 rows (newest first) and turns them into a page. `beyond`: the page read a
+ * window of LIST_SCAN_ROWS that ends above this id; when it did not fill, the next page goes
+ * on past the window (a cursor is the id the next page reads below).
+ */
+export function toPage<T extends { id: number }, R>(rows: T[], limit: number, shape: (row: T) => R, beyond: number | null = null): Page<R> {
   const more = rows.length > limit;
   const pageRows = more ? rows.slice(0, limit) : rows;
   const last = pageRows[pageRows.length - 1];
-  return { data: pageRows.map(shape), nextCursor: more && last ? encodeCursor(last.id) : null };
+  const nextCursor = more && last ? encodeCursor(last.id) : beyond !== null ? encodeCursor(beyond + 1) : null;
+  return { data: pageRows.map(shape), nextCursor };
 }

@@ -73,3 +73,5 @@ export function nulPointer(value: unknown): string | undefined {
  * make each of those cost a million rows.
  */
 export const MAX_TAGS_PER_CONTACT = 1000;
+/** Why a write that would take a contact past MAX_TAGS_PER_CONTACT is refused. */
+export const TOO_MANY_TAGS = `a contact has at most ${MAX_TAGS_PER_CONTACT} tags`;

@@ -3,7 +3,7 @@ import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
-import { MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone } from '../core/validation.js';
+import { MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone, TOO_MANY_TAGS } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
 import type { LeasedRun, RunCommits } from './committer.js';
 import type { AttemptMark, ContactRow, EngineOp, EngineSql, RunRow } from './sql.js';
@@ -234,7 +234,7 @@ export class RunExecutor {
         if (!contact) return { kind: 'failed', error: 'the run has no contact (it was deleted)' };
         if (step.type === 'add_tags') {
           const adding = new Set((step.tags as string[]).map((t) => t.trim().toLowerCase()).filter((k) => !contact.tags.has(k)));
-          if (contact.tags.size + adding.size > MAX_TAGS_PER_CONTACT) return { kind: 'failed', error: `a contact has at most ${MAX_TAGS_PER_CONTACT} tags` };
+          if (contact.tags.size + adding.size > MAX_TAGS_PER_CONTACT) return { kind: 'failed', error: TOO_MANY_TAGS };
         }
         for (const raw of step.tags as string[]) {
           const name = raw.trim();

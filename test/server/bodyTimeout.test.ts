@@ -34,6 +34,16 @@ function head(method: string, path: string, headers: Record<string, string | num
     .join('\r\n')}\r\n\r\n`;
 }
 
+/** The head of a POST /contacts carrying `body`, with further headers. */
+function createContactHead(token: string, body: string, extra: Record<string, string>): string {
+  return head('POST', '/contacts', {
+    authorization: `Bearer ${token}`,
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    ...extra,
+  });
+}
+
 function assertTimeoutAnswer(text: string, requestId?: string): void {
   assert.match(text, /^HTTP\/1\.1 408 /, text);
   assert.match(text, /content-type: application\/problem\+json/i);
@@ -50,14 +60,7 @@ test('a body that stalls halfway is answered 408 request_timeout and its connect
   const { s, token } = await buildAsOwner(t, { env });
   const { socket, closed } = await open(s);
   const body = JSON.stringify({ email: 'stalled@example.com', firstName: 'Stalled' });
-  socket.write(
-    head('POST', '/contacts', {
-      authorization: `Bearer ${token}`,
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      'x-request-id': 'trace-42',
-    }),
-  );
+  socket.write(createContactHead(token, body, { 'x-request-id': 'trace-42' }));
   socket.write(body.slice(0, 10));
   const { text, ms } = await closed;
   assertTimeoutAnswer(text, 'trace-42');
@@ -87,14 +90,7 @@ test('a body that keeps moving is not cut, though it takes several timeouts to a
   const { s, token } = await buildAsOwner(t, { env });
   const { socket, closed } = await open(s);
   const body = JSON.stringify({ email: 'slow@example.com', firstName: 'Slow' });
-  socket.write(
-    head('POST', '/contacts', {
-      authorization: `Bearer ${token}`,
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      connection: 'close',
-    }),
-  );
+  socket.write(createContactHead(token, body, { connection: 'close' }));
   // About 3 s in all, a piece every 400 ms.
   const pieces = body.match(/.{1,6}/g)!;
   for (const piece of pieces) {

@@ -6,19 +6,11 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { rawSql } from '../db/dialect.js';
 import { isSqliteStore } from '../db/store.js';
+import { MAX_TAGS_PER_CONTACT, TOO_MANY_TAGS } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
-import {
-  ATTRIBUTES_MAX_BYTES,
-  iterateContacts,
-  MAX_TAGS_PER_CONTACT,
-  normalizeInput,
-  normalizeTags,
-  type ContactFilter,
-  type ContactInput,
-  type ContactView,
-} from './contacts.js';
+import { ATTRIBUTES_MAX_BYTES, iterateContacts, normalizeInput, normalizeTags, type ContactFilter, type ContactInput, type ContactView } from './contacts.js';
 
 export interface ImportJobView {
   id: number;
@@ -503,7 +495,7 @@ async function applyBatch(
           dirty: true,
         };
         if (entry.tags.size > MAX_TAGS_PER_CONTACT) {
-          result.errors.push({ line: row.line, field: 'tags', reason: `a contact has at most ${MAX_TAGS_PER_CONTACT} tags` });
+          result.errors.push({ line: row.line, field: 'tags', reason: TOO_MANY_TAGS });
           continue;
         }
         if (Buffer.byteLength(JSON.stringify(attributes)) > ATTRIBUTES_MAX_BYTES) {
@@ -548,7 +540,7 @@ async function applyBatch(
       }
       const newTags = row.tags.filter((t) => !target.tags.has(t.toLowerCase()));
       if (target.tags.size + newTags.length > MAX_TAGS_PER_CONTACT) {
-        result.errors.push({ line: row.line, field: 'tags', reason: `a contact has at most ${MAX_TAGS_PER_CONTACT} tags` });
+        result.errors.push({ line: row.line, field: 'tags', reason: TOO_MANY_TAGS });
         continue;
       }
       let changed = attributes !== target.attributes || newTags.length > 0;

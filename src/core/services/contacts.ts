@@ -1,11 +1,11 @@
 import { and, asc, desc, eq, gt, inArray, lt, or, sql, type SQL } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
-import { inWorkspace, nowIso, withTransaction, type WorkspaceContext } from '../context.js';
+import { inWorkspace, nowIso, windowEnd, withTransaction, type WorkspaceContext } from '../context.js';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { contactSearch, escapeLike, queryRows } from '../db/dialect.js';
 import { contacts, contactTags, tagCounts } from '../db/schema.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
-import { cursorPastWindow, decodeCursor, LIST_SCAN_ROWS, toPage, type Page } from '../pagination.js';
+import { decodeCursor, LIST_SCAN_ROWS, toPage, type Page } from '../pagination.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone } from '../validation.js';
 
 export interface ContactView {
@@ -152,8 +152,6 @@ function requireEmailOrPhone(email: string | null | undefined, phone: string | n
     ]);
   }
 }
-
-export { MAX_TAGS_PER_CONTACT };
 
 async function insertTags(ctx: WorkspaceContext, contactId: number, names: string[]): Promise<string[]> {
   const added: string[] = [];
@@ -351,31 +349,16 @@ export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilte
     const [row] = await queryRows(ctx.store, ctx.db, contactSearch.ids(ctx.store, ctx.workspaceId, indexedQ!, before, 1, LIST_SCAN_ROWS));
     return row ? Number(Object.values(row)[0]) : null;
   }
-  const contactsBeyond = await nthBelow(
-    ctx.db
-      .select({ id: contacts.id })
-      .from(contacts)
-      .where(inWorkspace(ctx, contacts.workspaceId, before ? lt(contacts.id, before) : undefined)),
-    contacts.id,
-  );
+  const contactsBeyond = await windowEnd(ctx, contacts, before, 'index');
   if (driver !== 'tag' || contactsBeyond === null) return contactsBeyond;
-  const tagBeyond = await nthBelow(
-    ctx.db
-      .select({ id: contactTags.contactId })
-      .from(contactTags)
-      .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey!), before ? lt(contactTags.contactId, before) : undefined)),
-    contactTags.contactId,
-  );
-  return tagBeyond === null ? contactsBeyond : Math.max(tagBeyond, contactsBeyond);
-}
-
-/** The id LIST_SCAN_ROWS rows down a query's ids, newest first; null when it has fewer. */
-async function nthBelow(
-  query: { orderBy(c: SQL): { limit(n: number): { offset(n: number): Promise<{ id: number }[]> } } },
-  id: SQLiteColumn,
-): Promise<number | null> {
-  const [row] = await query.orderBy(desc(id)).limit(1).offset(LIST_SCAN_ROWS);
-  return row ? Number(row.id) : null;
+  const [tagRow] = await ctx.db
+    .select({ id: contactTags.contactId })
+    .from(contactTags)
+    .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey!), before ? lt(contactTags.contactId, before) : undefined))
+    .orderBy(desc(contactTags.contactId))
+    .limit(1)
+    .offset(LIST_SCAN_ROWS);
+  return tagRow ? Math.max(Number(tagRow.id), contactsBeyond) : contactsBeyond;
 }
 
 export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Promise<Page<ContactView>> {
@@ -385,11 +368,7 @@ export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter)
     ctx,
     rows.slice(0, filter.limit).map((r) => r.id),
   );
-  const page = toPage(rows, filter.limit, (r) => view(r, tags.get(r.id) ?? []));
-  // The page examined its LIST_SCAN_ROWS rows without filling: the next one starts at the
-  // first row past them (a cursor is the id the next page reads below).
-  if (beyond !== null && rows.length <= filter.limit) page.nextCursor = cursorPastWindow(beyond);
-  return page;
+  return toPage(rows, filter.limit, (r) => view(r, tags.get(r.id) ?? []), beyond);
 }
 
 /**

@@ -77,13 +77,8 @@ export async function listRuns(
     .from(workflows)
     .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  return selectPage(
-    ctx,
-    workflowRuns,
-    { ...opts, workspaceScope: 'row', driver: runDriver({ workflowId, status: opts.status }) },
-    runView,
-    ...runFilterConditions({ workflowId, status: opts.status }),
-  );
+  const filter = { workflowId, status: opts.status };
+  return selectPage(ctx, workflowRuns, { ...opts, workspaceScope: 'row', driver: runDriver(filter) }, runView, ...runFilterConditions(filter));
 }
 
 export interface RunFilter extends PageRequest {
@@ -118,8 +113,8 @@ export async function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter
  * (selectPage's driver). One filter alone seeks straight through its own index.
  */
 export function runDriver(filter: Omit<RunFilter, 'limit' | 'cursor'>): SQL | undefined {
-  const conditions = runFilterConditions(filter).filter((c) => c !== undefined);
-  if (conditions.length < 2 || runScope(filter) !== 'row') return undefined;
+  const named = [filter.status, filter.workflowId, filter.automationId, filter.contactId].filter((f) => f !== undefined);
+  if (named.length < 2 || runScope(filter) !== 'row') return undefined;
   if (filter.workflowId !== undefined) return eq(workflowRuns.workflowId, filter.workflowId);
   if (filter.automationId !== undefined) return eq(workflowRuns.automationId, filter.automationId);
   return eq(workflowRuns.contactId, filter.contactId!);
