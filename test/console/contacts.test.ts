@@ -229,7 +229,11 @@ test('attributes: typed values keep their JSON type; edit, remove, add; a duplic
   // A duplicate name and an empty one are refused in the browser, at their field; nothing is sent.
   await fillRow(5, 'plan', 'silver');
   await attributes.getByRole('button', { name: 'Add attribute' }).click();
+  // The new row's name has the focus as soon as the click is handled, not a frame later,
+  // when it would take the focus from the field typed into next (the value, here).
+  assert.equal(await page.evaluate(() => document.activeElement?.getAttribute('aria-label')), 'Name of attribute 6');
   await page.getByLabel('Value of attribute 6').fill('orphan');
+  assert.equal(await page.getByLabel('Name of attribute 6').inputValue(), '', 'the value went where it was typed');
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('alert').filter({ hasText: 'Check the fields marked below.' }).waitFor();
   const duplicate = page.getByLabel('Name of attribute 5');

@@ -4,6 +4,7 @@
 // (a string that would read as JSON is shown in quotes), and a row left as it was is not sent
 // at all, so that values of any type survive an edit unchanged.
 import { Fragment } from 'react';
+import { flushSync } from 'react-dom';
 import { ApiError } from '../api/client';
 
 export type Attributes = Record<string, unknown>;
@@ -143,9 +144,10 @@ export function AttributesEditor({ rows, onChange, problems, editing }: EditorPr
   const update = (id: number, patch: Partial<AttributeRow>) => onChange(rows.map((r) => (r.id === id ? { ...r, ...patch } : r)));
   const add = () => {
     const row = newRow();
-    onChange([...rows, row]);
-    // Focus the new row's name once it is rendered.
-    requestAnimationFrame(() => document.getElementById(`attribute-${row.id}-name`)?.focus());
+    // Rendered at once, and focused within this click: focusing it on a later frame could
+    // move the focus away from a field the user has meanwhile moved to and typed into.
+    flushSync(() => onChange([...rows, row]));
+    document.getElementById(`attribute-${row.id}-name`)?.focus();
   };
   return (
     <fieldset className="attributes" aria-describedby={`attributes-hint${problems.group ? ' attributes-error' : ''}`}>
