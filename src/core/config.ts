@@ -51,6 +51,8 @@ export interface Config {
   readonly importMaxBytes: number;
   /** Imports up to this many declared bytes are answered when done; larger or unsized ones run as a job (202). */
   readonly importSyncBytes: number;
+  /** Imports RUNNING at once in one workspace at most; one more is refused with 429 too_many_imports. */
+  readonly importConcurrency: number;
   readonly webhookEventRetentionDays: number;
   /** Days a finished run (COMPLETED or FAILED) is kept; 0 keeps runs for ever. */
   readonly runRetentionDays: number;
@@ -441,6 +443,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     webhookBodyLimit: toInt('webhookBodyLimit', pick(env.SVC_WEBHOOK_BODY_LIMIT, file.webhookBodyLimit), 1024 * 1024, 1024, 64 * 1024 * 1024),
     importMaxBytes: toInt('importMaxBytes', pick(env.SVC_IMPORT_MAX_BYTES, file.importMaxBytes), 1024 * 1024 * 1024, 1024, 64 * 1024 * 1024 * 1024),
     importSyncBytes: toInt('importSyncBytes', pick(env.SVC_IMPORT_SYNC_BYTES, file.importSyncBytes), 1024 * 1024, 0, 64 * 1024 * 1024),
+    importConcurrency: toInt('importConcurrency', pick(env.SVC_IMPORT_CONCURRENCY, file.importConcurrency), 4, 1, 100),
     webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
     runRetentionDays: toInt('runRetentionDays', pick(env.SVC_RUN_RETENTION_DAYS, file.runRetentionDays), 90, 0, 36500),
     deliveryRetentionDays: toInt('deliveryRetentionDays', pick(env.SVC_DELIVERY_RETENTION_DAYS, file.deliveryRetentionDays), 90, 0, 36500),

@@ -123,11 +123,12 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
   if (route.url === '/contacts/import') {
     out['413'] = problemResponse('The declared length is over the import limit (`import_too_large`)');
     out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`)');
+    out['429'] = problemResponse('The workspace already runs `SVC_IMPORT_CONCURRENCY` imports; retry after `Retry-After` seconds (`too_many_imports`)');
   }
   if (schema.body || schema.querystring || schema.params || webhook)
     out['422'] = problemResponse('Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...)');
   if ((typeof access === 'object' && access.limit) || route.url.startsWith('/v1/webhooks') || route.url === '/auth/login') {
-    out['429'] = problemResponse('Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`)');
+    out['429'] ??= problemResponse('Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`)');
   }
   out['500'] = problemResponse('An internal error (`internal_error`); retry with backoff');
   if (method !== 'GET')

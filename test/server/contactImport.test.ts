@@ -314,6 +314,56 @@ test('a client that disconnects mid-upload: the job reports the rows committed, 
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
 });
 
+test('a workspace runs at most SVC_IMPORT_CONCURRENCY imports at once: one more is 429 too_many_imports, and reads nothing', async (t) => {
+  const s = await build(t, { env: { SVC_IMPORT_CONCURRENCY: '2' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  // A job whose process stopped beating does not hold a place.
+  await s.store.transaction((tx) =>
+    tx.insert(contactImports).values({
+      workspaceId: s.workspaceId,
+      format: 'csv',
+      mode: 'upsert',
+      status: 'RUNNING',
+      heartbeatAt: new Date(Date.now() - 5 * 60_000).toISOString(),
+    }),
+  );
+  const uploads = [0, 1].map(() => rawUpload(s, token, { ...NDJSON, 'transfer-encoding': 'chunked' }));
+  const ids: number[] = [];
+  for (const [i, { req, response }] of uploads.entries()) {
+    req.write(lines([{ email: `open${i}@example.com` }]));
+    const { res, text } = await response;
+    assert.equal(res.statusCode, 202, text);
+    ids.push(JSON.parse(text).id);
+  }
+  // A third, sized or not, is refused before its body is read.
+  const refused = await importText(s, token, lines([{ email: 'third@example.com' }]), NDJSON);
+  assertProblem(refused, 429, 'too_many_imports');
+  assert.equal(refused.headers.get('retry-after'), '10');
+  assert.match(refused.body.detail, /already has 2 imports running/);
+  const chunked = rawUpload(s, token, { ...NDJSON, 'transfer-encoding': 'chunked' });
+  chunked.req.end(lines([{ email: 'fourth@example.com' }]));
+  const { res, text } = await chunked.response;
+  assert.equal(res.statusCode, 429, text);
+  assert.equal(JSON.parse(text).code, 'too_many_imports');
+  const jobs = (await s.request('GET', '/contacts/imports', { token })).body.data;
+  assert.deepEqual(
+    jobs.map((j: any) => j.status),
+    ['RUNNING', 'RUNNING', 'FAILED'],
+    'no job for the refused ones; the stale one is reported interrupted',
+  );
+
+  // Once one has finished, the next is taken.
+  uploads[0]!.req.end();
+  assert.equal((await waitForJob(s, token, ids[0]!, (j) => j.status !== 'RUNNING')).status, 'COMPLETED');
+  const next = await importText(s, token, lines([{ email: 'next@example.com' }]), NDJSON);
+  assert.equal(next.status, 200, next.text);
+  assert.equal(next.body.created, 1);
+  uploads[1]!.req.end();
+  assert.equal((await waitForJob(s, token, ids[1]!, (j) => j.status !== 'RUNNING')).status, 'COMPLETED');
+  const emails = (await contactsOf(s, token)).map((c) => c.email).sort();
+  assert.deepEqual(emails, ['next@example.com', 'open0@example.com', 'open1@example.com']);
+});
+
 test('a job whose process stopped (a restart) is reported FAILED interrupted, with what it committed', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const old = new Date(Date.now() - 5 * 60_000).toISOString();

@@ -1,7 +1,7 @@
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { pipeline } from 'node:stream/promises';
 import { parse as parseCsv } from 'csv-parse';
-import { and, desc, eq, lt } from 'drizzle-orm';
+import { and, count, desc, eq, lt } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { rawSql } from '../db/dialect.js';
@@ -134,9 +134,31 @@ export function checkDeclaredLength(declared: number | null, maxBytes: number): 
 }
 
 /** Creates the job row (RUNNING); runImport then reads the file into it. */
+/** Seconds a client refused for too many running imports is told to wait. */
+const TOO_MANY_IMPORTS_RETRY_AFTER = 10;
+
+/**
+ * Starts a job. A workspace runs at most `importConcurrency` imports at once (each holds a
+ * connection, a parser and a batch of rows, and they all queue for the one writer): one more
+ * is refused with 429 before anything is read. Jobs whose process stopped beating do not count.
+ */
 export async function startImport(ctx: WorkspaceContext, opts: ImportOptions): Promise<ImportJobView> {
   checkDeclaredLength(opts.bytesTotal, opts.maxBytes);
+  await failStaleImports(ctx);
   const row = await withTransaction(ctx, async (tx) => {
+    const [running] = await tx.db
+      .select({ n: count() })
+      .from(contactImports)
+      .where(inWorkspace(ctx, contactImports.workspaceId, eq(contactImports.status, 'RUNNING')));
+    const limit = ctx.config.importConcurrency;
+    if ((running?.n ?? 0) >= limit) {
+      throw new AppError(
+        429,
+        'too_many_imports',
+        `This workspace already has ${limit} import${limit === 1 ? '' : 's'} running; start another once one has finished (GET /contacts/imports)`,
+        { headers: { 'retry-after': String(TOO_MANY_IMPORTS_RETRY_AFTER) } },
+      );
+    }
     const [inserted] = await tx.db
       .insert(contactImports)
       .values({ workspaceId: ctx.workspaceId, format: opts.format, mode: opts.mode, bytesTotal: opts.bytesTotal })
