@@ -10,7 +10,7 @@ import { pgIntake, sqliteIntake } from '../core/db/intake.js';
 import { LoginThrottle } from '../core/services/auth.js';
 import { openRedis, windowsFor } from '../core/redis.js';
 import { clusterSignals } from '../core/signals.js';
-import { ValidationError } from '../core/errors.js';
+import { AppError, ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
@@ -246,8 +246,20 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     done();
   });
 
-  // Text with U+0000 fits neither store's columns on PostgreSQL: refused alike on both.
+  // Text with U+0000 fits neither store's columns on PostgreSQL: refused alike on both, in
+  // the URL (no resource or filter value holds one: a path as its 404, a query as its 400)
+  // as in the body.
   app.addHook('preValidation', (req, _reply, done) => {
+    if (req.url.includes('%00')) {
+      if (nulPointer(req.params) !== undefined) return done(new AppError(404, 'not_found', 'No resource has this id'));
+      const inQuery = nulPointer(req.query);
+      if (inQuery !== undefined)
+        return done(
+          new AppError(400, 'invalid_query', 'The query string may not contain the NUL character (U+0000)', {
+            errors: [{ path: inQuery, message: 'must not contain U+0000' }],
+          }),
+        );
+    }
     const body = req.body;
     if (body === null || typeof body !== 'object' || Buffer.isBuffer(body) || typeof (body as { pipe?: unknown }).pipe === 'function') return done();
     const at = nulPointer(body);

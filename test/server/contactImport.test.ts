@@ -107,6 +107,47 @@ test('NDJSON: rows are normalised like POST /contacts; bad rows are reported wit
   assert.equal(audit.body.data[0].metadata.created, 2);
 });
 
+test('U+0000 in a row (NDJSON or CSV) is refused at its field like the API refuses it, on every store; the other rows are imported', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const ndjson = [
+    '{"email":"n1@example.com","firstName":"a\\u0000b"}',
+    '{"email":"n2@example.com","attributes":{"plan":{"tier":"x\\u0000"}}}',
+    '{"email":"n3@example.com","attributes":{"k\\u0000":1}}',
+    '{"email":"n4@example.com","tags":["ok","n\\u0000"]}',
+    '{"email":"n5@example.com\\u0000"}',
+    '{"email":"fine@example.com","firstName":"Fine"}',
+  ].join('\n');
+  const res = await importText(s, token, ndjson, NDJSON);
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual([res.body.status, res.body.created, res.body.errorCount], ['COMPLETED', 1, 5]);
+  assert.deepEqual(
+    res.body.errors.map((e: any) => [e.line, e.field, e.reason]),
+    [
+      [1, 'firstName', 'must not contain U+0000'],
+      [2, 'attributes', 'must not contain U+0000'],
+      [3, 'attributes', 'must not contain U+0000'],
+      [4, 'tags', 'must not contain U+0000'],
+      [5, 'email', 'must not contain U+0000'],
+    ],
+  );
+  const csv = await importText(
+    s,
+    token,
+    'email,lastName,plan\nc1@example.com,x\u0000y,gold\nc2@example.com,Fine,si\u0000lver\nc3@example.com,Fine,gold\n',
+    CSV,
+  );
+  assert.equal(csv.status, 200, csv.text);
+  assert.deepEqual([csv.body.status, csv.body.created], ['COMPLETED', 1]);
+  assert.deepEqual(
+    csv.body.errors.map((e: any) => [e.line, e.field]),
+    [
+      [2, 'lastName'],
+      [3, 'attributes'],
+    ],
+  );
+  assert.deepEqual((await contactsOf(s, token)).map((c) => c.email).sort(), ['c3@example.com', 'fine@example.com']);
+});
+
 test('CSV: header row, quoted fields with commas, quotes and line breaks, a BOM, tags split on ;, other columns into attributes', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const csv =
@@ -415,6 +456,7 @@ test('export: NDJSON and CSV with the list filters, streamed, and both import ba
   assert.match(csv.headers.get('content-type') ?? '', /^text\/csv/);
   assert.equal(csv.text.split('\r\n')[0], 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');
   assertProblem(await s.request('GET', '/contacts/export?format=xml', { token }), 400);
+  assertProblem(await s.request('GET', '/contacts/export?format=csv&q=smi%00th', { token }), 400, 'invalid_query');
   const viewer = await s.userWithRole('VIEWER');
   assert.equal((await s.request('GET', '/contacts/export?format=csv', { token: viewer.token })).status, 200);
 

@@ -416,6 +416,11 @@ test('list filters: tag (any case), email (any case), phone (any format), q', as
     [`?q=${encodeURIComponent('_')}`, [dan.id]],
     [`?q=${encodeURIComponent('%')}`, [dan.id]],
     ['?q=zzzz', []],
+    // Search syntax of the index is text like any other.
+    ['?q=%22', []],
+    [`?q=${encodeURIComponent('ada" OR "bob')}`, []],
+    [`?q=${encodeURIComponent('NEAR(ada bob)')}`, []],
+    ['?q=ad*', []],
     ['?tag=vip&q=bob', [bob.id]],
     ['?tag=vip&email=ada@example.com', [ada.id]],
   ];
@@ -427,6 +432,15 @@ test('list filters: tag (any case), email (any case), phone (any format), q', as
         res.body.data.map((c: any) => c.id),
         expected,
       );
+    });
+  }
+  // No filter value holds a NUL (SQLite's FTS5 and LIKE end a pattern at one, PostgreSQL text
+  // cannot hold one): refused at the field, on both stores, never a 500 or a match of all.
+  for (const query of ['?q=%00ada', '?q=ada%00', '?q=%00a', '?tag=vip&q=b%00ob', '?tag=v%00ip', '?email=a%00@example.com', '?phone=%2B1%00']) {
+    await t.test(query, async () => {
+      const res = await s.request('GET', `/contacts${query}`, { token });
+      assertProblem(res, 400, 'invalid_query');
+      assert.match(res.body.errors[0].path, /^\/(q|tag|email|phone)$/);
     });
   }
 });

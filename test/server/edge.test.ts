@@ -273,3 +273,29 @@ test('text holding U+0000 is refused with 422 and the pointer to it, on every st
   assert.equal(tab.status, 201, tab.text);
   assert.equal(tab.body.firstName, 'a\tb');
 });
+
+test('U+0000 in the URL: a query value is 400 invalid_query at its name, a path segment 404, on every store', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const contact = await s.request('POST', '/contacts', { token, body: { email: 'nulurl@example.com', tags: ['vip'] } });
+  const queries: [string, string][] = [
+    ['/contacts?tag=v%00ip', '/tag'],
+    ['/contacts?email=nulurl%00@example.com', '/email'],
+    ['/audit-logs?action=contact.created%00', '/action'],
+    ['/runs?status=QUEUED&cursor=%00', '/cursor'],
+    ['/contacts/export?q=%00abc', '/q'],
+  ];
+  for (const [path, pointer] of queries) {
+    const res = await s.request('GET', path, { token });
+    assertProblem(res, 400, 'invalid_query');
+    assert.deepEqual(
+      res.body.errors.map((e: { path: string }) => e.path),
+      [pointer],
+      path,
+    );
+  }
+  assertProblem(await s.request('DELETE', `/contacts/${contact.body.id}/tags/v%00ip`, { token }), 404, 'not_found');
+  assertProblem(await s.request('GET', '/contacts/1%00', { token }), 404);
+  // The tag is still there, and the same filters without the character work.
+  assert.equal((await s.request('GET', '/contacts?tag=vip', { token })).body.data.length, 1);
+  assert.equal((await s.request('GET', '/audit-logs?action=contact.created', { token })).status, 200);
+});

@@ -6,7 +6,7 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { rawSql } from '../db/dialect.js';
 import { isSqliteStore } from '../db/store.js';
-import { MAX_TAGS_PER_CONTACT, TOO_MANY_TAGS } from '../validation.js';
+import { MAX_TAGS_PER_CONTACT, nulPointer, TOO_MANY_TAGS } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
@@ -392,6 +392,9 @@ function normalizeRow(
   ctx: WorkspaceContext,
   row: { line: number; input: ContactInput },
 ): { values: ReturnType<typeof normalizeInput>; tags: string[] } | ImportRowError {
+  // As the API refuses it in any JSON body (PostgreSQL text cannot hold it): at its field.
+  const nul = nulPointer(row.input);
+  if (nul !== undefined) return { line: row.line, field: fieldOf(nul), reason: 'must not contain U+0000' };
   try {
     const values = normalizeInput(ctx, row.input);
     if (!values.email && !values.phone) return { line: row.line, field: 'email', reason: 'email or phone is required' };
