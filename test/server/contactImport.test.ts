@@ -405,6 +405,36 @@ test('a workspace runs at most SVC_IMPORT_CONCURRENCY imports at once: one more 
   assert.deepEqual(emails, ['next@example.com', 'open0@example.com', 'open1@example.com']);
 });
 
+test('an import while the API creates some of its emails: every row lands once, and the import completes (on every store)', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const n = 6000;
+  const file = lines(Array.from({ length: n }, (_, i) => ({ email: `race${i}@example.com`, firstName: `R${i}`, tags: ['imported'] })));
+  const importing = importText(s, token, file, NDJSON);
+  // From the end of the file back, while the batches run: on PostgreSQL each batch's read of
+  // its emails is overtaken by these inserts more often than a transaction is retried.
+  const created = [];
+  for (let i = n - 1; i >= 0; i -= 37) created.push(s.request('POST', '/contacts', { token, body: { email: `Race${i}@Example.com`, lastName: 'api' } }));
+  const res = await importing;
+  const statuses = (await Promise.all(created)).map((r) => r.status);
+  assert.deepEqual(
+    statuses.filter((c) => c !== 201 && c !== 409),
+    [],
+    'the API answers created, or taken by the import',
+  );
+  assert.equal(res.status, 200, res.text);
+  const job = await waitForJob(s, token, res.body.id, (j) => j.status !== 'RUNNING');
+  assert.deepEqual([job.status, job.created + job.updated, job.errorCount, job.lines], ['COMPLETED', n, 0, n]);
+  assert.equal(job.updated, statuses.filter((c) => c === 201).length, 'the contacts the API made first were updated by their rows');
+  const all = await contactsOf(s, token);
+  assert.equal(all.length, n);
+  assert.equal(new Set(all.map((c) => c.email)).size, n);
+  assert.deepEqual(
+    all.filter((c) => c.firstName !== `R${c.email.slice(4, -12)}` || !c.tags.includes('imported')),
+    [],
+  );
+  assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, n);
+});
+
 test('a job whose process stopped (a restart) is reported FAILED interrupted, with what it committed', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const old = new Date(Date.now() - 5 * 60_000).toISOString();

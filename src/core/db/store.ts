@@ -303,6 +303,16 @@ const MAX_ATTEMPTS = 40;
 const UNIQUE_VIOLATION = '23505';
 const MAX_UNIQUE_RETRIES = 2;
 
+/**
+ * Whether a PostgreSQL transaction failed only because others wrote what it read or was about
+ * to write (a unique violation, a serialization failure or a deadlock) after the store's own
+ * retries: the same work in smaller transactions can succeed.
+ */
+export function isWriteConflict(err: unknown): boolean {
+  const state = sqlState(err);
+  return state === UNIQUE_VIOLATION || (state !== undefined && RETRYABLE.has(state));
+}
+
 function sqlState(err: unknown): string | undefined {
   for (let e: unknown = err; e && typeof e === 'object'; e = (e as { cause?: unknown }).cause) {
     const code = (e as { code?: unknown }).code;

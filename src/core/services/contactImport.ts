@@ -5,7 +5,7 @@ import { and, count, desc, eq, lt } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { rawSql } from '../db/dialect.js';
-import { isSqliteStore } from '../db/store.js';
+import { isSqliteStore, isWriteConflict } from '../db/store.js';
 import { MAX_TAGS_PER_CONTACT, nulPointer, TOO_MANY_TAGS } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
@@ -436,21 +436,23 @@ async function applyBatch(
   rows: SourceRow[],
   progress: { lines: number; bytes: number },
 ): Promise<BatchResult> {
-  const result: BatchResult = { created: 0, updated: 0, skipped: 0, errors: [] };
+  const unreadable: ImportRowError[] = [];
   const valid: { line: number; values: ReturnType<typeof normalizeInput>; attributes: Record<string, unknown> | undefined; tags: string[] }[] = [];
   for (const row of rows) {
     if ('error' in row) {
-      result.errors.push(row.error);
+      unreadable.push(row.error);
       continue;
     }
     const n = normalizeRow(ctx, row);
-    if ('reason' in n) result.errors.push(n);
+    if ('reason' in n) unreadable.push(n);
     else valid.push({ line: row.line, values: n.values, attributes: row.input.attributes, tags: n.tags });
   }
 
   // The batch's statements are written by hand (multi-row inserts): on SQLite prepared once
   // and run synchronously on the transaction's connection (the writer), on PostgreSQL awaited.
   return withTransaction(ctx, async (tx) => {
+    // Counted afresh by each try: PostgreSQL runs this body again after a conflict.
+    const result: BatchResult = { created: 0, updated: 0, skipped: 0, errors: [...unreadable] };
     const raw = rawSql(tx.store, tx.db);
     const byEmail = new Map<string, Entry>();
     const byPhone = new Map<string, Entry>();
@@ -622,6 +624,35 @@ async function applyBatch(
   });
 }
 
+/**
+ * A batch, or when others keep writing the contacts it names (on PostgreSQL: the API or a
+ * webhook creating one of its emails between its read and its insert, more often than the
+ * store retries), its halves, each in a transaction of its own, down to single rows, which
+ * read the other writer's contact and update or skip it. Each part saves its own progress.
+ */
+async function applyRows(
+  ctx: WorkspaceContext,
+  jobId: number,
+  mode: ImportMode,
+  rows: SourceRow[],
+  progress: { lines: number; bytes: number },
+): Promise<BatchResult> {
+  try {
+    return await applyBatch(ctx, jobId, mode, rows, progress);
+  } catch (err) {
+    if (rows.length < 2 || !isWriteConflict(err)) throw err;
+    const half = Math.ceil(rows.length / 2);
+    const first = await applyRows(ctx, jobId, mode, rows.slice(0, half), { ...progress, lines: rows[half - 1]!.line });
+    const second = await applyRows(ctx, jobId, mode, rows.slice(half), progress);
+    return {
+      created: first.created + second.created,
+      updated: first.updated + second.updated,
+      skipped: first.skipped + second.skipped,
+      errors: [...first.errors, ...second.errors],
+    };
+  }
+}
+
 /** Adds a batch's counts to the job (inside the batch's transaction). */
 async function saveProgress(tx: WorkspaceContext, jobId: number, batch: BatchResult, progress: { lines: number; bytes: number }): Promise<void> {
   const [job] = await tx.db
@@ -700,7 +731,7 @@ export async function runImport(
   const rows = opts.format === 'csv' ? csvRows(input) : ndjsonRows(input);
   let batch: SourceRow[] = [];
   const flush = async (lastLine: number) => {
-    const r = await applyBatch(ctx, jobId, opts.mode, batch, { lines: lastLine, bytes: bytes.bytes });
+    const r = await applyRows(ctx, jobId, opts.mode, batch, { lines: lastLine, bytes: bytes.bytes });
     batch = [];
     totals.created += r.created;
     totals.updated += r.updated;
