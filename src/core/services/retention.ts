@@ -107,20 +107,23 @@ export const PRUNE_LOCK_KEY = 7_140_002;
 export async function pruneAllPg(store: Store, config: Config, now = Date.now()): Promise<PruneCounts> {
   const total = { runs: 0, deliveryAttempts: 0, auditEntries: 0, sessions: 0, webhookEvents: 0, sandboxRequests: 0 };
   for (;;) {
-    const more = await store.transaction(async (tx) => {
+    const { more, deleted } = await store.transaction(async (tx) => {
+      // Counted afresh by each try: the store runs this body again after a conflict.
+      const deleted: Partial<PruneCounts> = {};
       const raw = rawSql(store, tx);
       const [lock] = await raw.all<{ held: boolean }>('SELECT pg_try_advisory_xact_lock(?) AS held', [PRUNE_LOCK_KEY]);
-      if (!lock?.held) return false;
+      if (!lock?.held) return { more: false, deleted };
       let more = false;
       for (const rule of RULES) {
         const cutoff = rule.cutoff(config, now);
         if (cutoff === null) continue;
         const n = await raw.run(rule.sql.replace('@cutoff', '?'), [cutoff]);
-        total[rule.what] += n;
+        deleted[rule.what] = (deleted[rule.what] ?? 0) + n;
         if (again(rule, n)) more = true;
       }
-      return more;
+      return { more, deleted };
     });
+    for (const [what, n] of Object.entries(deleted) as [keyof PruneCounts, number][]) total[what] += n;
     if (!more) return total;
   }
 }
