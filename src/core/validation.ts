@@ -68,6 +68,26 @@ export function nulPointer(value: unknown): string | undefined {
 }
 
 /**
+ * The JSON Pointer of the first key the API's JSON parser refuses (Fastify's: a `__proto__`
+ * key, or a `constructor` key holding a `prototype` key, at any depth), or undefined. For
+ * input parsed elsewhere (an import's rows), so that it is held to the same rule.
+ */
+export function prototypeKeyPointer(value: unknown): string | undefined {
+  const stack: [unknown, string][] = [[value, '']];
+  while (stack.length) {
+    const [item, at] = stack.pop()!;
+    if (item === null || typeof item !== 'object') continue;
+    for (const [key, child] of Object.entries(item)) {
+      const here = `${at}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+      if (key === '__proto__') return here;
+      if (key === 'constructor' && child !== null && typeof child === 'object' && Object.hasOwn(child, 'prototype')) return `${here}/prototype`;
+      stack.push([child, here]);
+    }
+  }
+  return undefined;
+}
+
+/**
  * The most tags one contact may have. Every list page, export and run of a contact reads all
  * of its tags: without a bound, a contact given a million of them (100 per request) would
  * make each of those cost a million rows.

@@ -148,6 +148,48 @@ test('U+0000 in a row (NDJSON or CSV) is refused at its field like the API refus
   assert.deepEqual((await contactsOf(s, token)).map((c) => c.email).sort(), ['c3@example.com', 'fine@example.com']);
 });
 
+test('keys the API refuses in a body (__proto__, constructor.prototype) are refused in a row too; a column named constructor is an attribute', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const ndjson = [
+    '{"email":"p1@example.com","attributes":{"__proto__":{"polluted":true},"plan":"gold"}}',
+    '{"email":"p2@example.com","attributes":{"deep":{"constructor":{"prototype":{"polluted":true}}}}}',
+    '{"email":"p3@example.com","attributes":{"constructor":"kept","plan":"gold"}}',
+  ].join('\n');
+  const res = await importText(s, token, ndjson, NDJSON);
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(
+    res.body.errors.map((e: any) => [e.line, e.field, e.reason]),
+    [
+      [1, 'attributes', 'must not have a key named "__proto__"'],
+      [2, 'attributes', 'must not have a key named "constructor" holding "prototype"'],
+    ],
+  );
+  const csv = await importText(
+    s,
+    token,
+    'email,constructor,__proto__,attributes\nc1@example.com,b,,\nc2@example.com,b,x,\nc3@example.com,,,"{""__proto__"":{""polluted"":true}}"\n',
+    CSV,
+  );
+  assert.equal(csv.status, 200, csv.text);
+  assert.deepEqual(
+    csv.body.errors.map((e: any) => [e.line, e.field]),
+    [
+      [3, 'attributes'],
+      [4, 'attributes'],
+    ],
+  );
+  const byEmail = new Map((await contactsOf(s, token)).map((c) => [c.email, c.attributes]));
+  assert.deepEqual(Object.fromEntries(byEmail), { 'p3@example.com': { constructor: 'kept', plan: 'gold' }, 'c1@example.com': { constructor: 'b' } });
+  assert.equal(({} as { polluted?: boolean }).polluted, undefined);
+  // The API refuses the same keys in a body.
+  const api = await s.request('POST', '/contacts', {
+    token,
+    raw: '{"email":"a1@example.com","attributes":{"__proto__":{"x":1}}}',
+    headers: { 'content-type': 'application/json' },
+  });
+  assert.equal(api.status, 400, api.text);
+});
+
 test('CSV: header row, quoted fields with commas, quotes and line breaks, a BOM, tags split on ;, other columns into attributes', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const csv =

@@ -6,7 +6,7 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { rawSql } from '../db/dialect.js';
 import { isSqliteStore, isWriteConflict } from '../db/store.js';
-import { MAX_TAGS_PER_CONTACT, nulPointer, TOO_MANY_TAGS } from '../validation.js';
+import { MAX_TAGS_PER_CONTACT, nulPointer, prototypeKeyPointer, TOO_MANY_TAGS } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
@@ -302,7 +302,9 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
       if (!header) {
         header = item.record.map((h) => {
           const name = h.trim();
-          return { name, kind: CSV_COLUMNS[name.toLowerCase()] ?? 'attribute' };
+          const key = name.toLowerCase();
+          // Own names only: `constructor` or `__proto__` is an attribute's name like any other.
+          return { name, kind: Object.hasOwn(CSV_COLUMNS, key) ? CSV_COLUMNS[key]! : 'attribute' };
         });
         continue;
       }
@@ -323,6 +325,11 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
     }
     throw err;
   }
+}
+
+/** Sets a property of its own, whatever its name (`__proto__` too, which normalizeRow then refuses, rather than lose it). */
+function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
+  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
 }
 
 function csvRow(line: number, header: { name: string; kind: string }[], cells: string[]): SourceRow {
@@ -348,11 +355,11 @@ function csvRow(line: number, header: { name: string; kind: string }[], cells: s
       }
       if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
         return { line, error: { line, field: name, reason: 'must be a JSON object' } };
-      Object.assign(attributes, parsed);
+      for (const [key, value] of Object.entries(parsed)) setOwn(attributes, key, value);
       hasAttributes = true;
     } else if (kind === 'attribute') {
       if (name === '') return { line, error: { line, field: null, reason: 'a value under a column without a name' } };
-      attributes[name] = cell;
+      setOwn(attributes, name, cell);
       hasAttributes = true;
     } else input[kind as 'email' | 'phone' | 'firstName' | 'lastName'] = cell;
   }
@@ -395,6 +402,13 @@ function normalizeRow(
   // As the API refuses it in any JSON body (PostgreSQL text cannot hold it): at its field.
   const nul = nulPointer(row.input);
   if (nul !== undefined) return { line: row.line, field: fieldOf(nul), reason: 'must not contain U+0000' };
+  const proto = prototypeKeyPointer(row.input);
+  if (proto !== undefined)
+    return {
+      line: row.line,
+      field: fieldOf(proto),
+      reason: `must not have a key named ${proto.endsWith('__proto__') ? '"__proto__"' : '"constructor" holding "prototype"'}`,
+    };
   try {
     const values = normalizeInput(ctx, row.input);
     if (!values.email && !values.phone) return { line: row.line, field: 'email', reason: 'email or phone is required' };
