@@ -94,6 +94,8 @@ export function checkStepFields(type: StepType, fields: Fields, check: StepCheck
       for (const [key, value] of Object.entries(set)) {
         const attr = /^attributes\.([^.]{1,100})$/.exec(key);
         if (!CONTACT_FIELDS.includes(key) && !attr) check.fail(`set/${key}`, `is not a contact field (use ${CONTACT_FIELDS.join(', ')} or attributes.<name>)`);
+        // The one name the API's JSON parser refuses in attributes: it could never be read back.
+        else if (attr?.[1] === '__proto__') check.fail(`set/${key}`, 'is not a name an attribute may have');
         else check.liquid(`set/${key}`, value, 10_000, true);
       }
       break;

@@ -270,6 +270,8 @@ export class RunExecutor {
     const attributes = { ...contact.attributes };
     for (const [field, template] of Object.entries(step.set as Record<string, string>)) {
       const value = (await renderString(template, ctx)).trim();
+      // As the API refuses it (PostgreSQL text cannot hold it): the step fails, on every store.
+      if (value.includes('\u0000')) return { kind: 'failed', error: `update_contact: the value for ${field} contains U+0000, which a contact cannot hold` };
       if (field.startsWith('attributes.')) {
         const key = field.slice('attributes.'.length);
         if (value === '') delete attributes[key];

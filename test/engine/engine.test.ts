@@ -121,6 +121,21 @@ test('a failing step fails the run with its error and leaves later steps PENDING
   assert.equal(run.steps[1].status, 'PENDING');
 });
 
+test('update_contact with a value holding U+0000 (a webhook may send one) fails the step and leaves the contact as it was, on every store', async (t) => {
+  const { s, token, post } = await setUp(t, [
+    { type: 'update_contact', set: { firstName: '{{ trigger.customer.name }}' } },
+    { type: 'add_tags', tags: ['never'] },
+  ]);
+  const { runId, contactId } = await post({ ...BODY, customer: { ...BODY.customer, name: 'Ada\u0000Lovelace' } });
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'FAILED');
+  assert.match(run.steps[0].error, /firstName contains U\+0000/);
+  assert.equal(run.steps[1].status, 'PENDING');
+  const contact = (await s.request('GET', `/contacts/${contactId}`, { token })).body;
+  assert.ok(!String(contact.firstName).includes('\u0000'));
+  assert.deepEqual(contact.tags, []);
+});
+
 test('http_request to a loopback address is refused and fails the step', async (t) => {
   const { s, token, post } = await setUp(t, [{ type: 'http_request', method: 'POST', url: 'http://127.0.0.1:9/hook', body: { id: '{{ trigger.order.id }}' } }]);
   const { runId } = await post(BODY);

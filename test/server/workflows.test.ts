@@ -325,6 +325,7 @@ const INVALID_STEPS: [string, unknown, string][] = [
   ['update_contact unknown field', { type: 'update_contact', set: { favouriteColour: 'blue' } }, '/steps/0/set/favouriteColour'],
   ['update_contact empty set', { type: 'update_contact', set: {} }, '/steps/0/set'],
   ['update_contact set not an object', { type: 'update_contact', set: ['firstName'] }, '/steps/0/set'],
+  ['update_contact attribute named __proto__', { type: 'update_contact', set: { 'attributes.__proto__': 'x' } }, '/steps/0/set/attributes.__proto__'],
   ['http_request bad method', { type: 'http_request', method: 'FETCH', url: 'https://example.com' }, '/steps/0/method'],
   ['http_request without url', { type: 'http_request', method: 'GET' }, '/steps/0/url'],
   ['http_request non-http url', { type: 'http_request', method: 'GET', url: 'ftp://example.com' }, '/steps/0/url'],
