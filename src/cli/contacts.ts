@@ -69,11 +69,16 @@ export function registerContacts(program: Command): void {
         const stdin = file === '-';
         let size: number | null = null;
         if (!stdin) {
+          let stat: ReturnType<typeof statSync>;
           try {
-            size = statSync(file).size;
+            stat = statSync(file);
           } catch {
             throw new CliError(`cannot read ${file}`);
           }
+          // A folder would start a job that fails on its first read: say so before one exists.
+          if (stat.isDirectory()) throw new CliError(`${file} is a folder: give the file to import`);
+          // A pipe (or another special file) has no size of its own: read to its end.
+          size = stat.isFile() ? stat.size : null;
         }
         const bar = progressBar(!globals(cmd).json && !!process.stderr.isTTY);
         const source = stdin ? process.stdin : createReadStream(file, { highWaterMark: 256 * 1024 });

@@ -95,6 +95,7 @@ test('svc contacts import / export refuse bad arguments with one line and a non-
     [['contacts', 'import', txt, '--workspace', ws], /--format ndjson or --format csv/],
     [['contacts', 'import', txt, '--workspace', ws, '--format', 'xml'], /--format must be ndjson or csv/],
     [['contacts', 'import', join(dataDir, 'missing.csv'), '--workspace', ws], /cannot read/],
+    [['contacts', 'import', dataDir, '--workspace', ws, '--format', 'csv'], /is a folder/],
     [['contacts', 'import', txt, '--workspace', '999', '--format', 'csv'], /workspace/i],
     [['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--mode', 'merge'], /--mode must be one of create, update, upsert/],
     [['contacts', 'export', '--workspace', ws, '--format', 'xml'], /--format must be ndjson or csv/],
