@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
+import { eq } from 'drizzle-orm';
 import { contactImports, contacts } from '../../src/core/db/schema.js';
 import { assertProblem, build, buildAsOwner, type TestServer } from '../helpers.js';
 
@@ -475,6 +476,26 @@ test('an import while the API creates some of its emails: every row lands once, 
     [],
   );
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, n);
+});
+
+test('a server shutting down mid-upload does not wait for it: the job ends FAILED interrupted with the rows committed', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const { req, response } = rawUpload(s, token, { ...NDJSON, 'transfer-encoding': 'chunked' });
+  req.on('error', () => undefined); // the server closes this connection
+  req.write(lines(Array.from({ length: 5000 }, (_, i) => ({ email: `s${i}@example.com` }))));
+  const { res, text } = await response;
+  assert.equal(res.statusCode, 202, text);
+  const id = JSON.parse(text).id;
+  await waitForJob(s, token, id, (j) => j.lines >= 4000);
+  // The client goes on holding its upload open; closing the server stops it.
+  const started = Date.now();
+  await s.app.close();
+  assert.ok(Date.now() - started < 10_000, `closed in ${Date.now() - started} ms`);
+  const [job] = await s.db.select().from(contactImports).where(eq(contactImports.id, id));
+  assert.deepEqual([job!.status, job!.failureCode, job!.created, job!.lines], ['FAILED', 'interrupted', 4000, 4000]);
+  assert.match(job!.failureDetail ?? '', /shut down/);
+  assert.equal((await s.db.select({ id: contacts.id }).from(contacts)).length, 4000);
+  req.destroy();
 });
 
 test('a job whose process stopped (a restart) is reported FAILED interrupted, with what it committed', async (t) => {

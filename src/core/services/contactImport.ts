@@ -694,9 +694,14 @@ async function saveProgress(tx: WorkspaceContext, jobId: number, batch: BatchRes
 }
 
 export interface RunImportHooks {
-  /** Told after every committed batch (the CLI draws its progress bar from it). */
   /** Told of an unexpected error that stopped the import (the job then says FAILED `import_failed`). */
   onError?: (err: unknown) => void;
+  /**
+   * Aborted when the server shuts down: whatever the reading then fails with, the job ends
+   * FAILED `interrupted` with what its finished batches committed.
+   */
+  signal?: AbortSignal;
+  /** Told after every committed batch (the CLI draws its progress bar from it). */
   onProgress?: (job: {
     lines: number;
     bytesRead: number;
@@ -764,7 +769,8 @@ export async function runImport(
     }
     await flush(lastLine);
   } catch (err) {
-    if (err instanceof ImportStop) failure = { code: err.code, detail: err.message };
+    if (hooks.signal?.aborted) failure = { code: 'interrupted', detail: 'The server shut down before the end of the file; the counts are what was committed' };
+    else if (err instanceof ImportStop) failure = { code: err.code, detail: err.message };
     else if (isAbort(err))
       failure = { code: 'client_disconnected', detail: 'The upload ended before the end of the file; the rows of the last unfinished batch were not written' };
     else {

@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
 import { AppError } from '../../core/errors.js';
 import { IMPORT_MODES, type ImportFormat } from '../../core/db/schema.js';
-import { checkDeclaredLength, exportContacts, getImport, listImports, runImport, startImport } from '../../core/services/contactImport.js';
+import { checkDeclaredLength, exportContacts, getImport, listImports, runImport, startImport, type ImportJobView } from '../../core/services/contactImport.js';
 import type { App } from '../app.js';
 import { IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 
@@ -46,6 +46,27 @@ function declaredLength(req: IncomingMessage): number | null {
  */
 export async function contactImportRoutes(app: App): Promise<void> {
   app.addContentTypeParser(Object.keys(MEDIA), (_req, payload, done) => done(null, payload));
+
+  // Imports still reading when the server closes are stopped at once rather than waited for
+  // (an upload may take minutes, or trickle for ever): their finished batches stay committed,
+  // their jobs end FAILED `interrupted`, and the store closes only after they have said so.
+  const running = new Map<AbortController, { req: IncomingMessage; done: Promise<unknown> }>();
+  app.addHook('preClose', (done) => {
+    for (const [stop, { req }] of running) {
+      stop.abort();
+      if (!req.complete) req.destroy(Object.assign(new Error('the server is shutting down'), { code: 'ECONNRESET' }));
+    }
+    done();
+  });
+  app.addHook('onClose', async () => {
+    await Promise.allSettled([...running.values()].map((r) => r.done));
+  });
+  const track = (req: IncomingMessage, run: (signal: AbortSignal) => Promise<ImportJobView>): Promise<ImportJobView> => {
+    const stop = new AbortController();
+    const done = run(stop.signal).finally(() => running.delete(stop));
+    running.set(stop, { req, done });
+    return done;
+  };
 
   app.post(
     '/contacts/import',
@@ -99,9 +120,10 @@ export async function contactImportRoutes(app: App): Promise<void> {
       };
       const job = await startImport(ctx, opts);
       const body = req.body as Readable;
-      const hooks = { onError: (err: unknown) => req.log.error({ err, importId: job.id }, 'contact import failed') };
+      const onError = (err: unknown) => req.log.error({ err, importId: job.id }, 'contact import failed');
+      const run = () => track(req.raw, (signal) => runImport(ctx, job.id, body, opts, { onError, signal }));
       if (declared !== null && declared <= config.importSyncBytes) {
-        const done = await runImport(ctx, job.id, body, opts, hooks);
+        const done = await run();
         if (done.failure?.code === 'import_too_large') {
           reply.header('connection', 'close');
           throw new AppError(413, 'import_too_large', done.failure.detail);
@@ -110,12 +132,12 @@ export async function contactImportRoutes(app: App): Promise<void> {
       }
       // A large or unsized upload: reading starts now (before the answer), and goes on after
       // the 202; the job records progress and the outcome.
-      void runImport(ctx, job.id, body, opts, hooks).then(
+      void run().then(
         (done) => {
           // Stop an upload that will not be read further.
           if (done.status === 'FAILED' && !req.raw.complete) req.raw.destroy();
         },
-        (err: unknown) => hooks.onError(err),
+        (err: unknown) => onError(err),
       );
       // Node gives a kept-alive socket the keep-alive timeout once the 202 is out; the upload
       // still under way keeps the body timeout instead (server/bodyTimeout.ts).
