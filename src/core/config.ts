@@ -53,6 +53,8 @@ export interface Config {
   readonly importSyncBytes: number;
   /** Imports RUNNING at once in one workspace at most; one more is refused with 429 too_many_imports. */
   readonly importConcurrency: number;
+  /** Exports streaming at once from one workspace on this node at most; one more is refused with 429 too_many_exports. */
+  readonly exportConcurrency: number;
   readonly webhookEventRetentionDays: number;
   /** Days a finished run (COMPLETED or FAILED) is kept; 0 keeps runs for ever. */
   readonly runRetentionDays: number;
@@ -444,6 +446,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     importMaxBytes: toInt('importMaxBytes', pick(env.SVC_IMPORT_MAX_BYTES, file.importMaxBytes), 1024 * 1024 * 1024, 1024, 64 * 1024 * 1024 * 1024),
     importSyncBytes: toInt('importSyncBytes', pick(env.SVC_IMPORT_SYNC_BYTES, file.importSyncBytes), 1024 * 1024, 0, 64 * 1024 * 1024),
     importConcurrency: toInt('importConcurrency', pick(env.SVC_IMPORT_CONCURRENCY, file.importConcurrency), 4, 1, 100),
+    exportConcurrency: toInt('exportConcurrency', pick(env.SVC_EXPORT_CONCURRENCY, file.exportConcurrency), 4, 1, 100),
     webhookEventRetentionDays: toInt('webhookEventRetentionDays', pick(env.SVC_WEBHOOK_EVENT_RETENTION_DAYS, file.webhookEventRetentionDays), 7, 1, 3650),
     runRetentionDays: toInt('runRetentionDays', pick(env.SVC_RUN_RETENTION_DAYS, file.runRetentionDays), 90, 0, 36500),
     deliveryRetentionDays: toInt('deliveryRetentionDays', pick(env.SVC_DELIVERY_RETENTION_DAYS, file.deliveryRetentionDays), 90, 0, 36500),

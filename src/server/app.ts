@@ -267,6 +267,19 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     done(new ValidationError('validation_failed', 'Text may not contain the NUL character (U+0000)', [{ path: at, message: 'must not contain U+0000' }]));
   });
 
+  // A shutdown finishes the requests under way, but not for ever: after the grace period
+  // (SVC_SHUTDOWN_GRACE) the connections still open are closed, whatever they are waiting for.
+  let forceClose: NodeJS.Timeout | undefined;
+  app.addHook('preClose', (done) => {
+    forceClose = setTimeout(() => app.server.closeAllConnections(), config.shutdownGraceSeconds * 1000);
+    forceClose.unref();
+    done();
+  });
+  app.addHook('onClose', (_instance, done) => {
+    clearTimeout(forceClose);
+    done();
+  });
+
   // Disk full: failed writes answer 503 storage_full, /readyz says not ready, the log says so once a minute.
   const storage = new StorageHealth(config.dataDir, app.log);
   // Redis, when the nodes of a cluster share one: the per-address webhook limit is counted there.

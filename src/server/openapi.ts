@@ -120,6 +120,10 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
     out['413'] = problemResponse('The body is larger than the webhook body limit (`payload_too_large`)');
     out['415'] = problemResponse('The body is not JSON (`unsupported_media_type`)');
   }
+  if (route.url === '/contacts/export')
+    out['429'] = problemResponse(
+      'The workspace already has `SVC_EXPORT_CONCURRENCY` exports under way on this server; retry after `Retry-After` seconds (`too_many_exports`)',
+    );
   if (route.url === '/contacts/import') {
     out['413'] = problemResponse('The declared length is over the import limit (`import_too_large`)');
     out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`)');

@@ -3,6 +3,7 @@
  * answered 408 request_timeout when nothing was answered yet, and closed; an import already
  * answered 202 is closed and its job says the client went away. A body that keeps moving is
  * never cut, however long it takes, and neither is a kept-alive connection between requests.
+ * A shutdown waits for answers under way for its grace period at most (server/app.ts).
  * Raw sockets against the real server, with a 1 s timeout.
  */
 import assert from 'node:assert/strict';
@@ -143,4 +144,29 @@ test('an import upload that stalls after its 202: the connection is closed and t
   assert.equal(job.failure.code, 'client_disconnected');
   assert.equal(job.created, 4000, JSON.stringify(job));
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
+});
+
+/** A workspace of 60,000 contacts: an export of about 9 MB, more than loopback's socket buffers hold. */
+async function manyContacts(t: Parameters<typeof buildAsOwner>[0], extra: Record<string, string>): Promise<{ s: TestServer; token: string }> {
+  const { s, token } = await buildAsOwner(t, { env: { ...env, SVC_IMPORT_SYNC_BYTES: String(64 * 1024 * 1024), ...extra } });
+  const rows = Array.from({ length: 60_000 }, (_, i) => JSON.stringify({ email: `reader${i}@example.com`, firstName: 'x'.repeat(60) })).join('\n');
+  const res = await s.request('POST', '/contacts/import', { token, raw: rows, headers: { 'content-type': 'application/x-ndjson' } });
+  assert.equal(res.body.created, 60_000, res.text);
+  return { s, token };
+}
+
+test('a shutdown waits for answers under way for the grace period at most, then closes their connections', async (t) => {
+  const { s, token } = await manyContacts(t, { SVC_BODY_TIMEOUT_SECONDS: '60', SVC_SHUTDOWN_GRACE: '1' });
+  const reader = await open(s);
+  reader.socket.write(head('GET', '/contacts/export', { authorization: `Bearer ${token}` }));
+  reader.socket.pause();
+  await sleep(500);
+  const started = Date.now();
+  await s.app.close();
+  const ms = Date.now() - started;
+  assert.ok(ms >= 900 && ms < 5000, `closed in ${ms} ms`);
+  reader.socket.resume();
+  const cut = await Promise.race([reader.closed, sleep(5000).then(() => null)]);
+  assert.ok(cut, 'its connection was closed');
+  assert.ok(!cut.text.endsWith('0\r\n\r\n'), 'before the end of the answer');
 });

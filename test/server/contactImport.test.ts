@@ -498,6 +498,37 @@ test('a server shutting down mid-upload does not wait for it: the job ends FAILE
   req.destroy();
 });
 
+test('a workspace streams at most SVC_EXPORT_CONCURRENCY exports at once on a server: one more is 429 too_many_exports until one ends', async (t) => {
+  const s = await build(t, { env: { SVC_EXPORT_CONCURRENCY: '1', SVC_IMPORT_SYNC_BYTES: String(64 * 1024 * 1024) } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  // Enough that an export outgrows the socket buffers and waits for a reader that is not reading.
+  const created = await importText(
+    s,
+    token,
+    lines(Array.from({ length: 60_000 }, (_, i) => ({ email: `x${i}@example.com`, firstName: 'x'.repeat(60) }))),
+    NDJSON,
+  );
+  assert.equal(created.body.created, 60_000, created.text);
+  const url = new URL('/contacts/export', s.url);
+  const held = httpRequest(url, { headers: { authorization: `Bearer ${token}` } });
+  const res = await new Promise<IncomingMessage>((resolve, reject) => held.on('response', resolve).on('error', reject).end());
+  assert.equal(res.statusCode, 200);
+  res.pause();
+  const refused = await s.request('GET', '/contacts/export?format=csv', { token });
+  assertProblem(refused, 429, 'too_many_exports');
+  assert.equal(refused.headers.get('retry-after'), '10');
+  // The other reads go on; once the held export's connection is gone, the next export runs.
+  assert.equal((await s.request('GET', '/contacts?limit=1', { token })).status, 200);
+  res.destroy();
+  held.destroy();
+  let next = await s.request('GET', '/contacts/export?tag=none', { token });
+  for (let i = 0; i < 50 && next.status === 429; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+    next = await s.request('GET', '/contacts/export?tag=none', { token });
+  }
+  assert.equal(next.status, 200, next.text);
+});
+
 test('a job whose process stopped (a restart) is reported FAILED interrupted, with what it committed', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const old = new Date(Date.now() - 5 * 60_000).toISOString();

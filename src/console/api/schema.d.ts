@@ -6358,6 +6358,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The workspace already has `SVC_EXPORT_CONCURRENCY` exports under way on this server; retry after `Retry-After` seconds (`too_many_exports`) */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
                 headers: {

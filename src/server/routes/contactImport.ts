@@ -10,6 +10,9 @@ import { IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 const read = { role: 'VIEWER' as const };
 const write = { role: 'MEMBER' as const };
 
+/** Seconds a client refused for too many exports under way is told to wait. */
+const TOO_MANY_EXPORTS_RETRY_AFTER = 10;
+
 const MEDIA: Record<string, ImportFormat> = { 'application/x-ndjson': 'ndjson', 'text/csv': 'csv' };
 
 const ImportJob = Type.Object({
@@ -61,6 +64,8 @@ export async function contactImportRoutes(app: App): Promise<void> {
   app.addHook('onClose', async () => {
     await Promise.allSettled([...running.values()].map((r) => r.done));
   });
+  /** Exports streaming now, by workspace. */
+  const exporting = new Map<number, number>();
   const track = (req: IncomingMessage, run: (signal: AbortSignal) => Promise<ImportJobView>): Promise<ImportJobView> => {
     const stop = new AbortController();
     const done = run(stop.signal).finally(() => running.delete(stop));
@@ -181,7 +186,26 @@ export async function contactImportRoutes(app: App): Promise<void> {
     },
     async (req, reply) => {
       const { format, ...filter } = req.query as { format: 'ndjson' | 'csv'; tag?: string; email?: string; phone?: string; q?: string };
-      const stream = Readable.from(exportContacts(req.workspaceCtx(), format, filter));
+      const ctx = req.workspaceCtx();
+      // Each export holds a page of contacts and its connection for as long as its reader takes
+      // (a reader that stops holds them until it goes away): a few at once per workspace.
+      const streaming = exporting.get(ctx.workspaceId) ?? 0;
+      const limit = ctx.config.exportConcurrency;
+      if (streaming >= limit) {
+        throw new AppError(
+          429,
+          'too_many_exports',
+          `This workspace already has ${limit} export${limit === 1 ? '' : 's'} under way on this server; retry once one has finished`,
+          { headers: { 'retry-after': String(TOO_MANY_EXPORTS_RETRY_AFTER) } },
+        );
+      }
+      exporting.set(ctx.workspaceId, streaming + 1);
+      reply.raw.once('close', () => {
+        const n = (exporting.get(ctx.workspaceId) ?? 1) - 1;
+        if (n > 0) exporting.set(ctx.workspaceId, n);
+        else exporting.delete(ctx.workspaceId);
+      });
+      const stream = Readable.from(exportContacts(ctx, format, filter));
       return reply
         .type(format === 'csv' ? 'text/csv; charset=utf-8' : 'application/x-ndjson; charset=utf-8')
         .header('content-disposition', `attachment; filename="contacts.${format}"`)
