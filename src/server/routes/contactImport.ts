@@ -64,8 +64,6 @@ export async function contactImportRoutes(app: App): Promise<void> {
   app.addHook('onClose', async () => {
     await Promise.allSettled([...running.values()].map((r) => r.done));
   });
-  /** Exports streaming now, by workspace. */
-  const exporting = new Map<number, number>();
   const track = (req: IncomingMessage, run: (signal: AbortSignal) => Promise<ImportJobView>): Promise<ImportJobView> => {
     const stop = new AbortController();
     const done = run(stop.signal).finally(() => running.delete(stop));
@@ -163,6 +161,8 @@ export async function contactImportRoutes(app: App): Promise<void> {
     getImport(req.workspaceCtx(), req.params.id),
   );
 
+  /** Exports streaming now, by workspace (SVC_EXPORT_CONCURRENCY). */
+  const exporting = new Map<number, number>();
   app.get(
     '/contacts/export',
     {
