@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
 import { eq } from 'drizzle-orm';
+import { loadConfig } from '../../src/core/config.js';
 import { contactImports, contacts } from '../../src/core/db/schema.js';
 import { assertProblem, build, buildAsOwner, type TestServer } from '../helpers.js';
 
@@ -396,6 +397,18 @@ test('a client that disconnects mid-upload: the job reports the rows committed, 
   assert.equal(stored.length, 4000);
   assert.equal(stored.filter((c) => c.email?.startsWith('half')).length, 0);
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
+});
+
+test('SVC_IMPORT_CONCURRENCY and SVC_EXPORT_CONCURRENCY outside 1-100, or not integers, are refused with the setting named', async (t) => {
+  const s = await build(t);
+  for (const [name, key] of [
+    ['SVC_IMPORT_CONCURRENCY', 'importConcurrency'],
+    ['SVC_EXPORT_CONCURRENCY', 'exportConcurrency'],
+  ]) {
+    for (const value of ['0', '101', '2.5', 'four', '-1'])
+      assert.throws(() => loadConfig({ dataDir: s.dataDir }, { [name!]: value }), new RegExp(`${key} must be an integer from 1 to 100`), `${name}=${value}`);
+    assert.equal(loadConfig({ dataDir: s.dataDir }, { [name!]: ' 100 ' })[key as 'importConcurrency'], 100);
+  }
 });
 
 test('a workspace runs at most SVC_IMPORT_CONCURRENCY imports at once: one more is 429 too_many_imports, and reads nothing', async (t) => {
