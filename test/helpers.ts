@@ -18,7 +18,7 @@ import { mintApiKey } from '../src/core/services/apiKeys.js';
 import { createUser } from '../src/core/services/users.js';
 import { createWorkspace } from '../src/core/services/workspaces.js';
 import { buildApp, type App, type AppDeps } from '../src/server/app.js';
-import { freePort } from '../src/cli/serve.js';
+import { reservePort } from '../src/cli/serve.js';
 import type { EngineOptions } from '../src/engine/scheduler.js';
 import { setPasswordHashCost } from '../src/core/crypto.js';
 
@@ -160,7 +160,9 @@ export async function build(
     { workspaceName: 'Acme', email: 'owner@acme.test', password: OWNER_PASSWORD, plan: opts.plan ?? 'PRO' },
     { type: 'SYSTEM', id: null, label: 'test' },
   );
-  const config = loadConfig({ dataDir, port: await freePort('127.0.0.1') }, env);
+  // The port stays bound until the server listens there: no other test's connection takes it meanwhile.
+  const port = await reservePort('127.0.0.1');
+  const config = loadConfig({ dataDir, port: port.port }, env);
   const { store } = await openStore(config);
   const app = await buildApp({
     config,
@@ -169,6 +171,7 @@ export async function build(
     ...(opts.engine ? { engine: opts.engine } : {}),
     ...(opts.onRoute ? { onRoute: opts.onRoute } : {}),
   });
+  await port.release();
   const address = await app.listen({ host: '127.0.0.1', port: config.port });
   const nodes: (() => Promise<void>)[] = [];
   t.after(async () => {
@@ -195,9 +198,11 @@ export async function joinNode(first: TestServer, opts: { env?: NodeJS.ProcessEn
   const nodes = joinedNodes.get(first);
   if (!nodes) throw new Error('joinNode: the first node was not made by build()');
   const env = { ...(opts.env ?? {}), ...(first.config.databaseUrl ? { SVC_DATABASE_URL: first.config.databaseUrl } : {}) };
-  const config = loadConfig({ dataDir: first.dataDir, port: await freePort('127.0.0.1') }, env);
+  const port = await reservePort('127.0.0.1');
+  const config = loadConfig({ dataDir: first.dataDir, port: port.port }, env);
   const { store } = await openStore(config);
   const app = await buildApp({ config, store, logger: false, ...(opts.engine ? { engine: opts.engine } : {}) });
+  await port.release();
   const address = await app.listen({ host: '127.0.0.1', port: config.port });
   nodes.push(async () => {
     await app.close();

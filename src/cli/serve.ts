@@ -7,18 +7,49 @@ import { startBackupSchedule, type BackupSchedule } from '../core/services/backu
 import { acquireServeLock } from '../core/serverLock.js';
 import { checkStoredSecrets, joinCluster, type NodeMembership } from '../core/cluster.js';
 import { describeInit } from './init.js';
-import { cliActor, configFlags, globals } from './io.js';
+import { CliError, cliActor, configFlags, globals } from './io.js';
 
-/** A port the OS says is free on this host right now. */
-export function freePort(host: string): Promise<number> {
+/** A port the OS gave us, held until `release()`, so that nothing else takes it meanwhile. */
+export interface PortReservation {
+  readonly port: number;
+  release(): Promise<void>;
+}
+
+/**
+ * Binds a free port on `host` and keeps it bound until released. While it is held, neither
+ * another listener nor an outgoing connection (whose local port comes from the same ephemeral
+ * range: a database or Redis client) can be given it, so a server started with `--port 0`
+ * can name its port in publicUrl, start up for as long as it takes, and release it just
+ * before it listens there.
+ */
+export function reservePort(host: string): Promise<PortReservation> {
   return new Promise((resolve, reject) => {
     const probe = createServer();
     probe.once('error', reject);
     probe.listen(0, host, () => {
       const { port } = probe.address() as AddressInfo;
-      probe.close(() => resolve(port));
+      let released: Promise<void> | undefined;
+      resolve({ port, release: () => (released ??= new Promise((done) => probe.close(() => done()))) });
     });
   });
+}
+
+/** A port the OS says is free on this host right now. */
+export async function freePort(host: string): Promise<number> {
+  const reservation = await reservePort(host);
+  await reservation.release();
+  return reservation.port;
+}
+
+/** A listen failure said in the user's terms: which address, and what to change. */
+function listenError(err: unknown, host: string, port: number, setting: string): unknown {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const where = `${host}:${port}`;
+  if (code === 'EADDRINUSE')
+    return new CliError(`${where} is already in use (another svc serve?): stop what listens there, or choose another port with ${setting}`);
+  if (code === 'EACCES') return new CliError(`not allowed to listen on ${where} (ports below 1024 need privileges): choose another port with ${setting}`);
+  if (code === 'EADDRNOTAVAIL') return new CliError(`${host} is not an address of this machine: choose another with --host (or SVC_HOST)`);
+  return err;
 }
 
 /**
@@ -68,10 +99,17 @@ export function registerServe(program: Command): void {
       const serveLock = acquireServeLock(resolveDataDir(flags.dataDir, process.env));
       let config: Config | undefined;
       let initialised: InitResult | undefined;
+      let reserved: PortReservation | undefined;
       const withPort = async () => {
         const loaded = loadConfig(flags);
-        // Pick the port now so that publicUrl (and so webhook URLs) name the real one.
-        if (loaded.port === 0) flags.port = await freePort(loaded.host);
+        // Pick the port now so that publicUrl (and so webhook URLs) name the real one; it stays
+        // bound until just before the server listens on it.
+        if (loaded.port === 0) {
+          reserved = await reservePort(loaded.host).catch((err: unknown) => {
+            throw listenError(err, loaded.host, 0, '--port (or SVC_PORT)');
+          });
+          flags.port = reserved.port;
+        }
         return loadConfig(flags);
       };
       if (await needsInitialisation(flags, process.env)) {
@@ -99,6 +137,7 @@ export function registerServe(program: Command): void {
         }
         return built;
       })().catch(async (err: unknown) => {
+        await reserved?.release();
         await store.close();
         serveLock.release();
         throw err;
@@ -115,21 +154,41 @@ export function registerServe(program: Command): void {
         closing = true;
         backups?.stop();
         app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+        await stopAll();
+        app.log.info('stopped');
+      };
+      const stopAll = async () => {
         try {
           await app.close();
         } finally {
           await membership?.release();
           await store.close();
           serveLock.release();
-          app.log.info('stopped');
         }
       };
       process.on('SIGTERM', () => void shutdown('SIGTERM'));
       process.on('SIGINT', () => void shutdown('SIGINT'));
 
-      if (app.metrics && config.metricsPort !== null)
-        app.log.info({ url: `${await app.metrics.listen(config.metricsPort)}/metrics` }, 'metrics served on the loopback address');
-      const address = await app.listen({ host: config.host, port: config.port });
+      let address: string;
+      try {
+        if (app.metrics && config.metricsPort !== null) {
+          const metricsUrl = await app.metrics.listen(config.metricsPort).catch((err: unknown) => {
+            throw listenError(err, '127.0.0.1', config.metricsPort!, '--metrics-port (or SVC_METRICS_PORT)');
+          });
+          app.log.info({ url: `${metricsUrl}/metrics` }, 'metrics served on the loopback address');
+        }
+        await reserved?.release();
+        address = await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
+          throw listenError(err, config.host, config.port, '--port (or SVC_PORT)');
+        });
+      } catch (err) {
+        // A port already taken, say. Everything started so far is stopped, so the process exits
+        // with the error instead of staying up unreachable, held by its pool, Redis or heartbeat.
+        await reserved?.release();
+        closing = true;
+        await stopAll().catch((closeErr: unknown) => app.log.error({ err: closeErr }, 'stopping after a failed start'));
+        throw err;
+      }
       backups = startBackupSchedule(config, app.log);
       if (json) process.stdout.write(`${JSON.stringify(startLine(address, config, initialised))}\n`);
       else process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);

@@ -4,6 +4,7 @@
  * stored data (on either store).
  */
 import assert from 'node:assert/strict';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { createTestDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
@@ -59,6 +60,27 @@ describe('several nodes on one PostgreSQL database', { skip: skipOutsideCIWithou
     const after = await startServe(t, folder('e'), ['--port', '0'], { env: plain });
     assert.equal((await fetch(`${after.url}/readyz`)).status, 200);
     await after.stop();
+  });
+
+  test('a clustered node whose port is taken exits at once, leaving its place in the cluster', async (t) => {
+    const url = await createTestDatabase(t);
+    const env = { SVC_DATABASE_URL: url, ...SECRETS, SVC_REDIS_URL: testRedisServer()!, SVC_REDIS_PREFIX: testRedisPrefix() };
+    const dir = join(tempDir(t), 'a');
+    assert.equal((await runCli(dir, ['init', '--yes', '--json'], { env })).code, 0);
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    t.after(() => holder.close());
+    const taken = (holder.address() as AddressInfo).port;
+
+    const started = Date.now();
+    // Before the fix it stayed up, unreachable, held by its Redis clients and heartbeat.
+    const r = await runCli(dir, ['serve', '--port', String(taken)], { env });
+    assert.equal(r.code, 1, show(r));
+    assert.ok(Date.now() - started < 30_000, `exited after ${Date.now() - started} ms`);
+    assert.match(r.stderr, new RegExp(`error: 127\\.0\\.0\\.1:${taken} is already in use`), show(r));
+    const doctor = await runCli(dir, ['doctor', '--json'], { env });
+    const database = (doctor.json() as { checks: { name: string; detail: string }[] }).checks.find((c) => c.name === 'database');
+    assert.match(database?.detail ?? show(doctor), /no svc serve node is serving it/);
   });
 });
 

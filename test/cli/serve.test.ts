@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import Database from 'better-sqlite3';
@@ -112,6 +114,43 @@ describe('svc serve', { concurrency: true }, () => {
       assert.match(r.stderr, /hop count such as 1/, show(r));
       assert.match(r.stderr, /10\.0\.0\.0\/8,127\.0\.0\.1/, show(r));
     }
+  });
+
+  test('a port already in use ends serve at once with one line naming it, the data folder released; --port 0 names the port it serves on', async (t) => {
+    const dataDir = join(tempDir(t), 'data');
+    assert.equal((await runCli(dataDir, ['init', '--yes', '--json'])).code, 0);
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    t.after(() => holder.close());
+    const taken = (holder.address() as AddressInfo).port;
+
+    for (const args of [
+      ['--port', String(taken)],
+      ['--port', '0', '--metrics-port', String(taken)],
+    ]) {
+      const started = Date.now();
+      const r = await runCli(dataDir, ['serve', ...args]);
+      assert.equal(r.code, 1, show(r));
+      assert.ok(Date.now() - started < 20_000, `exited after ${Date.now() - started} ms`);
+      assert.doesNotMatch(r.stdout, /svc listening/, show(r));
+      const errors = lines(r.stderr).filter((l) => l.startsWith('error:'));
+      assert.equal(errors.length, 1, show(r));
+      assert.match(errors[0]!, new RegExp(`127\\.0\\.0\\.1:${taken} is already in use`), show(r));
+      assert.match(errors[0]!, args[2] ? /--metrics-port/ : /--port/, show(r));
+      // Its pid file is gone: nothing holds the folder.
+      assert.deepEqual(
+        readdirSync(join(dataDir, 'locks')).filter((f) => f.startsWith('serve-')),
+        [],
+        show(r),
+      );
+    }
+
+    // With --port 0 the port is chosen before start-up (the public URL names it) and held
+    // until the server listens there.
+    const serve = await startServe(t, dataDir, ['--port', '0']);
+    assert.match(serve.stdout(), new RegExp(`svc listening on ${serve.url} \\(public URL ${serve.url},`), serve.stdout());
+    assert.equal((await fetch(`${serve.url}/healthz`)).status, 200);
+    await serve.stop();
   });
 
   test('two servers on one data folder: a key revoked by the CLI or through server A stops working on server B within 10 s', async (t) => {
