@@ -28,6 +28,8 @@ export function reservePort(host: string): Promise<PortReservation> {
     probe.once('error', reject);
     probe.listen(0, host, () => {
       const { port } = probe.address() as AddressInfo;
+      // Held, but never what keeps the process alive: a start-up that fails anywhere exits.
+      probe.unref();
       let released: Promise<void> | undefined;
       resolve({ port, release: () => (released ??= new Promise((done) => probe.close(() => done()))) });
     });
