@@ -50,6 +50,7 @@ function listenError(err: unknown, host: string, port: number, setting: string):
   if (code === 'EADDRINUSE')
     return new CliError(`${where} is already in use (another svc serve?): stop what listens there, or choose another port with ${setting}`);
   if (code === 'EACCES') return new CliError(`not allowed to listen on ${where} (ports below 1024 need privileges): choose another port with ${setting}`);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return new CliError(`${host} does not resolve to an address: choose another with --host (or SVC_HOST)`);
   if (code === 'EADDRNOTAVAIL') return new CliError(`${host} is not an address of this machine: choose another with --host (or SVC_HOST)`);
   return err;
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -165,8 +165,16 @@ type FileConfig = Partial<Record<Exclude<keyof Config, 'secrets' | 'dataDir' | '
   secrets?: { jwtSecret?: unknown; encryptionKey?: unknown };
 };
 
+/**
+ * The data folder named by --data-dir, SVC_DATA_DIR or ./data. A path that exists and is not a
+ * folder (a file given by mistake) is refused here, for every command alike, rather than
+ * failing later as "not initialised" or as a raw ENOTDIR.
+ */
 export function resolveDataDir(flag: string | undefined, env: NodeJS.ProcessEnv): string {
-  return resolve(flag ?? env.SVC_DATA_DIR ?? './data');
+  const dir = resolve(flag ?? env.SVC_DATA_DIR ?? './data');
+  const stat = statSync(dir, { throwIfNoEntry: false });
+  if (stat && !stat.isDirectory()) throw new ConfigError(`the data folder ${dir} is a file, not a folder: name another with --data-dir (or SVC_DATA_DIR)`);
+  return dir;
 }
 
 export function configPath(dataDir: string): string {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -151,6 +151,25 @@ describe('svc serve', { concurrency: true }, () => {
     assert.match(serve.stdout(), new RegExp(`svc listening on ${serve.url} \\(public URL ${serve.url},`), serve.stdout());
     assert.equal((await fetch(`${serve.url}/healthz`)).status, 200);
     await serve.stop();
+  });
+
+  test('a data folder that is a file, or a host that does not resolve, is refused with one line naming it', async (t) => {
+    const file = join(tempDir(t), 'not-a-folder');
+    writeFileSync(file, 'x');
+    for (const args of [['serve', '--port', '0'], ['init', '--yes'], ['keys', 'list', '--workspace', '1'], ['doctor']]) {
+      const r = await runCli(file, args);
+      assert.equal(r.code, 1, show(r));
+      assert.deepEqual(lines(r.stderr), [`error: the data folder ${file} is a file, not a folder: name another with --data-dir (or SVC_DATA_DIR)`], show(r));
+    }
+    assert.equal(readFileSync(file, 'utf8'), 'x', 'the file is left as it was');
+
+    const dataDir = join(tempDir(t), 'data');
+    for (const port of ['0', '3999']) {
+      const r = await runCli(dataDir, ['serve', '--host', 'nothing-here.invalid', '--port', port]);
+      assert.equal(r.code, 1, show(r));
+      assert.match(r.stderr, /^error: nothing-here\.invalid does not resolve to an address: choose another with --host \(or SVC_HOST\)$/m, show(r));
+      assert.doesNotMatch(r.stdout, /svc listening/, show(r));
+    }
   });
 
   test('two servers on one data folder: a key revoked by the CLI or through server A stops working on server B within 10 s', async (t) => {
