@@ -14,7 +14,7 @@ import { AppError, ValidationError } from '../core/errors.js';
 import { nulPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
-import { cutOffStalledBodies } from './bodyTimeout.js';
+import { answerClientError, cutOffStalledBodies } from './bodyTimeout.js';
 import { lazyChildLoggerFactory, loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
 import { sandboxRoutes } from './routes/sandbox.js';
@@ -232,6 +232,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       return sendProblem(reply, problem(400, 'bad_url', 'The URL could not be decoded'));
     },
     forceCloseConnections: 'idle',
+    clientErrorHandler: answerClientError,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   if (deps.onRoute) app.addHook('onRoute', deps.onRoute);

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { problem, SECURITY_HEADERS } from './plugins/errors.js';
@@ -40,15 +41,46 @@ function answerTimeout(socket: Socket, res: ServerResponse, id: string): void {
     socket.destroy();
     return;
   }
+  // Whatever the handler writes after this goes nowhere: the socket is closed once this is out.
+  writeProblem(socket, 'HTTP/1.1 408 Request Timeout', BODY, id);
+}
+
+/** A problem written on the socket as a whole response, then the connection closed. */
+function writeProblem(socket: Socket, statusLine: string, body: string, id: string): void {
   const head = [
-    'HTTP/1.1 408 Request Timeout',
+    statusLine,
     'Content-Type: application/problem+json; charset=utf-8',
-    `Content-Length: ${Buffer.byteLength(BODY)}`,
+    `Content-Length: ${Buffer.byteLength(body)}`,
     'Connection: close',
     'Cache-Control: no-store',
     `X-Request-Id: ${id}`,
     ...Object.entries(SECURITY_HEADERS).map(([name, value]) => `${name}: ${value}`),
   ].join('\r\n');
-  // Whatever the handler writes after this goes nowhere: the socket is closed once this is out.
-  socket.write(`${head}\r\n\r\n${BODY}`, () => socket.destroy());
+  socket.write(`${head}\r\n\r\n${body}`, () => socket.destroy());
+}
+
+const CLIENT_ERRORS = {
+  431: ['HTTP/1.1 431 Request Header Fields Too Large', JSON.stringify(problem(431, 'headers_too_large', 'The request headers are too large'))],
+  408: ['HTTP/1.1 408 Request Timeout', JSON.stringify(problem(408, 'request_timeout', 'The request headers did not arrive in time'))],
+  400: [
+    'HTTP/1.1 400 Bad Request',
+    JSON.stringify(problem(400, 'bad_request', 'The request is not valid HTTP/1.1 (its request line, a header, or its framing)')),
+  ],
+} as const;
+
+/**
+ * What a request Node's HTTP parser refused gets (Fastify's clientErrorHandler): malformed
+ * framing (Content-Length with Transfer-Encoding, a bad chunk), an invalid header, headers
+ * too large or too slow. A problem like every other error, where Node and Fastify would write
+ * their own JSON; nothing when the client is gone or a response is already under way.
+ */
+export function answerClientError(err: NodeJS.ErrnoException, socket: Socket): void {
+  const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || socket.destroyed || !socket.writable || res?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+  const [statusLine, body] = CLIENT_ERRORS[status];
+  writeProblem(socket, statusLine, body, randomUUID());
 }

@@ -170,3 +170,48 @@ test('a shutdown waits for answers under way for the grace period at most, then 
   assert.ok(cut, 'its connection was closed');
   assert.ok(!cut.text.endsWith('0\r\n\r\n'), 'before the end of the answer');
 });
+
+test('a request the HTTP parser refuses is answered as a problem (400, or 431 for huge headers) and closed; nothing is written', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const path = await webhookWorkflow(s, token, 'malformed', [{ type: 'add_tags', tags: ['x'] }]);
+  const body = JSON.stringify({ email: 'smuggled@example.com' });
+  const chunked = `${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`;
+  const cases: [string, string, number][] = [
+    // Request smuggling's shape: both framings at once.
+    [
+      'Content-Length with Transfer-Encoding',
+      `${head('POST', path, { 'content-type': 'application/json', 'content-length': 5, 'transfer-encoding': 'chunked' })}${chunked}`,
+      400,
+    ],
+    [
+      'a bad chunk size',
+      `${head('POST', '/contacts', { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' })}zz\r\n${body}\r\n0\r\n\r\n`,
+      400,
+    ],
+    ['a header name with a space', `POST /contacts HTTP/1.1\r\nHost: localhost\r\nBad Header: 1\r\nContent-Length: 2\r\n\r\n{}`, 400],
+    ['a request line that is not HTTP', 'HELLO THERE\r\n\r\n', 400],
+    ['headers past the limit', head('GET', '/contacts', { authorization: `Bearer ${token}`, 'x-filler': 'a'.repeat(20_000) }), 431],
+  ];
+  for (const [name, request, status] of cases) {
+    const { socket, closed } = await open(s);
+    socket.write(request);
+    const { text } = await closed;
+    assert.match(text, new RegExp(`^HTTP/1\\.1 ${status} `), `${name}: ${text}`);
+    assert.match(text, /content-type: application\/problem\+json/i, name);
+    assert.match(text, /x-request-id: [0-9a-f-]{36}\r\n/i, name);
+    assert.match(text, /x-content-type-options: nosniff/i, name);
+    const problem = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4));
+    assert.deepEqual(
+      { type: problem.type, status: problem.status, code: problem.code },
+      { type: 'about:blank', status, code: status === 431 ? 'headers_too_large' : 'bad_request' },
+      name,
+    );
+  }
+  const contacts = await s.request('GET', '/contacts', { token });
+  assert.deepEqual(contacts.body.data, [], 'no contact was created');
+  const workflowId = (await s.request('GET', '/workflows', { token })).body.data[0].id;
+  const events = await s.request('GET', `/workflows/${workflowId}/webhook-events`, { token });
+  assert.equal(events.status, 200, events.text);
+  assert.deepEqual(events.body.data, []);
+  assert.deepEqual((await s.request('GET', '/runs', { token })).body.data, []);
+});
