@@ -40,7 +40,7 @@ import { RenderPool } from '../engine/renderPool.js';
 import { settingsRoutes } from './routes/settings.js';
 import { WriteBatcher } from '../core/db/batcher.js';
 import { Engine, type EngineOptions } from '../engine/scheduler.js';
-import { WebhookReceiver } from '../core/services/webhooks.js';
+import { isIdentityEncoding, unsupportedEncoding, WebhookReceiver } from '../core/services/webhooks.js';
 import { pruneAll, pruneAllPg, Pruner } from '../core/services/retention.js';
 import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
@@ -195,6 +195,12 @@ export function webhookUrlForRouting(url: string): string {
   return `${WEBHOOK_PREFIX}/${UNROUTABLE_TOKEN}${q === -1 ? '' : url.slice(q)}`;
 }
 
+/** Whether a request carries a body: chunked, or a Content-Length other than 0. */
+function hasBody(headers: IncomingMessage['headers']): boolean {
+  const length = headers['content-length'];
+  return headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
 export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
   // The inbound webhook is answered on node:http directly (webhookIngress.ts): the server
@@ -244,6 +250,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   // The hooks every request passes are callback-style: an async hook costs a promise each.
   app.addHook('onRequest', (req, reply, done) => {
     reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
+    // A compressed body is refused before it is read (415 unsupported_content_encoding).
+    const encoding = req.headers['content-encoding'];
+    if (encoding !== undefined && !isIdentityEncoding(encoding) && hasBody(req.headers)) return done(unsupportedEncoding());
     done();
   });
 

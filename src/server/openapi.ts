@@ -118,7 +118,7 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
   if (route.url.startsWith('/invitations/')) out['410'] = problemResponse('The invitation was used or has expired (`invitation_used`, `invitation_expired`)');
   if (webhook) {
     out['413'] = problemResponse('The body is larger than the webhook body limit (`payload_too_large`)');
-    out['415'] = problemResponse('The body is not JSON (`unsupported_media_type`)');
+    out['415'] = problemResponse('The body is not JSON (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`)');
   }
   if (route.url === '/contacts/export')
     out['429'] = problemResponse(
@@ -126,7 +126,7 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
     );
   if (route.url === '/contacts/import') {
     out['413'] = problemResponse('The declared length is over the import limit (`import_too_large`)');
-    out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`)');
+    out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`)');
     out['429'] = problemResponse('The workspace already runs `SVC_IMPORT_CONCURRENCY` imports; retry after `Retry-After` seconds (`too_many_imports`)');
   }
   if (schema.body || schema.querystring || schema.params || webhook)

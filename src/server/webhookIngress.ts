@@ -293,7 +293,11 @@ export class WebhookIngress {
 
   private head(req: IncomingMessage): RequestHead {
     const length = Number(req.headers['content-length']);
-    return { contentType: req.headers['content-type'] ?? null, contentLength: Number.isFinite(length) ? length : null };
+    return {
+      contentType: req.headers['content-type'] ?? null,
+      contentLength: Number.isFinite(length) ? length : null,
+      contentEncoding: req.headers['content-encoding'],
+    };
   }
 
   private async admit(x: Exchange, token: string): Promise<void> {

@@ -716,6 +716,12 @@ test('malformed bodies: invalid JSON 400, empty JSON body 400, text/plain 415, >
     ['empty body with JSON content-type', { raw: '', headers: json }, 400, 'invalid_json'],
     ['text/plain', { raw: '{"email":"a@example.com"}', headers: { 'content-type': 'text/plain' } }, 415, 'unsupported_media_type'],
     ['form-urlencoded', { raw: 'email=a%40example.com', headers: { 'content-type': 'application/x-www-form-urlencoded' } }, 415, 'unsupported_media_type'],
+    [
+      'gzip',
+      { raw: '{"email":"a@example.com"}', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' } },
+      415,
+      'unsupported_content_encoding',
+    ],
     ['body larger than 1 MiB', { raw: big, headers: json }, 413, 'payload_too_large'],
   ];
   for (const [method, path] of targets) {
@@ -723,6 +729,7 @@ test('malformed bodies: invalid JSON 400, empty JSON body 400, text/plain 415, >
       await t.test(`${method} ${path} ${name}`, async () => {
         const res = await s.request(method, path, { token, ...opts });
         assertProblem(res, status, code);
+        if (code === 'unsupported_content_encoding') assert.equal(res.headers.get('accept-encoding'), 'identity');
       });
     }
   }

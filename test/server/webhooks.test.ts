@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
+import { gzipSync } from 'node:zlib';
 import { readFileSync } from 'node:fs';
 import { test, type TestContext } from 'node:test';
 import { asc, count, eq, type SQL } from 'drizzle-orm';
@@ -371,6 +372,34 @@ test('415 for text/plain, a missing Content-Type and other non-JSON types', asyn
     assertProblem(res, 415);
   }
   assert.equal(await runCount(s, hook.id), 0);
+});
+
+test('415 unsupported_content_encoding for a compressed body (gzip, br), recorded as refused; identity is taken', async (t) => {
+  const { s, token } = await setup(t);
+  await createContact(s, token, { email: 'ann@example.com' });
+  const hook = await hookWorkflow(s, token, { lookup: 'email' });
+  const raw = JSON.stringify({ email: 'ann@example.com' });
+  for (const [encoding, bytes] of [
+    ['gzip', gzipSync(raw)],
+    // Labelled gzip but sent plain: still refused, never read as JSON.
+    ['gzip', Buffer.from(raw)],
+    ['br', Buffer.from(raw)],
+    ['deflate, gzip', Buffer.from(raw)],
+  ] as const) {
+    const res = await s.request('POST', hook.path, { raw: bytes, headers: { 'content-type': 'application/json', 'content-encoding': encoding } });
+    assertProblem(res, 415, 'unsupported_content_encoding');
+    assert.equal(res.headers.get('accept-encoding'), 'identity');
+  }
+  assert.equal(await runCount(s, hook.id), 0);
+  const events = await s.request('GET', `/workflows/${hook.id}/webhook-events`, { token });
+  assert.deepEqual(
+    events.body.data.map((e: { statusCode: number; code: string }) => [e.statusCode, e.code]),
+    Array(4).fill([415, 'unsupported_content_encoding']),
+  );
+  for (const encoding of ['identity', 'IDENTITY ', '']) {
+    const res = await s.request('POST', hook.path, { raw, headers: { 'content-type': 'application/json', 'content-encoding': encoding } });
+    assert.equal(res.status, 202, `${JSON.stringify(encoding)}: ${res.text}`);
+  }
 });
 
 test('413 for a body over the limit (SVC_WEBHOOK_BODY_LIMIT), with or without Content-Length', async (t) => {

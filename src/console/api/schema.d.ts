@@ -6598,7 +6598,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The body is neither NDJSON nor CSV (`unsupported_media_type`) */
+            /** @description The body is neither NDJSON nor CSV (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`) */
             415: {
                 headers: {
                     [name: string]: unknown;
@@ -12107,7 +12107,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The body is not JSON (`unsupported_media_type`) */
+            /** @description The body is not JSON (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`) */
             415: {
                 headers: {
                     [name: string]: unknown;

@@ -114,6 +114,8 @@ type Outcome = { ok: true; accepted: Accepted } | { ok: false; error: AppError }
 export interface RequestHead {
   contentType: string | null;
   contentLength: number | null;
+  /** Content-Encoding as sent; only none or `identity` is taken. */
+  contentEncoding?: string | undefined;
 }
 
 /**
@@ -261,6 +263,7 @@ export class WebhookReceiver {
   private headError(head: RequestHead): AppError | undefined {
     if (!head.contentType || !JSON_TYPE_RE.test(head.contentType))
       return new AppError(415, 'unsupported_media_type', 'Send the body with Content-Type: application/json');
+    if (head.contentEncoding !== undefined && !isIdentityEncoding(head.contentEncoding)) return unsupportedEncoding();
     if (head.contentLength !== null && head.contentLength > this.config.webhookBodyLimit) return this.tooLarge();
     return undefined;
   }
@@ -667,4 +670,21 @@ const UNVERIFIED_LEGACY_CODES = new Set(['invalid_idempotency_key', 'webhook_not
 function signatureHeld(event: typeof webhookEvents.$inferSelect): boolean {
   if (event.bodySha256 !== null || event.code === SIGNATURE_INVALID) return false;
   return !(event.bodySize === null && event.code !== null && UNVERIFIED_LEGACY_CODES.has(event.code));
+}
+
+/** No content coding: the header absent, empty, or `identity` (RFC 9110, 8.4.1). */
+export function isIdentityEncoding(value: string): boolean {
+  const v = value.trim().toLowerCase();
+  return v === '' || v === 'identity';
+}
+
+/**
+ * A body sent compressed (Content-Encoding gzip, br, ...): refused as RFC 9110 says (415,
+ * naming the codings taken in Accept-Encoding) rather than read as JSON and refused as
+ * invalid, or worse, taken as it is when its bytes happen to parse.
+ */
+export function unsupportedEncoding(): AppError {
+  return new AppError(415, 'unsupported_content_encoding', 'Send the body uncompressed, without Content-Encoding', {
+    headers: { 'accept-encoding': 'identity' },
+  });
 }
