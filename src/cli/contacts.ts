@@ -1,20 +1,32 @@
-import { createReadStream, createWriteStream, statSync } from 'node:fs';
+import { closeSync, createReadStream, createWriteStream, openSync, readSync, statSync, type ReadStream } from 'node:fs';
 import { extname } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { IMPORT_MODES, type ImportFormat, type ImportMode } from '../core/db/schema.js';
-import { exportContacts, importContacts, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
+import { decompressIfGzip, exportContacts, importContacts, isGzip, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { CliError, globals, output, parseId, withSession } from './io.js';
 
 function formatOf(file: string, given: string | undefined): ImportFormat {
-  const format = given ?? ({ '.csv': 'csv', '.ndjson': 'ndjson', '.jsonl': 'ndjson' } as Record<string, string>)[extname(file).toLowerCase()];
+  // list.csv.gz is a CSV file, compressed.
+  const named = file.toLowerCase().endsWith('.gz') ? file.slice(0, -3) : file;
+  const format = given ?? ({ '.csv': 'csv', '.ndjson': 'ndjson', '.jsonl': 'ndjson' } as Record<string, string>)[extname(named).toLowerCase()];
   if (format !== 'csv' && format !== 'ndjson')
     throw new CliError(
       given ? `--format must be ndjson or csv, got "${given}"` : `cannot tell the format of "${file}" from its name: give --format ndjson or --format csv`,
     );
   return format;
+}
+
+function startsAsGzip(file: string): boolean {
+  const head = Buffer.alloc(2);
+  const fd = openSync(file, 'r');
+  try {
+    return isGzip(head.subarray(0, readSync(fd, head, 0, 2, 0)));
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function modeOf(given: string): ImportMode {
@@ -56,7 +68,7 @@ export function registerContacts(program: Command): void {
   contacts
     .command('import')
     .description('import contacts from an NDJSON or CSV file (- for standard input), streamed; the same rules as POST /contacts/import')
-    .argument('<file>', 'the file (.ndjson, .jsonl or .csv), or - for standard input')
+    .argument('<file>', 'the file (.ndjson, .jsonl or .csv, gzip-compressed or not), or - for standard input')
     .requiredOption('--workspace <id>', 'workspace id')
     .option('--format <format>', 'ndjson or csv (default: from the file name)')
     .option('--mode <mode>', 'create, update or upsert', 'upsert')
@@ -80,13 +92,15 @@ export function registerContacts(program: Command): void {
           // A pipe (or another special file) has no size of its own: read to its end.
           size = stat.isFile() ? stat.size : null;
         }
+        // A gzip file is imported decompressed; its bar follows the compressed bytes read.
+        const gzip = size !== null && startsAsGzip(file);
         const bar = progressBar(!globals(cmd).json && !!process.stderr.isTTY);
-        const source = stdin ? process.stdin : createReadStream(file, { highWaterMark: 256 * 1024 });
+        const raw = stdin ? process.stdin : createReadStream(file, { highWaterMark: 256 * 1024 });
         const job = await importContacts(
           inWorkspace(workspaceId),
-          source,
-          { format, mode, bytesTotal: size, maxBytes: config.importMaxBytes },
-          { onProgress: (p) => bar.update(p) },
+          decompressIfGzip(raw),
+          { format, mode, bytesTotal: gzip ? null : size, maxBytes: config.importMaxBytes },
+          { onProgress: (p) => bar.update(gzip ? { ...p, bytesRead: (raw as ReadStream).bytesRead, bytesTotal: size } : p) },
         );
         bar.done();
         output(cmd, job, () => describe(job));

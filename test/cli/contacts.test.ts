@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { test } from 'node:test';
 import { runCli, show, tempDir } from './helpers.js';
 
@@ -112,4 +113,47 @@ test('svc contacts import / export refuse bad arguments with one line and a non-
   const broken = await runCli(dataDir, ['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--json']);
   assert.equal(broken.code, 1, show(broken));
   assert.equal(broken.json().failure.code, 'invalid_csv');
+});
+
+test('svc contacts import takes a gzip-compressed file (by its bytes, not its name) or pipe; a cut or inflating one fails clearly', async (t) => {
+  const dataDir = tempDir(t);
+  const init = await runCli(dataDir, ['init', '--yes', '--json'], { env: { SVC_IMPORT_MAX_BYTES: '65536' } });
+  assert.equal(init.code, 0, show(init));
+  const ws = String(init.json().workspace.id);
+  const env = { SVC_IMPORT_MAX_BYTES: '65536' };
+  const rows = Array.from({ length: 300 }, (_, i) => `person${i}@example.com,Person ${i}`).join('\n');
+  const packed = gzipSync(`email,firstName\n${rows}\n`);
+
+  const named = join(dataDir, 'people.csv.gz');
+  writeFileSync(named, packed);
+  const first = await runCli(dataDir, ['contacts', 'import', named, '--workspace', ws, '--json'], { env });
+  assert.equal(first.code, 0, show(first));
+  assert.deepEqual([first.json().status, first.json().created, first.json().lines], ['COMPLETED', 300, 301]);
+
+  // A .csv that is really gzip, and gzip on standard input: told apart by the first bytes.
+  const misnamed = join(dataDir, 'more.csv');
+  writeFileSync(misnamed, gzipSync('email,firstName\nnew@example.com,New\n'));
+  const second = await runCli(dataDir, ['contacts', 'import', misnamed, '--workspace', ws, '--json'], { env });
+  assert.deepEqual([second.json().status, second.json().created], ['COMPLETED', 1], show(second));
+  const piped = await runCli(dataDir, ['contacts', 'import', '-', '--format', 'csv', '--mode', 'update', '--workspace', ws, '--json'], {
+    env,
+    stdin: gzipSync('email,lastName\nnew@example.com,Piped\n'),
+  });
+  assert.deepEqual([piped.json().status, piped.json().updated], ['COMPLETED', 1], show(piped));
+
+  // Cut short: FAILED invalid_gzip, exit 1, and what came before the damage is kept.
+  const cut = join(dataDir, 'cut.csv.gz');
+  writeFileSync(cut, packed.subarray(0, packed.length - 40));
+  const damaged = await runCli(dataDir, ['contacts', 'import', cut, '--workspace', ws, '--mode', 'create', '--json'], { env });
+  assert.equal(damaged.code, 1, show(damaged));
+  assert.deepEqual([damaged.json().status, damaged.json().failure.code], ['FAILED', 'invalid_gzip']);
+
+  // A small file that inflates past the import limit (64 KiB here) is stopped like a large one.
+  const bomb = join(dataDir, 'bomb.ndjson.gz');
+  writeFileSync(bomb, gzipSync(Buffer.alloc(10 * 1024 * 1024, 0x20)));
+  const inflated = await runCli(dataDir, ['contacts', 'import', bomb, '--workspace', ws, '--json'], { env });
+  assert.equal(inflated.code, 1, show(inflated));
+  assert.deepEqual([inflated.json().status, inflated.json().failure.code], ['FAILED', 'import_too_large']);
+  const list = await runCli(dataDir, ['contacts', 'export', '--workspace', ws]);
+  assert.equal(list.stdout.trim().split('\n').length, 301, 'the 300 contacts and the new one, nothing from the failed files');
 });

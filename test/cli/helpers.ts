@@ -72,7 +72,7 @@ export interface CliResult {
 
 export interface RunOptions {
   /** Text written to stdin, which is then closed; without it stdin is /dev/null. */
-  stdin?: string;
+  stdin?: string | Buffer;
   env?: NodeJS.ProcessEnv;
   timeoutMs?: number;
   /** Working directory of the process (default: the OS temp dir). */
@@ -111,7 +111,7 @@ export const CLI_COMMAND: string[] = (() => {
   return statSync(BUNDLE).mtimeMs >= sources ? [BUNDLE] : ['--import', TSX, ENTRY];
 })();
 
-function spawnCli(args: string[], opts: { stdin?: string; env?: NodeJS.ProcessEnv; cwd?: string }): ChildProcess {
+function spawnCli(args: string[], opts: { stdin?: string | Buffer; env?: NodeJS.ProcessEnv; cwd?: string }): ChildProcess {
   const child = spawn(process.execPath, [...CLI_COMMAND, ...args], {
     cwd: opts.cwd ?? tmpdir(),
     env: cliEnv(opts.env),

@@ -5,6 +5,7 @@
  * away mid-upload, workspaces kept apart, and exports that import back as they were.
  */
 import assert from 'node:assert/strict';
+import { gzipSync } from 'node:zlib';
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
 import { eq } from 'drizzle-orm';
@@ -373,6 +374,38 @@ test('an upload over the sync size runs as a job: 202 with its id at once, progr
   assert.deepEqual([job.status, job.created, job.lines, job.bytesRead, job.finishedAt !== null], ['COMPLETED', 5000, 5000, job.bytesTotal, true]);
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 5000);
   assert.deepEqual((await s.request('GET', '/tags', { token })).body.data, [{ name: 'odd', count: 2500 }]);
+});
+
+test('Content-Encoding: gzip uploads are read decompressed (sync and as a job); a body that is not gzip, or another coding, is refused', async (t) => {
+  const s = await build(t, { env: { SVC_IMPORT_SYNC_BYTES: '4096', SVC_IMPORT_MAX_BYTES: '300000' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const gz = { ...NDJSON, 'content-encoding': 'gzip' };
+  const small = await importText(s, token, gzipSync(lines([{ email: 'zip@example.com', tags: ['gz'] }])), gz);
+  assert.equal(small.status, 200, small.text);
+  assert.deepEqual([small.body.status, small.body.created, small.body.bytesTotal], ['COMPLETED', 1, null]);
+
+  // Whether it is answered at once goes by the declared (compressed) length: over the sync size, a job.
+  const emails = Array.from({ length: 5000 }, (_, i) => `zipped${i}@example.com`);
+  const packed = gzipSync(`email\n${emails.join('\n')}\n`);
+  assert.ok(packed.length > 4096);
+  const big = await importText(s, token, packed, { ...CSV, 'content-encoding': 'GZIP' });
+  assert.equal(big.status, 202, big.text);
+  const job = await waitForJob(s, token, big.body.id, (j) => j.status !== 'RUNNING');
+  assert.deepEqual([job.status, job.created, job.lines], ['COMPLETED', 5000, 5001]);
+
+  // Declared gzip but plain: FAILED invalid_gzip, nothing read as it is.
+  const plain = await importText(s, token, lines([{ email: 'plain@example.com' }]), gz);
+  assert.deepEqual([plain.body.status, plain.body.failure?.code, plain.body.created], ['FAILED', 'invalid_gzip', 0], plain.text);
+  // Inflating past SVC_IMPORT_MAX_BYTES: 413 like a file that large.
+  assertProblem(await importText(s, token, gzipSync(Buffer.alloc(2_000_000, 0x20)), gz), 413, 'import_too_large');
+  // Other codings are refused before the body is read.
+  for (const coding of ['br', 'deflate', 'gzip, br']) {
+    const res = await importText(s, token, lines([{ email: 'br@example.com' }]), { ...NDJSON, 'content-encoding': coding });
+    assertProblem(res, 415, 'unsupported_content_encoding');
+  }
+  const stored = (await contactsOf(s, token)).map((c) => c.email);
+  assert.equal(stored.length, 5001);
+  assert.ok(!stored.includes('plain@example.com') && !stored.includes('br@example.com'));
 });
 
 test('a client that disconnects mid-upload: the job reports the rows committed, and nothing half-written is stored', async (t) => {

@@ -3,7 +3,17 @@ import { Readable } from 'node:stream';
 import { Type } from '@sinclair/typebox';
 import { AppError } from '../../core/errors.js';
 import { IMPORT_MODES, type ImportFormat } from '../../core/db/schema.js';
-import { checkDeclaredLength, exportContacts, getImport, listImports, runImport, startImport, type ImportJobView } from '../../core/services/contactImport.js';
+import {
+  checkDeclaredLength,
+  decompressIfGzip,
+  exportContacts,
+  getImport,
+  listImports,
+  runImport,
+  startImport,
+  type ImportJobView,
+} from '../../core/services/contactImport.js';
+import { isIdentityEncoding } from '../../core/services/webhooks.js';
 import type { App } from '../app.js';
 import { IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 
@@ -77,7 +87,7 @@ export async function contactImportRoutes(app: App): Promise<void> {
       config: { access: write },
       schema: {
         description:
-          'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed. Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
+          'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`). Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
         consumes: Object.keys(MEDIA),
         querystring: Type.Object(
           {
@@ -115,14 +125,17 @@ export async function contactImportRoutes(app: App): Promise<void> {
       socket.once('close', onClose);
       req.raw.once('close', () => socket.off('close', onClose)); // a kept-alive socket serves other requests
       const ctx = req.workspaceCtx();
+      // Content-Encoding: gzip (app.ts lets it through for this route alone): read decompressed,
+      // the byte limit counting the decompressed bytes; the declared length is the compressed one.
+      const gzip = req.headers['content-encoding'] !== undefined && !isIdentityEncoding(req.headers['content-encoding']);
       const opts = {
         format,
         mode: (req.query as { mode?: 'create' | 'update' | 'upsert' }).mode ?? 'upsert',
-        bytesTotal: declared,
+        bytesTotal: gzip ? null : declared,
         maxBytes: config.importMaxBytes,
       };
       const job = await startImport(ctx, opts);
-      const body = req.body as Readable;
+      const body = gzip ? decompressIfGzip(req.body as Readable, { required: true }) : (req.body as Readable);
       const onError = (err: unknown) => req.log.error({ err, importId: job.id }, 'contact import failed');
       const run = () => track(req.raw, (signal) => runImport(ctx, job.id, body, opts, { onError, signal }));
       if (declared !== null && declared <= config.importSyncBytes) {
