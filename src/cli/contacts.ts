@@ -2,6 +2,7 @@ import { closeSync, createReadStream, createWriteStream, openSync, readSync, sta
 import { extname } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { createGzip } from 'node:zlib';
 import type { Command } from 'commander';
 import { IMPORT_MODES, type ImportFormat, type ImportMode } from '../core/db/schema.js';
 import { decompressIfGzip, exportContacts, importContacts, isGzip, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
@@ -113,7 +114,7 @@ export function registerContacts(program: Command): void {
     .description('export contacts as NDJSON or CSV (newest first), to standard output or --out FILE; both import back')
     .requiredOption('--workspace <id>', 'workspace id')
     .option('--format <format>', 'ndjson or csv', 'ndjson')
-    .option('--out <file>', 'write to this file instead of standard output')
+    .option('--out <file>', 'write to this file instead of standard output (gzip-compressed when it ends in .gz)')
     .option('--tag <tag>', 'only contacts with this tag')
     .option('--q <text>', 'only contacts whose email, phone or name contains this')
     .option('--email <email>', 'only the contact with this email')
@@ -141,7 +142,10 @@ export function registerContacts(program: Command): void {
           await pipeline(Readable.from(counting()), process.stdout, { end: false });
           return;
         }
-        await pipeline(Readable.from(counting()), createWriteStream(opts.out, { mode: 0o600 }));
+        // all.csv.gz: written gzip-compressed (svc contacts import reads it back as it is).
+        const file = createWriteStream(opts.out, { mode: 0o600 });
+        if (opts.out.toLowerCase().endsWith('.gz')) await pipeline(Readable.from(counting()), createGzip(), file);
+        else await pipeline(Readable.from(counting()), file);
         const contactsWritten = format === 'csv' ? count - 1 : count;
         output(cmd, { file: opts.out, format, contacts: contactsWritten }, `${contactsWritten} contacts written to ${opts.out} (${format})`);
       }),

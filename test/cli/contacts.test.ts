@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { test } from 'node:test';
 import { runCli, show, tempDir } from './helpers.js';
 
@@ -156,4 +156,12 @@ test('svc contacts import takes a gzip-compressed file (by its bytes, not its na
   assert.deepEqual([inflated.json().status, inflated.json().failure.code], ['FAILED', 'import_too_large']);
   const list = await runCli(dataDir, ['contacts', 'export', '--workspace', ws]);
   assert.equal(list.stdout.trim().split('\n').length, 301, 'the 300 contacts and the new one, nothing from the failed files');
+
+  // --out FILE.gz writes gzip, which imports back as it is.
+  const out = join(dataDir, 'all.ndjson.gz');
+  const exported = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--out', out, '--json'], { env });
+  assert.deepEqual(exported.json(), { file: out, format: 'ndjson', contacts: 301 }, show(exported));
+  assert.equal(gunzipSync(readFileSync(out)).toString('utf8'), list.stdout);
+  const again = await runCli(dataDir, ['contacts', 'import', out, '--workspace', ws, '--json'], { env });
+  assert.deepEqual([again.json().status, again.json().skipped, again.json().lines], ['COMPLETED', 301, 301], show(again));
 });
