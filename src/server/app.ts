@@ -195,10 +195,9 @@ export function webhookUrlForRouting(url: string): string {
   return `${WEBHOOK_PREFIX}/${UNROUTABLE_TOKEN}${q === -1 ? '' : url.slice(q)}`;
 }
 
-/** The one route that reads a compressed body: a contact import, gzip (routes/contactImport.ts). */
-function takesGzip(route: string | undefined, encoding: string): boolean {
-  return route === '/contacts/import' && /^\s*(x-)?gzip\s*$/i.test(encoding);
-}
+/** The one route that reads a compressed body, gzip: a contact import (routes/contactImport.ts). */
+const IMPORT_ROUTE = '/contacts/import';
+const GZIP_RE = /^\s*(x-)?gzip\s*$/i;
 
 /** Whether a request carries a body: chunked, or a Content-Length other than 0. */
 function hasBody(headers: IncomingMessage['headers']): boolean {
@@ -257,8 +256,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     reply.header('x-request-id', req.id).headers(SECURITY_HEADERS);
     // A compressed body is refused before it is read (415 unsupported_content_encoding).
     const encoding = req.headers['content-encoding'];
-    if (encoding !== undefined && !isIdentityEncoding(encoding) && hasBody(req.headers) && !takesGzip(req.routeOptions.url, encoding))
-      return done(unsupportedEncoding());
+    if (encoding !== undefined && !isIdentityEncoding(encoding) && hasBody(req.headers)) {
+      const importing = req.routeOptions.url === IMPORT_ROUTE;
+      if (!importing || !GZIP_RE.test(encoding)) return done(unsupportedEncoding(importing ? 'gzip, identity' : 'identity'));
+    }
     done();
   });
 

@@ -402,6 +402,7 @@ test('Content-Encoding: gzip uploads are read decompressed (sync and as a job); 
   for (const coding of ['br', 'deflate', 'gzip, br']) {
     const res = await importText(s, token, lines([{ email: 'br@example.com' }]), { ...NDJSON, 'content-encoding': coding });
     assertProblem(res, 415, 'unsupported_content_encoding');
+    assert.equal(res.headers.get('accept-encoding'), 'gzip, identity');
   }
   const stored = (await contactsOf(s, token)).map((c) => c.email);
   assert.equal(stored.length, 5001);

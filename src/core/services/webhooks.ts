@@ -683,8 +683,7 @@ export function isIdentityEncoding(value: string): boolean {
  * naming the codings taken in Accept-Encoding) rather than read as JSON and refused as
  * invalid, or worse, taken as it is when its bytes happen to parse.
  */
-export function unsupportedEncoding(): AppError {
-  return new AppError(415, 'unsupported_content_encoding', 'Send the body uncompressed, without Content-Encoding', {
-    headers: { 'accept-encoding': 'identity' },
-  });
+export function unsupportedEncoding(accepted: 'identity' | 'gzip, identity' = 'identity'): AppError {
+  const detail = accepted === 'identity' ? 'Send the body uncompressed, without Content-Encoding' : 'Send the body uncompressed, or gzip-compressed';
+  return new AppError(415, 'unsupported_content_encoding', detail, { headers: { 'accept-encoding': accepted } });
 }
