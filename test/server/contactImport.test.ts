@@ -5,7 +5,7 @@
  * away mid-upload, workspaces kept apart, and exports that import back as they were.
  */
 import assert from 'node:assert/strict';
-import { gzipSync } from 'node:zlib';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { test } from 'node:test';
 import { eq } from 'drizzle-orm';
@@ -623,6 +623,32 @@ test('export: NDJSON and CSV with the list filters, streamed, and both import ba
   assert.deepEqual(exported, await contactsOf(s, token));
   const vip = await s.request('GET', '/contacts/export?tag=vip', { token });
   assert.equal(vip.text.trim().split('\n').length, 2);
+
+  // Gzip for a client that takes it (read raw here: fetch would decompress it unseen).
+  const raw = (acceptEncoding?: string) =>
+    new Promise<{ headers: IncomingMessage['headers']; body: Buffer }>((resolve, reject) => {
+      const headers: Record<string, string> = {
+        authorization: `Bearer ${token}`,
+        ...(acceptEncoding !== undefined ? { 'accept-encoding': acceptEncoding } : {}),
+      };
+      httpRequest(new URL('/contacts/export?format=ndjson', s.url), { headers }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c)).on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks) }));
+      })
+        .on('error', reject)
+        .end();
+    });
+  for (const accepted of ['gzip', 'gzip, deflate, br', 'br;q=1, gzip;q=0.5', '*', 'X-GZIP']) {
+    const got = await raw(accepted);
+    assert.equal(got.headers['content-encoding'], 'gzip', accepted);
+    assert.match(String(got.headers.vary), /accept-encoding/i);
+    assert.equal(gunzipSync(got.body).toString('utf8'), nd.text, accepted);
+  }
+  for (const refused of [undefined, '', 'identity', 'br, deflate', 'gzip;q=0', '*, gzip;q=0', 'gzip;q=nope']) {
+    const got = await raw(refused);
+    assert.equal(got.headers['content-encoding'], undefined, String(refused));
+    assert.equal(got.body.toString('utf8'), nd.text, String(refused));
+  }
   const csv = await s.request('GET', '/contacts/export?format=csv&q=smith', { token });
   assert.match(csv.headers.get('content-type') ?? '', /^text\/csv/);
   assert.equal(csv.text.split('\r\n')[0], 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');

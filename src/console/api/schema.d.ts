@@ -410,7 +410,7 @@ export interface paths {
         };
         /**
          * List export
-         * @description The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object). Both import back.
+         * @description The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object), gzip-compressed (`Content-Encoding: gzip`) when the request Accept-Encoding takes it. Both import back.
          */
         get: operations["getContactsExport"];
         put?: never;
