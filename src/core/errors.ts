@@ -70,3 +70,19 @@ export class RateLimitError extends AppError {
     super(429, code, message, { headers: { 'retry-after': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
   }
 }
+
+/** No content coding: the header absent, empty, or `identity` (RFC 9110, 8.4.1). */
+export function isIdentityEncoding(value: string): boolean {
+  const v = value.trim().toLowerCase();
+  return v === '' || v === 'identity';
+}
+
+/**
+ * A body sent compressed (Content-Encoding gzip, br, ...): refused as RFC 9110 says (415,
+ * naming the codings taken in Accept-Encoding) rather than read as JSON and refused as
+ * invalid, or worse, taken as it is when its bytes happen to parse.
+ */
+export function unsupportedEncoding(accepted: 'identity' | 'gzip, identity' = 'identity'): AppError {
+  const detail = accepted === 'identity' ? 'Send the body uncompressed, without Content-Encoding' : 'Send the body uncompressed, or gzip-compressed';
+  return new AppError(415, 'unsupported_content_encoding', detail, { headers: { 'accept-encoding': accepted } });
+}

@@ -9,7 +9,7 @@ import { stmt, type Intake, type IntakeJob, type WorkflowRowRaw } from '../db/in
 import type { Store } from '../db/store.js';
 import { countRunStarted } from '../db/runCounts.js';
 import { contacts, webhookEvents, workflowRuns, workflows, type ContactDefaults, type LookupKind, type StepDefinition } from '../db/schema.js';
-import { AppError, ConflictError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
+import { AppError, ConflictError, isIdentityEncoding, NotFoundError, UnauthorizedError, unsupportedEncoding, ValidationError } from '../errors.js';
 import { parsePath, readPath, type PathSegment } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
 import { decryptSecret } from '../secrets.js';
@@ -670,20 +670,4 @@ const UNVERIFIED_LEGACY_CODES = new Set(['invalid_idempotency_key', 'webhook_not
 function signatureHeld(event: typeof webhookEvents.$inferSelect): boolean {
   if (event.bodySha256 !== null || event.code === SIGNATURE_INVALID) return false;
   return !(event.bodySize === null && event.code !== null && UNVERIFIED_LEGACY_CODES.has(event.code));
-}
-
-/** No content coding: the header absent, empty, or `identity` (RFC 9110, 8.4.1). */
-export function isIdentityEncoding(value: string): boolean {
-  const v = value.trim().toLowerCase();
-  return v === '' || v === 'identity';
-}
-
-/**
- * A body sent compressed (Content-Encoding gzip, br, ...): refused as RFC 9110 says (415,
- * naming the codings taken in Accept-Encoding) rather than read as JSON and refused as
- * invalid, or worse, taken as it is when its bytes happen to parse.
- */
-export function unsupportedEncoding(accepted: 'identity' | 'gzip, identity' = 'identity'): AppError {
-  const detail = accepted === 'identity' ? 'Send the body uncompressed, without Content-Encoding' : 'Send the body uncompressed, or gzip-compressed';
-  return new AppError(415, 'unsupported_content_encoding', detail, { headers: { 'accept-encoding': accepted } });
 }

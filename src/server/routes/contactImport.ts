@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import { pipeline, Readable } from 'node:stream';
 import { createGzip, constants as zlibConstants } from 'node:zlib';
 import { Type } from '@sinclair/typebox';
-import { AppError } from '../../core/errors.js';
+import { AppError, isIdentityEncoding } from '../../core/errors.js';
 import { IMPORT_MODES, type ImportFormat } from '../../core/db/schema.js';
 import {
   checkDeclaredLength,
@@ -14,7 +14,6 @@ import {
   startImport,
   type ImportJobView,
 } from '../../core/services/contactImport.js';
-import { isIdentityEncoding } from '../../core/services/webhooks.js';
 import type { App } from '../app.js';
 import { IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 
