@@ -68,6 +68,33 @@ export function nulPointer(value: unknown): string | undefined {
 }
 
 /**
+ * The JSON Pointer of the first query parameter whose percent-encoding is malformed (a `%`
+ * not followed by two hex digits) or does not decode to UTF-8, or undefined. Fastify's query
+ * parser decodes such a value leniently, so a filter on it would quietly match nothing; the
+ * API answers 400 instead, as it does for a path it cannot decode.
+ */
+export function undecodableQueryPointer(query: string): string | undefined {
+  if (!query.includes('%')) return undefined;
+  for (const pair of query.split('&')) {
+    if (!pair.includes('%')) continue;
+    const eq = pair.indexOf('=');
+    const rawName = eq === -1 ? pair : pair.slice(0, eq);
+    const name = decodeOrUndefined(rawName.replace(/\+/g, ' '));
+    if (name === undefined || decodeOrUndefined(pair.slice(eq + 1).replace(/\+/g, ' ')) === undefined)
+      return `/${(name ?? rawName).replace(/~/g, '~0').replace(/\//g, '~1')}`;
+  }
+  return undefined;
+}
+
+function decodeOrUndefined(text: string): string | undefined {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * The JSON Pointer of the first key the API's JSON parser refuses (Fastify's: a `__proto__`
  * key, or a `constructor` key holding a `prototype` key, at any depth), or undefined. For
  * input parsed elsewhere (an import's rows), so that it is held to the same rule.

@@ -11,7 +11,7 @@ import { LoginThrottle } from '../core/services/auth.js';
 import { openRedis, windowsFor } from '../core/redis.js';
 import { clusterSignals } from '../core/signals.js';
 import { AppError, isIdentityEncoding, unsupportedEncoding, ValidationError } from '../core/errors.js';
-import { nulPointer } from '../core/validation.js';
+import { nulPointer, undecodableQueryPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
 import { answerClientError, cutOffStalledBodies } from './bodyTimeout.js';
@@ -263,10 +263,21 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     done();
   });
 
-  // Text with U+0000 fits neither store's columns on PostgreSQL: refused alike on both, in
-  // the URL (no resource or filter value holds one: a path as its 404, a query as its 400)
-  // as in the body.
+  // A query string that is not valid percent-encoding is 400 invalid_query, not decoded
+  // leniently into a filter that matches nothing. Text with U+0000 fits neither store's
+  // columns on PostgreSQL: refused alike on both, in the URL (no resource or filter value
+  // holds one: a path as its 404, a query as its 400) as in the body.
   app.addHook('preValidation', (req, _reply, done) => {
+    const query = req.url.indexOf('?');
+    if (query !== -1 && req.url.includes('%', query)) {
+      const at = undecodableQueryPointer(req.url.slice(query + 1));
+      if (at !== undefined)
+        return done(
+          new AppError(400, 'invalid_query', 'The query string is not valid percent-encoding: each % must start a UTF-8 byte as two hex digits', {
+            errors: [{ path: at, message: 'must be valid percent-encoded UTF-8' }],
+          }),
+        );
+    }
     if (req.url.includes('%00')) {
       if (nulPointer(req.params) !== undefined) return done(new AppError(404, 'not_found', 'No resource has this id'));
       const inQuery = nulPointer(req.query);

@@ -274,6 +274,41 @@ test('text holding U+0000 is refused with 422 and the pointer to it, on every st
   assert.equal(tab.body.firstName, 'a\tb');
 });
 
+test('a query string that is not valid percent-encoding is 400 invalid_query at its name, not a filter matching nothing', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  await s.request('POST', '/contacts', { token, body: { email: 'pct@example.com', firstName: '100%' } });
+  const queries: [string, string][] = [
+    ['/contacts?email=%E0%A4%A', '/email'],
+    ['/contacts?limit=10&q=50%', '/q'],
+    ['/contacts?tag=%zz', '/tag'],
+    // Well-formed escapes of bytes that are not UTF-8 (a lone continuation byte, Latin-1 é).
+    ['/contacts?q=%80', '/q'],
+    ['/audit-logs?action=caf%E9', '/action'],
+    ['/runs?st%atus=QUEUED', '/st%atus'],
+    ['/contacts/export?format=csv&q=%', '/q'],
+  ];
+  for (const [path, pointer] of queries) {
+    const res = await s.request('GET', path, { token });
+    assertProblem(res, 400, 'invalid_query');
+    assert.deepEqual(
+      res.body.errors.map((e: { path: string }) => e.path),
+      [pointer],
+      path,
+    );
+  }
+  // Well-formed escapes, '+' for a space and a literal '%' sent as %25 are read as before.
+  const found = await s.request('GET', '/contacts?q=100%25', { token });
+  assert.equal(found.status, 200, found.text);
+  assert.deepEqual(
+    found.body.data.map((c: { email: string }) => c.email),
+    ['pct@example.com'],
+  );
+  assert.equal((await s.request('GET', '/contacts?email=pct%40example.com', { token })).body.data.length, 1);
+  assert.equal((await s.request('GET', '/contacts?q=%F0%9F%98%80+x', { token })).status, 200);
+  // The check comes after authentication: without a token it is still 401.
+  assert.equal((await s.request('GET', '/contacts?email=%E0%A4%A')).status, 401);
+});
+
 test('U+0000 in the URL: a query value is 400 invalid_query at its name, a path segment 404, on every store', async (t) => {
   const { s, token } = await buildAsOwner(t);
   const contact = await s.request('POST', '/contacts', { token, body: { email: 'nulurl@example.com', tags: ['vip'] } });
