@@ -131,7 +131,8 @@ describe('svc serve', { concurrency: true }, () => {
       const started = Date.now();
       const r = await runCli(dataDir, ['serve', ...args]);
       assert.equal(r.code, 1, show(r));
-      assert.ok(Date.now() - started < 20_000, `exited after ${Date.now() - started} ms`);
+      // A guard against hanging (the bug this tests), not a timing: a loaded two-core machine starts Node slowly.
+      assert.ok(Date.now() - started < 60_000, `exited after ${Date.now() - started} ms`);
       assert.doesNotMatch(r.stdout, /svc listening/, show(r));
       const errors = lines(r.stderr).filter((l) => l.startsWith('error:'));
       assert.equal(errors.length, 1, show(r));
