@@ -231,6 +231,26 @@ test('CSV: header row, quoted fields with commas, quotes and line breaks, a BOM,
   assert.equal(broken.status, 200, broken.text);
   assert.equal(broken.body.status, 'FAILED');
   assert.equal(broken.body.failure.code, 'invalid_csv');
+
+  // A header naming one field twice (whatever its spelling) or one attribute twice is refused
+  // before any row is written, naming both columns; the same name under 'id' twice is harmless.
+  const before = (await contactsOf(s, token)).length;
+  for (const [head, message] of [
+    ['email,firstName,Email', /email twice \(columns 1 and 3\)/],
+    ['email,first_name,firstName', /firstName twice \(columns 2 and 3\)/],
+    ['email,plan,plan', /the attribute "plan" twice \(columns 2 and 3\)/],
+  ] as const) {
+    const twice = await importText(s, token, `${head}\r\nhead@example.com,a,b\r\n`, CSV);
+    assert.equal(twice.status, 200, twice.text);
+    assert.equal(twice.body.status, 'FAILED', head);
+    assert.equal(twice.body.failure.code, 'invalid_csv', head);
+    assert.match(twice.body.failure.detail, message, head);
+    assert.equal(twice.body.created, 0, head);
+  }
+  assert.equal((await contactsOf(s, token)).length, before);
+  const ids = await importText(s, token, 'id,email,id,Plan,plan\r\n1,ids@example.com,2,Gold,gold\r\n', CSV);
+  assert.equal(ids.body.created, 1, ids.text);
+  assert.deepEqual((await contactsOf(s, token)).find((c) => c.email === 'ids@example.com').attributes, { Plan: 'Gold', plan: 'gold' });
 });
 
 test('duplicates in one file, modes create|update|upsert, and an email that belongs to another contact', async (t) => {

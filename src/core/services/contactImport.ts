@@ -301,12 +301,7 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
       const breaks = (item.raw.replace(/\r?\n$/, '').match(/\n/g) ?? []).length;
       const line = item.info.lines - breaks;
       if (!header) {
-        header = item.record.map((h) => {
-          const name = h.trim();
-          const key = name.toLowerCase();
-          // Own names only: `constructor` or `__proto__` is an attribute's name like any other.
-          return { name, kind: Object.hasOwn(CSV_COLUMNS, key) ? CSV_COLUMNS[key]! : 'attribute' };
-        });
+        header = csvHeader(item.record);
         continue;
       }
       yield csvRow(line, header, item.record);
@@ -326,6 +321,30 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
     }
     throw err;
   }
+}
+
+/**
+ * The header row's columns. Two columns for one field (`email` and `Email`, `firstName` and
+ * `first_name`) or for one attribute would leave it to their order which value a contact
+ * gets: the file is refused (invalid_csv) before any row is written, naming both columns.
+ */
+function csvHeader(cells: string[]): { name: string; kind: string }[] {
+  const seen = new Map<string, number>();
+  return cells.map((cell, i) => {
+    const name = cell.trim();
+    const key = name.toLowerCase();
+    // Own names only: `constructor` or `__proto__` is an attribute's name like any other.
+    const kind = Object.hasOwn(CSV_COLUMNS, key) ? CSV_COLUMNS[key]! : 'attribute';
+    const target = kind === 'attribute' ? `attribute ${name}` : kind;
+    const first = seen.get(target);
+    if (first !== undefined && kind !== 'skip' && name !== '')
+      throw new ImportStop(
+        'invalid_csv',
+        `The CSV header names ${kind === 'attribute' ? `the attribute "${name}"` : kind} twice (columns ${first + 1} and ${i + 1}): keep one of them`,
+      );
+    seen.set(target, i);
+    return { name, kind };
+  });
 }
 
 /** Sets a property of its own, whatever its name (`__proto__` too, which normalizeRow then refuses, rather than lose it). */
