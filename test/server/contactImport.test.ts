@@ -247,6 +247,17 @@ test('CSV: header row, quoted fields with commas, quotes and line breaks, a BOM,
     assert.match(twice.body.failure.detail, message, head);
     assert.equal(twice.body.created, 0, head);
   }
+  // A header without an email or phone column could import nothing: refused at once, naming its columns.
+  for (const [head, message] of [
+    ['Email Address,First Name', /no email or phone column \(its columns: "Email Address", "First Name"\)/],
+    ['email;firstName', /its columns: "email;firstName"\)\. .*separate them with commas/],
+  ] as const) {
+    const none = await importText(s, token, `${head}\r\nhead@example.com,a\r\n`, CSV);
+    assert.equal(none.body.status, 'FAILED', head);
+    assert.equal(none.body.failure.code, 'invalid_csv', head);
+    assert.match(none.body.failure.detail, message, head);
+    assert.equal(none.body.errorCount, 0, head);
+  }
   assert.equal((await contactsOf(s, token)).length, before);
   const ids = await importText(s, token, 'id,email,id,Plan,plan\r\n1,ids@example.com,2,Gold,gold\r\n', CSV);
   assert.equal(ids.body.created, 1, ids.text);

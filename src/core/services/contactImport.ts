@@ -324,13 +324,13 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
 }
 
 /**
- * The header row's columns. Two columns for one field (`email` and `Email`, `firstName` and
+ * The header row's columns; it needs an email or a phone column. Two columns for one field (`email` and `Email`, `firstName` and
  * `first_name`) or for one attribute would leave it to their order which value a contact
  * gets: the file is refused (invalid_csv) before any row is written, naming both columns.
  */
 function csvHeader(cells: string[]): { name: string; kind: string }[] {
   const seen = new Map<string, number>();
-  return cells.map((cell, i) => {
+  const columns = cells.map((cell, i) => {
     const name = cell.trim();
     const key = name.toLowerCase();
     // Own names only: `constructor` or `__proto__` is an attribute's name like any other.
@@ -345,6 +345,18 @@ function csvHeader(cells: string[]): { name: string; kind: string }[] {
     seen.set(target, i);
     return { name, kind };
   });
+  // Every row is matched and stored by its email or phone: a header with neither column (say
+  // "Email Address", or "email;phone" from a spreadsheet that separates with semicolons)
+  // could import nothing, so it is refused at once, naming the columns it has.
+  if (!columns.some((c) => c.kind === 'email' || c.kind === 'phone')) {
+    const names = columns.slice(0, 10).map((c) => JSON.stringify(c.name));
+    throw new ImportStop(
+      'invalid_csv',
+      `The CSV header has no email or phone column (its columns: ${names.join(', ')}${columns.length > 10 ? ', ...' : ''}). ` +
+        'Name them email, phone, firstName, lastName, tags, and separate them with commas',
+    );
+  }
+  return columns;
 }
 
 /** Sets a property of its own, whatever its name (`__proto__` too, which normalizeRow then refuses, rather than lose it). */
