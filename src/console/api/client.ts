@@ -91,11 +91,7 @@ async function send(method: string, url: string, body: unknown, token: string | 
   const headers: Record<string, string> = { accept: 'application/json' };
   if (token) headers.authorization = `Bearer ${token}`;
   if (body !== undefined) headers['content-type'] = 'application/json';
-  try {
-    return await fetch(url, { method, headers, credentials: 'same-origin', ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
-  } catch {
-    throw new NetworkError();
-  }
+  return fetchOrFail(url, { method, headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
 }
 
 /**
@@ -137,7 +133,17 @@ export async function api<P extends keyof paths, M extends Method & keyof paths[
  * yet. Renews the access token once on a 401.
  */
 export async function request<T>(verb: string, url: string, body?: unknown): Promise<T> {
-  let res = await send(verb, url, body, accessToken);
+  const res = await authorized(url, (token) => send(verb, url, body, token));
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+/**
+ * A call made with the access token, made once more with a renewed one when it answers 401;
+ * throws ApiError for a problem.
+ */
+async function authorized(url: string, call: (token: string | null) => Promise<Response>): Promise<Response> {
+  let res = await call(accessToken);
   if (res.status === 401 && accessToken && !url.startsWith('/auth/login') && !url.startsWith('/auth/refresh')) {
     const token = await refreshSession();
     if (!token) {
@@ -145,11 +151,51 @@ export async function request<T>(verb: string, url: string, body?: unknown): Pro
       onSessionLost();
       throw await readProblem(res);
     }
-    res = await send(verb, url, body, token);
+    res = await call(token);
   }
   if (!res.ok) throw await readProblem(res);
-  if (res.status === 204) return undefined as T;
+  return res;
+}
+
+async function fetchOrFail(url: string, init: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, { credentials: 'same-origin', ...init });
+  } catch {
+    throw new NetworkError();
+  }
+}
+
+/**
+ * POSTs a file as the body, as it is (the browser streams it), with its own Content-Type (and
+ * Content-Encoding, for a gzip file); answers the JSON the API sends back.
+ */
+export async function upload<T>(url: string, file: Blob, headers: Record<string, string>): Promise<T> {
+  const res = await authorized(url, (token) =>
+    fetchOrFail(url, {
+      method: 'POST',
+      body: file,
+      headers: { accept: 'application/json', ...headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    }),
+  );
   return (await res.json()) as T;
+}
+
+/** GETs a file (an export) and hands it to the browser to save as `name`. */
+export async function download(url: string, name: string): Promise<void> {
+  const res = await authorized(url, (token) => fetchOrFail(url, { headers: token ? { authorization: `Bearer ${token}` } : {} }));
+  const href = URL.createObjectURL(await res.blob());
+  const link = document.createElement('a');
+  link.href = href;
+  link.download = name;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 60_000);
+}
+
+/** A URL of the API with its query (empty values left out), for upload() and download(). */
+export function apiUrl(path: string, query: Record<string, string | undefined> = {}): string {
+  return urlOf(path, undefined, query);
 }
 
 /** A sentence for an error, for the places that show one line. */

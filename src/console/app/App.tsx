@@ -3,6 +3,7 @@ import { LoginPage } from '../auth/LoginPage';
 import { AdminPage } from '../admin/AdminPage';
 import { AutomationsPage } from '../automations/AutomationsPage';
 import { ContactFormPage } from '../contacts/ContactFormPage';
+import { ContactsImportPage } from '../contacts/ContactsImportPage';
 import { ContactsPage } from '../contacts/ContactsPage';
 import { DeliveriesPage } from '../deliveries/DeliveriesPage';
 import { InvitePage } from '../invite/InvitePage';
@@ -23,6 +24,7 @@ function SignedInRoutes() {
         </Route>
         <Route path="/contacts" component={ContactsPage} />
         <Route path="/contacts/new">{() => <ContactFormPage id={null} />}</Route>
+        <Route path="/contacts/import" component={ContactsImportPage} />
         <Route path="/contacts/:id">{(params) => <ContactFormPage id={Number(params.id)} />}</Route>
         <Route path="/templates" nest component={TemplatesPage} />
         <Route path="/automations" nest component={AutomationsPage} />

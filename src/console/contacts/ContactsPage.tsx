@@ -1,7 +1,7 @@
-import { useInfiniteQuery, useQuery } from '@tanstack/react-query';
+import { useInfiniteQuery, useMutation, useQuery } from '@tanstack/react-query';
 import { useEffect, useState } from 'react';
 import { Link, useSearchParams } from 'wouter';
-import { api } from '../api/client';
+import { api, apiUrl, download } from '../api/client';
 import { useCan } from '../app/session';
 import { ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
@@ -55,15 +55,34 @@ export function ContactsPage() {
       void contacts.fetchNextPage();
   }, [contacts, rows.length, fetched, more]);
 
+  // The export has the list's filters; it is streamed by the server and saved by the browser.
+  const exporting = useMutation({
+    mutationFn: () =>
+      download(
+        apiUrl('/contacts/export', { format: 'csv', q: q || undefined, tag: tag || undefined }),
+        `contacts-${new Date().toISOString().slice(0, 10)}.csv`,
+      ),
+  });
+
   return (
     <Page
       title="Contacts"
       actions={
-        canWrite && (
-          <Link href="/contacts/new" className="button button-primary">
-            New contact
-          </Link>
-        )
+        <>
+          <button type="button" className="button-secondary" onClick={() => exporting.mutate()} disabled={exporting.isPending}>
+            {exporting.isPending ? 'Exporting…' : q || tag ? 'Export these as CSV' : 'Export CSV'}
+          </button>
+          {canWrite && (
+            <Link href="/contacts/import" className="button button-secondary">
+              Import
+            </Link>
+          )}
+          {canWrite && (
+            <Link href="/contacts/new" className="button button-primary">
+              New contact
+            </Link>
+          )}
+        </>
       }
     >
       <form className="toolbar" aria-label="Filter contacts" onSubmit={(e) => e.preventDefault()}>
@@ -83,7 +102,7 @@ export function ContactsPage() {
           </select>
         </div>
       </form>
-      <ErrorAlert error={contacts.error} />
+      <ErrorAlert error={contacts.error ?? exporting.error} />
       <DataTable
         caption="Contacts"
         loading={contacts.isPending && 'Loading contacts…'}
