@@ -167,17 +167,38 @@ async function fetchOrFail(url: string, init: RequestInit): Promise<Response> {
 
 /**
  * POSTs a file as the body, as it is (the browser streams it), with its own Content-Type (and
- * Content-Encoding, for a gzip file); answers the JSON the API sends back.
+ * Content-Encoding, for a gzip file); answers the JSON the API sends back. Sent with
+ * XMLHttpRequest, which (unlike fetch) tells how much of the file has gone: `onProgress`.
  */
-export async function upload<T>(url: string, file: Blob, headers: Record<string, string>): Promise<T> {
-  const res = await authorized(url, (token) =>
-    fetchOrFail(url, {
-      method: 'POST',
-      body: file,
-      headers: { accept: 'application/json', ...headers, ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    }),
+export async function upload<T>(url: string, file: Blob, headers: Record<string, string>, onProgress?: (sent: number, total: number) => void): Promise<T> {
+  const res = await authorized(
+    url,
+    (token) =>
+      new Promise<Response>((resolve, reject) => {
+        const xhr = new XMLHttpRequest();
+        xhr.open('POST', url);
+        const all: Record<string, string> = { accept: 'application/json', ...headers, ...(token ? { authorization: `Bearer ${token}` } : {}) };
+        for (const [name, value] of Object.entries(all)) xhr.setRequestHeader(name, value);
+        xhr.upload.onprogress = (e) => onProgress?.(e.loaded, e.lengthComputable ? e.total : file.size);
+        xhr.onload = () => resolve(new Response(xhr.responseText, { status: xhr.status, headers: responseHeaders(xhr) }));
+        xhr.onerror = () => reject(new NetworkError());
+        xhr.onabort = () => reject(new NetworkError());
+        xhr.send(file);
+      }),
   );
   return (await res.json()) as T;
+}
+
+function responseHeaders(xhr: XMLHttpRequest): Headers {
+  const headers = new Headers();
+  for (const line of xhr
+    .getAllResponseHeaders()
+    .trim()
+    .split(/[\r\n]+/)) {
+    const colon = line.indexOf(':');
+    if (colon > 0) headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
+  }
+  return headers;
 }
 
 /** GETs a file (an export) and hands it to the browser to save as `name`. */

@@ -130,13 +130,22 @@ export function ContactsImportPage() {
     queryFn: () => api('get', '/contacts/imports', { query: { limit: 10 } }),
   });
 
+  // How much of the file the browser has sent: the server imports it as it arrives.
+  const [sent, setSent] = useState<{ sent: number; total: number } | null>(null);
   const send = useMutation({
     mutationFn: (args: { file: File; format: 'csv' | 'ndjson'; mode: Mode }) =>
-      upload<ImportJob>(apiUrl('/contacts/import', { mode: args.mode }), args.file, {
-        'content-type': CONTENT_TYPES[args.format],
-        ...(args.file.name.toLowerCase().endsWith('.gz') ? { 'content-encoding': 'gzip' } : {}),
-      }),
+      upload<ImportJob>(
+        apiUrl('/contacts/import', { mode: args.mode }),
+        args.file,
+        {
+          'content-type': CONTENT_TYPES[args.format],
+          ...(args.file.name.toLowerCase().endsWith('.gz') ? { 'content-encoding': 'gzip' } : {}),
+        },
+        (bytes, total) => setSent({ sent: bytes, total }),
+      ),
+    onMutate: () => setSent(null),
     onSuccess: (job) => setParams({ job: String(job.id) }),
+    onSettled: () => setSent(null),
   });
 
   const chosen = file ? (format === 'auto' ? formatOfName(file.name) : format) : undefined;
@@ -209,6 +218,14 @@ export function ContactsImportPage() {
           ]}
         />
         <ErrorAlert error={send.error} />
+        {send.isPending && sent && (
+          <>
+            <progress max={sent.total || 1} value={sent.sent} aria-label="Upload progress" />
+            <p role="status">
+              Sending the file: {size(sent.sent)} of {size(sent.total)}; its rows are imported as they arrive.
+            </p>
+          </>
+        )}
         <div className="form-actions">
           <button type="submit" className="button-primary" disabled={send.isPending}>
             {send.isPending ? 'Uploading…' : 'Import'}
