@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { isoNow } from '../core/clock.js';
 import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
@@ -111,7 +112,7 @@ export class RunExecutor {
   private async beforeNetwork(exec: Execution, extra: EngineOp[] = []): Promise<void> {
     if (this.stopping) throw new RunStopped('RELEASED');
     const states = JSON.stringify(exec.states);
-    const now = new Date().toISOString();
+    const now = isoNow();
     const ops: EngineOp[] = [...exec.ops, ...extra, (s) => s.saveProgress(states, now, exec.lease.id, exec.lease.token)];
     exec.ops = [];
     if (!(await this.committer.commit(exec.lease, ops))) throw new RunStopped('LOST');
@@ -135,7 +136,7 @@ export class RunExecutor {
       tags: new Map((await this.sql.tags(row.id)).map((t) => [t.name.toLowerCase(), t.name])),
     };
     let status: 'COMPLETED' | 'FAILED' | 'WAITING' = 'COMPLETED';
-    let runAt = new Date().toISOString();
+    let runAt = isoNow();
     let lastIndex = -1;
 
     // Walk the program from its entry, past the steps already done, following each step's
@@ -151,7 +152,7 @@ export class RunExecutor {
       }
       if (state.status === 'SKIPPED' || state.status === 'FAILED') break;
       const step = steps[index]!;
-      state.startedAt ??= new Date().toISOString();
+      state.startedAt ??= isoNow();
       lastIndex = index;
       let outcome: Outcome;
       try {
@@ -161,7 +162,7 @@ export class RunExecutor {
         if (err instanceof RunStopped) return err.outcome;
         outcome = { kind: 'failed', error: (err as Error).message || 'step failed' };
       }
-      const finishedAt = new Date().toISOString();
+      const finishedAt = isoNow();
       if (outcome.kind === 'wait') {
         states[index] = { ...state, status: 'WAITING', ...(outcome.error ? { error: outcome.error } : {}) };
         status = 'WAITING';
@@ -186,7 +187,7 @@ export class RunExecutor {
     }
     for (let i = 0; i < steps.length; i++) states[i] ??= { status: 'PENDING', startedAt: null, finishedAt: null };
     const save = (sql: EngineSql, finalStatus: string, finalStates: StepState[]) => {
-      const now = new Date().toISOString();
+      const now = isoNow();
       return sql.saveRun({
         id: lease.id,
         owner: lease.token,
@@ -200,9 +201,7 @@ export class RunExecutor {
     const held = await this.committer.commit(lease, [...exec.ops, (s) => save(s, status, states)], (err) => {
       // The run's writes could not be applied (e.g. another contact took the email meanwhile).
       const failed = states.map((st, i) =>
-        i === lastIndex
-          ? { ...st, status: 'FAILED' as const, finishedAt: new Date().toISOString(), error: `could not be saved: ${(err as Error).message}` }
-          : st,
+        i === lastIndex ? { ...st, status: 'FAILED' as const, finishedAt: isoNow(), error: `could not be saved: ${(err as Error).message}` } : st,
       );
       status = 'FAILED';
       return (s) => save(s, 'FAILED', failed);
@@ -302,7 +301,7 @@ export class RunExecutor {
       firstName: next.first_name,
       lastName: next.last_name,
       attributes: JSON.stringify(attributes),
-      now: new Date().toISOString(),
+      now: isoNow(),
       id: c.id,
       workspaceId,
     };
@@ -419,7 +418,7 @@ export class RunExecutor {
       result = { ok: false, transient: true, error: `${resolved.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
     }
     // What the provider answered is a fact whatever became of the lease: recorded regardless.
-    const now = new Date().toISOString();
+    const now = isoNow();
     const mark: AttemptMark = result.ok
       ? { id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now }
       : { id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now };

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { WriteBatcher } from './batcher.js';
+import { isoNow } from '../clock.js';
 import { batchLoader } from './batchLoader.js';
 import { runAsync, runSync, stmt as genericStmt, type Job, type Maybe } from './statements.js';
 import type { Db } from './connection.js';
@@ -107,19 +108,6 @@ function month(): string {
   return monthNow.text;
 }
 
-/**
- * Now as the schema's defaults write it (strftime '%Y-%m-%dT%H:%M:%fZ', which is what
- * toISOString gives), made once per millisecond: SQLite formatting the default for each of a
- * request's four timestamp columns cost more than binding one string.
- */
-let stampNow = { at: 0, text: '' };
-
-function stamp(): string {
-  const now = Date.now();
-  if (now !== stampNow.at) stampNow = { at: now, text: new Date(now).toISOString() };
-  return stampNow.text;
-}
-
 /** Runs a batch started per workspace, written once before its COMMIT (SQLite). */
 class MonthTally {
   private batchId = -1;
@@ -181,12 +169,13 @@ function sqliteStatements(db: Db, onRun?: (workspaceId: number) => void): Intake
     workflowById: (id) => byId.get(id),
     contactId: (workspaceId, kind, value) => (contact[kind] as { get(w: number, v: string | number): { id: number } | undefined }).get(workspaceId, value)?.id,
     insertRun(workspaceId, workflowId, contactId, definition, trigger) {
-      const at = stamp();
+      // One string bound for the timestamps: SQLite formatting each column's default cost more.
+      const at = isoNow();
       const id = Number(insertRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at).lastInsertRowid);
       onRun?.(workspaceId);
       return id;
     },
-    insertEvent: (row) => void insertEvent.run(...eventValues(row), stamp()),
+    insertEvent: (row) => void insertEvent.run(...eventValues(row), isoNow()),
     firstByIdempotencyKey: (workflowId, key, since) => firstByKey.get(workflowId, key, since),
   };
 }
