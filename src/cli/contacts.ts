@@ -6,6 +6,7 @@ import { createGzip } from 'node:zlib';
 import type { Command } from 'commander';
 import { IMPORT_MODES, type ImportFormat, type ImportMode } from '../core/db/schema.js';
 import { decompressIfGzip, exportContacts, importContacts, isGzip, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
+import { getPlan } from '../core/services/billing.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { CliError, globals, output, parseId, withSession } from './io.js';
 
@@ -35,20 +36,30 @@ function modeOf(given: string): ImportMode {
   return given as ImportMode;
 }
 
-/** A one-line progress bar redrawn in place on a terminal's stderr (never when output is for a script). */
-function progressBar(enabled: boolean) {
+/**
+ * A one-line progress bar redrawn in place on a terminal's stderr, at most ten times a second
+ * (never when output is for a script): a bar and percentage when the share done is known,
+ * then what has been done so far.
+ */
+function progressLine(enabled: boolean) {
   let last = 0;
+  let latest: string | null = null;
+  const draw = () => process.stderr.write(`\r${latest}`);
   return {
-    update(p: { bytesRead: number; bytesTotal: number | null; lines: number; created: number; updated: number; errorCount: number }) {
-      if (!enabled || Date.now() - last < 100) return;
-      last = Date.now();
+    update(ratio: number | null, text: string) {
+      if (!enabled) return;
       const width = 30;
-      const ratio = p.bytesTotal ? Math.min(1, p.bytesRead / p.bytesTotal) : 0;
-      const bar = p.bytesTotal ? `[${'#'.repeat(Math.round(ratio * width)).padEnd(width, '.')}] ${(ratio * 100).toFixed(0).padStart(3)}% ` : '';
-      process.stderr.write(`\r${bar}${p.lines} lines, ${p.created} created, ${p.updated} updated, ${p.errorCount} errors`);
+      const done = ratio === null ? 0 : Math.min(1, ratio);
+      latest = `${ratio === null ? '' : `[${'#'.repeat(Math.round(done * width)).padEnd(width, '.')}] ${(done * 100).toFixed(0).padStart(3)}% `}${text}`;
+      if (Date.now() - last < 100) return;
+      last = Date.now();
+      draw();
     },
+    /** Draws the last state (an update may have been skipped as too soon) and ends the line. */
     done() {
-      if (enabled && last) process.stderr.write('\n');
+      if (!enabled || latest === null) return;
+      draw();
+      process.stderr.write('\n');
     },
   };
 }
@@ -95,13 +106,19 @@ export function registerContacts(program: Command): void {
         }
         // A gzip file is imported decompressed; its bar follows the compressed bytes read.
         const gzip = size !== null && startsAsGzip(file);
-        const bar = progressBar(!globals(cmd).json && !!process.stderr.isTTY);
+        const bar = progressLine(!globals(cmd).json && !!process.stderr.isTTY);
         const raw = stdin ? process.stdin : createReadStream(file, { highWaterMark: 256 * 1024 });
         const job = await importContacts(
           inWorkspace(workspaceId),
           decompressIfGzip(raw),
           { format, mode, bytesTotal: gzip ? null : size, maxBytes: config.importMaxBytes },
-          { onProgress: (p) => bar.update(gzip ? { ...p, bytesRead: (raw as ReadStream).bytesRead, bytesTotal: size } : p) },
+          {
+            onProgress: (p) => {
+              // A gzip file's progress is through the compressed bytes read from the file.
+              const [read, total] = gzip ? [(raw as ReadStream).bytesRead, size] : [p.bytesRead, p.bytesTotal];
+              bar.update(total ? read / total : null, `${p.lines} lines, ${p.created} created, ${p.updated} updated, ${p.errorCount} errors`);
+            },
+          },
         );
         bar.done();
         output(cmd, job, () => describe(job));
@@ -132,9 +149,15 @@ export function registerContacts(program: Command): void {
           ...(opts.phone !== undefined ? { phone: opts.phone } : {}),
         };
         let count = 0;
+        // Into a file from a terminal: a progress line, with a bar when the whole list is
+        // exported (its size is the workspace's contact count, kept as contacts come and go).
+        const bar = progressLine(opts.out !== undefined && !globals(cmd).json && !!process.stderr.isTTY);
+        const total = Object.keys(filter).length === 0 ? (await getPlan(inWorkspace(workspaceId))).usage.contacts : null;
         async function* counting() {
           for await (const chunk of exportContacts(inWorkspace(workspaceId), format, filter)) {
             count += format === 'csv' ? chunk.split('\r\n').length - 1 : chunk.split('\n').length - 1;
+            const contacts = format === 'csv' ? Math.max(0, count - 1) : count;
+            bar.update(total ? contacts / total : null, `${contacts} contacts written`);
             yield chunk;
           }
         }
@@ -146,6 +169,7 @@ export function registerContacts(program: Command): void {
         const file = createWriteStream(opts.out, { mode: 0o600 });
         if (opts.out.toLowerCase().endsWith('.gz')) await pipeline(Readable.from(counting()), createGzip(), file);
         else await pipeline(Readable.from(counting()), file);
+        bar.done();
         const contactsWritten = format === 'csv' ? count - 1 : count;
         output(cmd, { file: opts.out, format, contacts: contactsWritten }, `${contactsWritten} contacts written to ${opts.out} (${format})`);
       }),

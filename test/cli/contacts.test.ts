@@ -4,11 +4,12 @@
  * as POST /contacts/import; the export's files import back into another workspace.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { test } from 'node:test';
-import { runCli, show, tempDir } from './helpers.js';
+import { CLI_COMMAND, cliEnv, runCli, show, tempDir } from './helpers.js';
 
 const PASSWORD = 'contacts-cli-pass-1';
 
@@ -164,4 +165,47 @@ test('svc contacts import takes a gzip-compressed file (by its bytes, not its na
   assert.equal(gunzipSync(readFileSync(out)).toString('utf8'), list.stdout);
   const again = await runCli(dataDir, ['contacts', 'import', out, '--workspace', ws, '--json'], { env });
   assert.deepEqual([again.json().status, again.json().skipped, again.json().lines], ['COMPLETED', 301, 301], show(again));
+});
+
+/**
+ * `svc ...args` on a pseudo-terminal (util-linux `script`), as a person at a terminal runs it:
+ * what it printed there, carriage returns included.
+ */
+function onTerminal(dataDir: string, args: string[]): Promise<string> {
+  const quote = (a: string) => `'${a.replace(/'/g, `'\\''`)}'`;
+  const command = [process.execPath, ...CLI_COMMAND, '--data-dir', dataDir, ...args].map(quote).join(' ');
+  return new Promise((resolve, reject) =>
+    execFile('script', ['-qfec', command, '/dev/null'], { env: cliEnv(), timeout: 120_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout) =>
+      err ? reject(new Error(`${err.message}\n${stdout}`)) : resolve(stdout),
+    ),
+  );
+}
+
+test('on a terminal, an import and an export into a file show a progress line that ends at 100%', async (t) => {
+  const dataDir = tempDir(t);
+  const init = await runCli(dataDir, ['init', '--yes', '--json']);
+  assert.equal(init.code, 0, show(init));
+  const ws = String(init.json().workspace.id);
+  const file = join(dataDir, 'many.csv');
+  const rows = ['email,firstName'];
+  for (let i = 0; i < 150_000; i++) rows.push(`p${i}@example.com,P${i}`);
+  writeFileSync(file, rows.join('\n'));
+
+  const imported = await onTerminal(dataDir, ['contacts', 'import', file, '--workspace', ws]);
+  const importLines = imported.split('\r').filter((l) => l.includes('lines,'));
+  assert.ok(importLines.length >= 1, imported);
+  assert.match(importLines[0]!, /^\[[#.]{30}\] +\d+% \d+ lines, \d+ created, 0 updated, 0 errors/);
+  assert.match(imported, /import \d+: COMPLETED/);
+
+  const out = join(dataDir, 'all.csv');
+  const exported = await onTerminal(dataDir, ['contacts', 'export', '--workspace', ws, '--format', 'csv', '--out', out]);
+  const exportLines = exported.split(/\r|\n/).filter((l) => l.includes('contacts written') && l.startsWith('['));
+  assert.ok(exportLines.length >= 1, exported);
+  // The whole list: a bar over the workspace's contact count, its last state full.
+  assert.match(exportLines.at(-1)!, /^\[#{30}\] 100% 150000 contacts written/);
+  assert.match(exported, /150000 contacts written to .*all\.csv \(csv\)/);
+  // With a filter its size is not known: the count alone.
+  const some = await onTerminal(dataDir, ['contacts', 'export', '--workspace', ws, '--q', 'p14', '--out', join(dataDir, 'some.ndjson')]);
+  assert.match(some, /^\r?\d+ contacts written\r?\n/m);
+  assert.match(some, /11111 contacts written to /);
 });
