@@ -274,6 +274,19 @@ test('text holding U+0000 is refused with 422 and the pointer to it, on every st
   assert.equal(tab.body.firstName, 'a\tb');
 });
 
+/** Each GET is 400 invalid_query with one error, at the JSON Pointer given beside it. */
+async function assertRefusedAt(s: TestServer, token: string, queries: [string, string][]): Promise<void> {
+  for (const [path, pointer] of queries) {
+    const res = await s.request('GET', path, { token });
+    assertProblem(res, 400, 'invalid_query');
+    assert.deepEqual(
+      res.body.errors.map((e: { path: string }) => e.path),
+      [pointer],
+      path,
+    );
+  }
+}
+
 test('a query string that is not valid percent-encoding is 400 invalid_query at its name, not a filter matching nothing', async (t) => {
   const { s, token } = await buildAsOwner(t);
   await s.request('POST', '/contacts', { token, body: { email: 'pct@example.com', firstName: '100%' } });
@@ -287,15 +300,7 @@ test('a query string that is not valid percent-encoding is 400 invalid_query at 
     ['/runs?st%atus=QUEUED', '/st%atus'],
     ['/contacts/export?format=csv&q=%', '/q'],
   ];
-  for (const [path, pointer] of queries) {
-    const res = await s.request('GET', path, { token });
-    assertProblem(res, 400, 'invalid_query');
-    assert.deepEqual(
-      res.body.errors.map((e: { path: string }) => e.path),
-      [pointer],
-      path,
-    );
-  }
+  await assertRefusedAt(s, token, queries);
   // Well-formed escapes, '+' for a space and a literal '%' sent as %25 are read as before.
   const found = await s.request('GET', '/contacts?q=100%25', { token });
   assert.equal(found.status, 200, found.text);
@@ -319,15 +324,7 @@ test('U+0000 in the URL: a query value is 400 invalid_query at its name, a path 
     ['/runs?status=QUEUED&cursor=%00', '/cursor'],
     ['/contacts/export?q=%00abc', '/q'],
   ];
-  for (const [path, pointer] of queries) {
-    const res = await s.request('GET', path, { token });
-    assertProblem(res, 400, 'invalid_query');
-    assert.deepEqual(
-      res.body.errors.map((e: { path: string }) => e.path),
-      [pointer],
-      path,
-    );
-  }
+  await assertRefusedAt(s, token, queries);
   assertProblem(await s.request('DELETE', `/contacts/${contact.body.id}/tags/v%00ip`, { token }), 404, 'not_found');
   assertProblem(await s.request('GET', '/contacts/1%00', { token }), 404);
   // The tag is still there, and the same filters without the character work.
