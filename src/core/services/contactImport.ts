@@ -324,9 +324,10 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
 }
 
 /**
- * The header row's columns; it needs an email or a phone column. Two columns for one field (`email` and `Email`, `firstName` and
- * `first_name`) or for one attribute would leave it to their order which value a contact
- * gets: the file is refused (invalid_csv) before any row is written, naming both columns.
+ * The header row's columns, which must include an email or a phone column. Two columns for
+ * one field (`email` and `Email`, `firstName` and `first_name`) or for one attribute would
+ * leave it to their order which value a contact gets: the file is refused (invalid_csv)
+ * before any row is written, naming both columns.
  */
 function csvHeader(cells: string[]): { name: string; kind: string }[] {
   const seen = new Map<string, number>();
