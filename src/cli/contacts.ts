@@ -6,7 +6,7 @@ import { createGzip } from 'node:zlib';
 import type { Command } from 'commander';
 import { IMPORT_MODES, type ImportFormat, type ImportMode } from '../core/db/schema.js';
 import { decompressIfGzip, exportContacts, importContacts, isGzip, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
-import { getPlan } from '../core/services/billing.js';
+import { contactCount } from '../core/services/billing.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { CliError, globals, output, parseId, withSession } from './io.js';
 
@@ -152,7 +152,7 @@ export function registerContacts(program: Command): void {
         // Into a file from a terminal: a progress line, with a bar when the whole list is
         // exported (its size is the workspace's contact count, kept as contacts come and go).
         const bar = progressLine(opts.out !== undefined && !globals(cmd).json && !!process.stderr.isTTY);
-        const total = Object.keys(filter).length === 0 ? (await getPlan(inWorkspace(workspaceId))).usage.contacts : null;
+        const total = Object.keys(filter).length === 0 ? await contactCount(inWorkspace(workspaceId)) : null;
         async function* counting() {
           for await (const chunk of exportContacts(inWorkspace(workspaceId), format, filter)) {
             count += format === 'csv' ? chunk.split('\r\n').length - 1 : chunk.split('\n').length - 1;
