@@ -60,7 +60,7 @@ async function measure(source: string, drop: string | null): Promise<{ intake: n
       intake.run(function* () {
         yield* stmt((s) => s.workflowById(workflowId));
         const found = yield* stmt((s) => s.contactId(workspaceId, 'email', 'carol@example.net'));
-        const { id: runId } = yield* stmt((s) => s.insertRun(workspaceId, workflowId, found ?? contactId, steps, WEBHOOK_BODY));
+        const runId = yield* stmt((s) => s.insertRun(workspaceId, workflowId, found ?? contactId, steps, WEBHOOK_BODY));
         yield* stmt((s) =>
           s.insertEvent({
             workspaceId,

@@ -15,7 +15,6 @@ import type { LeasedRun } from './committer.js';
 import { addDeliveryCounts } from './counters.js';
 import type { RunOutcome } from './executor.js';
 import type { EngineMessage, EngineWorkerData, RunTask } from './worker.js';
-import type { Births } from '../core/db/intake.js';
 
 export interface EngineLog {
   info(obj: object, msg: string): void;
@@ -59,22 +58,6 @@ export interface EngineStats {
   runConcurrency: number;
   /** Runs executed to a resting point in this process since start, by outcome. */
   outcomes: Partial<Record<RunOutcome, number>>;
-  /** Runs this process took since start: claimed from the queue, or as webhook intake wrote them (SQLite). */
-  taken: { claim: number; intake: number };
-}
-
-/** The runs claimed as intake writes them in one batch (Engine.lease). */
-interface Birth {
-  batchId: number;
-  token: string;
-  /** When their leases run out (epoch ms, and as written). */
-  until: number;
-  untilIso: string;
-  /** Leases given in the batch, in all and by workspace. */
-  count: number;
-  perWorkspace: Map<number, number>;
-  /** The runs written under them. */
-  runs: (LeasedRun & { workspaceId: number })[];
 }
 
 interface Claim {
@@ -152,17 +135,6 @@ export class Engine {
   private started = false;
   /** How the runs this process executed came to rest, counted since start (for the metrics). */
   private readonly outcomes = new Map<RunOutcome, number>();
-  /**
-   * Whether runs may be waiting QUEUED for a claim. While they may, capacity that frees up is
-   * claimed at once, and no run is claimed as intake writes it (they would jump the queue).
-   * Cleared by a claim that took every QUEUED run it could see and was capped by no limit.
-   */
-  private backlog = true;
-  /** Bumped whenever runs may have been queued, so that a claim clears `backlog` only if none were since it ran. */
-  private queuedSeq = 0;
-  /** The runs claimed as intake wrote them in the open batch (lease), taken up at its COMMIT. */
-  private births: Birth | undefined;
-  private readonly taken = { claim: 0, intake: 0 };
 
   /** Runs a job of the scheduler's statements in one transaction (SQLite: through the group-commit batcher). */
   private readonly tx: <T>(job: () => Job<SchedulerSql, T>) => Promise<T>;
@@ -191,7 +163,7 @@ export class Engine {
       if (msg.type === 'counts') addDeliveryCounts(msg.deliveries);
       if (msg.type !== 'done') return;
       for (const id of msg.runIds) this.finish(id);
-      this.wake();
+      this.poke();
     };
     this.channel.unref();
     const workerData: EngineWorkerData = { config, writeLock: processWriteLock()!.buffer, channel: channelName };
@@ -214,7 +186,6 @@ export class Engine {
       const sql = sqliteSchedulerSql(store.writer);
       this.tx = (job) => batcher.run(() => runSync(job(), sql));
       this.group = undefined;
-      batcher.afterCommit.push((batchId) => this.committed(batchId));
     } else {
       const group = new PgGroupCommit((store as PgStore).pool, { concurrency: 1 });
       this.tx = (job) => group.run((client) => runAsync(job(), pgSchedulerSql(client)));
@@ -243,86 +214,14 @@ export class Engine {
       runsInFlight: this.inFlight.size,
       runConcurrency: this.runConcurrency,
       outcomes: Object.fromEntries(this.outcomes) as Partial<Record<RunOutcome, number>>,
-      taken: { ...this.taken },
     };
   }
 
   /** Asks for a claim soon (after new runs were queued), instead of at the next poll. */
   poke(): void {
-    this.queued();
-    this.kick();
-  }
-
-  /** Runs may have been queued: they are claimed before any new run is claimed as it is written. */
-  private queued(): void {
-    this.backlog = true;
-    this.queuedSeq++;
-  }
-
-  /** Capacity freed up: a claim at once if runs may be waiting, else nothing until the next poll. */
-  private wake(): void {
-    if (this.backlog) this.kick();
-  }
-
-  private kick(): void {
     if (this.stopped) return;
     if (this.claiming) this.again = true;
     else this.schedule(0);
-  }
-
-  /**
-   * Intake's Births (SQLite): a lease for a run about to be written in batch `batchId`, so
-   * that it is written RUNNING and executed once the batch commits, without a claiming
-   * transaction. Only while no run may be waiting QUEUED (those go first), no claim is under
-   * way, and the run fits the capacity left (in all and for its workspace) after the runs in
-   * flight and the batch's other births. The batch's runs share one token, as a claim's do;
-   * their leases are renewed like claimed runs', and if this process dies they expire and
-   * are taken back like any claim. Said no to, the run is written QUEUED as before.
-   */
-  lease(batchId: number, workspaceId: number): { token: string; until: string } | undefined {
-    if (!this.started || this.stopped || this.claiming || this.backlog) return this.decline();
-    let birth = this.births;
-    if (birth?.batchId !== batchId) {
-      // Another batch's births that were never committed (rolled back) are forgotten.
-      const until = Date.now() + this.leaseMs;
-      birth = { batchId, token: randomBytes(16).toString('hex'), until, untilIso: new Date(until).toISOString(), perWorkspace: new Map(), count: 0, runs: [] };
-      this.births = birth;
-    }
-    if (this.inFlight.size + birth.count >= this.runConcurrency || this.allowance(workspaceId, birth.perWorkspace) <= 0) return this.decline();
-    birth.count++;
-    birth.perWorkspace.set(workspaceId, (birth.perWorkspace.get(workspaceId) ?? 0) + 1);
-    return { token: birth.token, until: birth.untilIso };
-  }
-
-  /** The run written under a lease of batch `batchId`. */
-  born(batchId: number, runId: number, workspaceId: number): void {
-    if (this.births?.batchId === batchId) this.births.runs.push({ id: runId, token: this.births.token, workspaceId });
-  }
-
-  /** A lease said no to: the run is written QUEUED, and claimed. */
-  private decline(): undefined {
-    this.queued();
-    return undefined;
-  }
-
-  /** After a COMMIT of the batcher: the runs born in it are in flight, and go to the threads. */
-  private committed(batchId: number): void {
-    const birth = this.births;
-    if (birth?.batchId !== batchId) return;
-    this.births = undefined;
-    if (!birth.runs.length) return;
-    this.taken.intake += birth.runs.length;
-    for (const c of birth.runs) {
-      this.inFlight.set(c.id, { token: c.token, workspaceId: c.workspaceId, lost: false, until: birth.until });
-      this.perWorkspace.set(c.workspaceId, (this.perWorkspace.get(c.workspaceId) ?? 0) + 1);
-    }
-    // Out of the batcher's transaction (which still holds the write lock).
-    queueMicrotask(() => this.dispatch(birth.runs));
-  }
-
-  /** What intake takes runs through as it writes them (SQLite, single node). */
-  get asBirths(): Births {
-    return { lease: (batchId, workspaceId) => this.lease(batchId, workspaceId), born: (batchId, runId, workspaceId) => this.born(batchId, runId, workspaceId) };
   }
 
   private schedule(ms: number): void {
@@ -344,13 +243,8 @@ export class Engine {
    */
   private *claimJob(
     free: number,
-  ): Job<
-    SchedulerSql,
-    { claims: (LeasedRun & { workspaceId: number })[]; cursor: number; until: number; renewed: Map<number, 'held' | 'lost'>; drained: boolean; seq: number }
-  > {
+  ): Job<SchedulerSql, { claims: (LeasedRun & { workspaceId: number })[]; cursor: number; until: number; renewed: Map<number, 'held' | 'lost'> }> {
     const now = Date.now();
-    // Runs queued after this point (in this transaction or later) are not seen by this claim.
-    const seq = this.queuedSeq;
     const nowIso = new Date(now).toISOString();
     let renewed = new Map<number, 'held' | 'lost'>();
     if (now - this.promotedAt >= PROMOTE_EVERY_MS) {
@@ -377,8 +271,6 @@ export class Engine {
     let cursor = this.cursor;
     let remaining = free;
     let active = ordered.filter((id) => this.allowance(id, claimedNow) > 0);
-    // A workspace with QUEUED runs left behind by its limit: the queue is not drained.
-    let capped = active.length < ordered.length;
     while (remaining > 0 && active.length) {
       const share = Math.max(1, Math.floor(remaining / active.length));
       const next: number[] = [];
@@ -390,14 +282,11 @@ export class Engine {
         claimedNow.set(workspaceId, (claimedNow.get(workspaceId) ?? 0) + rows.length);
         remaining -= rows.length;
         if (rows.length) cursor = workspaceId;
-        if (rows.length === want) {
-          if (this.allowance(workspaceId, claimedNow) > 0) next.push(workspaceId);
-          else capped = true;
-        }
+        if (rows.length === want && this.allowance(workspaceId, claimedNow) > 0) next.push(workspaceId);
       }
       active = next;
     }
-    return { claims, cursor, until: now + this.leaseMs, renewed, drained: remaining > 0 && !capped, seq };
+    return { claims, cursor, until: now + this.leaseMs, renewed };
   }
 
   private async tick(): Promise<void> {
@@ -409,13 +298,9 @@ export class Engine {
       // runs start at once and intake is never held up by one huge claim.
       const free = Math.min(this.runConcurrency - this.inFlight.size, this.batchSize * this.config.workers * 4);
       if (free > 0) {
-        const { claims, cursor, until, renewed, drained, seq } = await this.tx(() => this.claimJob(free));
+        const { claims, cursor, until, renewed } = await this.tx(() => this.claimJob(free));
         this.cursor = cursor;
-        // Every QUEUED run it could see was taken, and none was queued since: new runs may be
-        // claimed as they are written again.
-        if (drained && seq === this.queuedSeq) this.backlog = false;
         this.applyRenewals(renewed, until);
-        this.taken.claim += claims.length;
         for (const c of claims) {
           this.inFlight.set(c.id, { token: c.token, workspaceId: c.workspaceId, lost: false, until });
           this.perWorkspace.set(c.workspaceId, (this.perWorkspace.get(c.workspaceId) ?? 0) + 1);
@@ -423,7 +308,6 @@ export class Engine {
         this.dispatch(claims);
         // Everything free was taken: more may be waiting as soon as capacity frees up.
         full = claims.length === free;
-        if (full) this.backlog = true;
       }
     } catch (err) {
       // A full disk is logged by the batcher's StorageHealth once a minute, not every poll.
@@ -462,7 +346,7 @@ export class Engine {
         )
         .finally(() => {
           this.tasks--;
-          this.wake();
+          this.poke();
         });
     }
   }

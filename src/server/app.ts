@@ -366,9 +366,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   if (signals) app.addHook('onClose', () => signals.close());
   const engineOptions = { ...(redis ? { pollMs: CLUSTER_POLL_MS } : {}), ...(deps.engine === true ? {} : deps.engine) };
   engine = deps.engine ? new Engine(deps.store, config, batcher, app.log, engineOptions) : undefined;
-  // On SQLite the engine takes this process's webhook runs as they are written (never QUEUED,
-  // no claiming transaction) while it knows of nothing waiting QUEUED (Engine.lease).
-  if (engine && sqlite) intake.births = engine.asBirths;
   app.decorate('engine', engine);
   app.decorate('runsQueued', () => {
     engine?.poke();

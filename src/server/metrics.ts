@@ -133,17 +133,6 @@ export class Metrics {
       },
     });
     new Counter({
-      name: 'svc_engine_runs_taken_total',
-      help: 'Runs this process took to execute since it started: claimed from the queue (claim), or as webhook intake wrote them (intake, SQLite)',
-      labelNames: ['how'],
-      registers,
-      collect() {
-        this.reset();
-        const taken = engine()?.stats().taken;
-        if (taken) for (const [how, n] of Object.entries(taken)) this.inc({ how }, n);
-      },
-    });
-    new Counter({
       name: 'svc_deliveries_total',
       help: 'Delivery attempts that ended, by channel, provider and status (SENT or FAILED), since this process started',
       labelNames: ['channel', 'provider', 'status'],

@@ -120,7 +120,7 @@ export interface WebhookIngressDeps {
   trustProxy: false | string[] | ((address: string, hop: number) => boolean);
   /** Whether a workspace is a sandbox (only asked when the sandbox has an address of its own). */
   isSandbox?: ((workspaceId: number) => Promise<boolean>) | undefined;
-  /** Told of every accepted request that queued a run for a claim (not of replays, nor of runs this node's engine claimed as they were written). */
+  /** Told of every accepted request that started a run (not of replays). */
   onAccepted?: (() => void) | undefined;
 }
 
@@ -365,7 +365,7 @@ export class WebhookIngress {
 
   private accepted(x: Exchange, accepted: Accepted): void {
     if (accepted.replayed) x.headers['idempotent-replayed'] = 'true';
-    else if (accepted.queued) {
+    else {
       // The run is committed: whatever happens in waking the engine, the answer is 202.
       try {
         this.deps.onAccepted?.();

@@ -42,9 +42,7 @@ test('a batch rolled back by one failing job counts, in the month, only the runs
 
   const start = (workspaceId: number, ids: { workflowId: number; contactId: number }, fail: boolean) =>
     intake.run(function* (): IntakeJob<number> {
-      const { id } = yield* stmt((q) =>
-        q.insertRun(workspaceId, ids.workflowId, ids.contactId, '[{"type":"wait","seconds":3600}]', '{"email":"ann@example.com"}'),
-      );
+      const id = yield* stmt((q) => q.insertRun(workspaceId, ids.workflowId, ids.contactId, '[{"type":"wait","seconds":3600}]', '{"email":"ann@example.com"}'));
       if (fail) throw new Error('this job fails after its run was inserted');
       return id;
     });

@@ -69,7 +69,6 @@ test('with SVC_METRICS_TOKEN the public /metrics needs exactly that bearer token
     'svc_deliveries_total',
     'svc_engine_threads',
     'svc_engine_utilization',
-    'svc_engine_runs_taken_total',
     'svc_storage_full',
     'process_cpu_user_seconds_total',
     'process_resident_memory_bytes',

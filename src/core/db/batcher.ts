@@ -42,13 +42,6 @@ export class WriteBatcher {
    */
   readonly beforeCommit: ((batchId: number) => void)[] = [];
 
-  /**
-   * Run just after each successful COMMIT, with its batchId, before the batch's jobs settle
-   * (still holding the write lock: keep them short). The engine takes up here the runs that
-   * intake wrote already claimed by it (Engine.lease).
-   */
-  readonly afterCommit: ((batchId: number) => void)[] = [];
-
   constructor(
     private readonly store: SqliteStore,
     private readonly maxBatch = 512,
@@ -132,13 +125,6 @@ export class WriteBatcher {
       return true;
     }
     this.storage?.noteSuccess();
-    for (const hook of this.afterCommit) {
-      try {
-        hook(this.generation);
-      } catch {
-        // The batch is committed whatever a hook does: its jobs must settle as committed.
-      }
-    }
     batch.forEach((job, i) => job.resolve(values[i]));
     return true;
   }

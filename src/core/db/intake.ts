@@ -47,25 +47,6 @@ export interface EventRow {
   replayOf: number | null;
 }
 
-export interface RunStart {
-  id: number;
-  claimed: boolean;
-}
-
-/**
- * The engine of this process taking runs as intake writes them (SQLite, where the intake's
- * batch and the engine's claims share one group commit): a run written RUNNING under the
- * engine's lease is executed as soon as its batch commits, without waiting QUEUED for a
- * claiming transaction to take it. The engine says no while runs may wait QUEUED (they go
- * first) or its capacity is taken; the run is then written QUEUED as before. See Engine.lease.
- */
-export interface Births {
-  /** A lease for a run of `workspaceId` about to be written in batch `batchId`; undefined leaves it QUEUED. */
-  lease(batchId: number, workspaceId: number): { token: string; until: string } | undefined;
-  /** The run written under that lease (taken up by the engine once the batch commits). */
-  born(batchId: number, runId: number, workspaceId: number): void;
-}
-
 export interface FirstAccepted {
   id: number;
   run_id: number | null;
@@ -83,12 +64,8 @@ export interface IntakeSql {
    * which runs the batch again carefully, reading.
    */
   contactId(workspaceId: number, kind: 'email' | 'phone' | 'contactId', value: string | number, known?: number): Maybe<number | undefined>;
-  /**
-   * Inserts a run and counts it in the workspace's month; answers its id, and whether this
-   * node's engine claimed it as it was written (RUNNING under its lease, SQLite: see
-   * Births) rather than leaving it QUEUED for a claim.
-   */
-  insertRun(workspaceId: number, workflowId: number, contactId: number, definition: string, trigger: string): Maybe<RunStart>;
+  /** Inserts a QUEUED run and counts it in the workspace's month; answers its id. */
+  insertRun(workspaceId: number, workflowId: number, contactId: number, definition: string, trigger: string): Maybe<number>;
   insertEvent(row: EventRow): Maybe<void>;
   /**
    * The first accepted request with this key within the window. Inside a batch on
@@ -110,8 +87,6 @@ export interface Intake {
   /** Runs the job at the next group commit; resolves after COMMIT. `batch` names the batch it ran in. */
   run<T>(job: (batch: unknown) => IntakeJob<T>): Promise<T>;
   close(): Promise<void>;
-  /** The engine taking runs as they are written (SQLite only; set once the engine exists). */
-  births?: Births | undefined;
 }
 
 const WORKFLOW_COLUMNS =
@@ -169,11 +144,7 @@ export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webh
  * writer connection for the batch (reads inside a batch see the batch's own writes) and on
  * the reading connection for the checks before it.
  */
-function sqliteStatements(
-  db: Db,
-  onRun?: (workspaceId: number) => void,
-  engine?: { readonly batchId: number; readonly births: Births | undefined },
-): IntakeSql {
+function sqliteStatements(db: Db, onRun?: (workspaceId: number) => void): IntakeSql {
   const c = db.$client;
   const byToken = c.prepare<[string], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE webhook_token = ?`);
   const byId = c.prepare<[number], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE id = ?`);
@@ -186,11 +157,6 @@ function sqliteStatements(
   // count is kept by this code, not a trigger, for the same reason (migration 0011).
   const insertRun = c.prepare<[number, number, number, string, string, string, string, string]>(
     'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-  );
-  // Claimed as it is written: never in the ready index, no claiming UPDATE afterwards.
-  const insertClaimedRun = c.prepare<[number, number, number, string, string, string, string, string, string, string]>(
-    `INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at, status, lease_owner, lease_until)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'RUNNING', ?, ?)`,
   );
   // Values by position: binding by name looks each one up on the object.
   const insertEvent = c.prepare<unknown[]>(
@@ -205,16 +171,9 @@ function sqliteStatements(
     insertRun(workspaceId, workflowId, contactId, definition, trigger) {
       // One string bound for the timestamps: SQLite formatting each column's default cost more.
       const at = isoNow();
-      const lease = engine?.births?.lease(engine.batchId, workspaceId);
-      const id = Number(
-        (lease
-          ? insertClaimedRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at, lease.token, lease.until)
-          : insertRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at)
-        ).lastInsertRowid,
-      );
-      if (lease) engine!.births!.born(engine!.batchId, id, workspaceId);
+      const id = Number(insertRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at).lastInsertRowid);
       onRun?.(workspaceId);
-      return { id, claimed: lease !== undefined };
+      return id;
     },
     insertEvent: (row) => void insertEvent.run(...eventValues(row), isoNow()),
     firstByIdempotencyKey: (workflowId, key, since) => firstByKey.get(workflowId, key, since),
@@ -231,21 +190,13 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
     const at = month();
     for (const [workspaceId, runs] of counts) countRuns.run(workspaceId, at, runs);
   });
-  const intake: Intake = {
+  const write = sqliteStatements(store.writer, (workspaceId) => tally.add(batcher.batchId, workspaceId));
+  return {
     // The reading connection is query_only: its insertRun never gets as far as counting.
     read: sqliteStatements(store.db),
     run: (job) => batcher.run(() => runSync(job(batcher.batchId), write)),
     close: async () => {},
   };
-  const write = sqliteStatements(store.writer, (workspaceId) => tally.add(batcher.batchId, workspaceId), {
-    get batchId() {
-      return batcher.batchId;
-    },
-    get births() {
-      return intake.births;
-    },
-  });
-  return intake;
 }
 
 /** An event's values in the order of the columns both event INSERTs name. */
@@ -341,13 +292,13 @@ function pgStatements(q: PgQuery, counted?: number[], held?: HeldWrites): Intake
     async insertRun(workspaceId, workflowId, contactId, definition, trigger) {
       // Counted at the end of the batch (pgIntake), in workspace order.
       counted?.push(workspaceId);
-      if (held) return { id: await held.insertRun(workspaceId, workflowId, contactId, definition, trigger), claimed: false };
+      if (held) return held.insertRun(workspaceId, workflowId, contactId, definition, trigger);
       const row = await one<{ id: number }>(
         'svc_run_insert',
         'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES ($1, $2, $3, $4::json, $5::json) RETURNING id',
         [workspaceId, workflowId, contactId, definition, trigger],
       );
-      return { id: row!.id, claimed: false };
+      return row!.id;
     },
     async insertEvent(r) {
       if (held) return held.insertEvent(r);

@@ -53,8 +53,6 @@ export interface Accepted {
   runId: number;
   contactId: number;
   replayed: boolean;
-  /** The run waits QUEUED for a claim (false when replayed, or claimed by this node's engine as it was written). */
-  queued: boolean;
 }
 
 /** Signing secrets as key objects: an HMAC keyed by one starts in half the time of one keyed by text. */
@@ -405,7 +403,7 @@ export class WebhookReceiver {
           { statusCode: 202, code: 'idempotent_replay', runId: first.run_id, contactId: first.contact_id, replayOf: first.id },
           true,
         );
-        return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true, queued: false } };
+        return { ok: true, accepted: { runId: first.run_id, contactId: first.contact_id, replayed: true } };
       }
     }
     const contactId = yield* stmt((s) => s.contactId(target.workspaceId, lookup.kind, lookup.value, known));
@@ -421,9 +419,9 @@ export class WebhookReceiver {
     const stepsJson = this.parsed.get(target.workflowId)?.stepsJson ?? JSON.stringify(target.steps);
     // The trigger is stored as the received text (already checked to be a JSON object).
     const { workspaceId, workflowId } = target;
-    const { id: runId, claimed } = yield* stmt((s) => s.insertRun(workspaceId, workflowId, contactId, stepsJson, triggerJson));
+    const runId = yield* stmt((s) => s.insertRun(workspaceId, workflowId, contactId, stepsJson, triggerJson));
     yield* this.insertEvent(target, req, { statusCode: 202, code: null, runId, contactId }, true);
-    return { ok: true, accepted: { runId, contactId, replayed: false, queued: !claimed } };
+    return { ok: true, accepted: { runId, contactId, replayed: false } };
   }
 
   private *insertEvent(
