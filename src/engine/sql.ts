@@ -324,9 +324,12 @@ export const SQLITE_SCHEDULER_STATEMENTS = {
          UNION ALL
          SELECT (SELECT workspace_id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id > ws.id ORDER BY workspace_id LIMIT 1) FROM ws WHERE ws.id IS NOT NULL
        ) SELECT id FROM ws WHERE id IS NOT NULL`,
-  claim: `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = @token, lease_until = @until, updated_at = @now
-        WHERE id IN (SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit)
-        RETURNING id`,
+  // A claim reads the runs it takes (the oldest QUEUED of the workspace, through the ready
+  // index), then takes each by its id. One UPDATE of many rows with RETURNING made SQLite keep
+  // a statement journal of every page it changed, in case the statement had to be undone
+  // alone (bench:batch: 29 us a claimed run instead of 34); an UPDATE of one row needs none.
+  claimable: `SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit`,
+  claimOne: `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = @token, lease_until = @until, updated_at = @now WHERE id = @id AND status = 'QUEUED'`,
   renew: `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
   status: 'SELECT status FROM workflow_runs WHERE id = ?',
   release: `UPDATE workflow_runs SET status = 'QUEUED', lease_owner = NULL, lease_until = NULL, updated_at = @now WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
@@ -339,7 +342,8 @@ export function sqliteSchedulerSql(db: Db): SchedulerSql {
     promoteWaiting: c.prepare<{ now: string; limit: number }>(q.promoteWaiting),
     promoteExpired: c.prepare<{ now: string; limit: number }>(q.promoteExpired),
     queuedWorkspaces: c.prepare<[], { id: number }>(q.queuedWorkspaces),
-    claim: c.prepare<{ workspaceId: number; limit: number; now: string; until: string; token: string }, { id: number }>(q.claim),
+    claimable: c.prepare<{ workspaceId: number; limit: number }, { id: number }>(q.claimable),
+    claimOne: c.prepare<{ id: number; now: string; until: string; token: string }>(q.claimOne),
     renew: c.prepare<{ id: number; token: string; until: string }>(q.renew),
     status: c.prepare<[number], { status: string }>(q.status),
     release: c.prepare<{ id: number; token: string; now: string }>(q.release),
@@ -348,7 +352,9 @@ export function sqliteSchedulerSql(db: Db): SchedulerSql {
     promoteWaiting: (now, limit) => s.promoteWaiting.run({ now, limit }),
     promoteExpired: (now, limit) => s.promoteExpired.run({ now, limit }),
     queuedWorkspaces: () => s.queuedWorkspaces.all().map((r) => r.id),
-    claim: (workspaceId, limit, now, until, token) => s.claim.all({ workspaceId, limit, now, until, token }),
+    // Inside the claiming transaction, which holds the write lock: the runs read are still QUEUED.
+    claim: (workspaceId, limit, now, until, token) =>
+      s.claimable.all({ workspaceId, limit }).filter(({ id }) => s.claimOne.run({ id, now, until, token }).changes === 1),
     renew: (id, token, until) => (s.renew.run({ id, token, until }).changes > 0 ? 'held' : renewalOf(s.status.get(id))),
     release: (id, token, now) => s.release.run({ id, token, now }),
   };
