@@ -12,7 +12,8 @@ import { sql } from 'drizzle-orm';
 import { WriteBatcher } from '../../src/core/db/batcher.js';
 import { type Intake, type IntakeJob, pgIntake, sqliteIntake, stmt } from '../../src/core/db/intake.js';
 import { isSqliteStore, type PgStore } from '../../src/core/db/store.js';
-import { build, rowsOf, type TestServer } from '../helpers.js';
+import type { Db } from '../../src/core/db/connection.js';
+import { build, rowsOf, scalarOf, sqliteStoreOf, type TestServer } from '../helpers.js';
 
 const ISO_MS = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
@@ -106,4 +107,119 @@ test('the runs and events intake writes carry timestamps as the defaults write t
   assert.equal(events.status, 200, events.text);
   assert.equal(events.body.data.length, 1);
   within(events.body.data[0].receivedAt);
+});
+
+/** An accepted request's writes as intake makes them: a run, then its event (with the key, if any). */
+function acceptJob(ids: { workspaceId: number; workflowId: number; contactId: number }, seq: number, key: string | null) {
+  return function* (batch: unknown): IntakeJob<{ runId: number; replayOf: number | null; batch: unknown }> {
+    if (key) {
+      const first = yield* stmt((q) => q.firstByIdempotencyKey(ids.workflowId, key, '2000-01-01T00:00:00.000Z'));
+      if (first) return { runId: first.run_id!, replayOf: first.id, batch };
+    }
+    const runId = yield* stmt((q) => q.insertRun(ids.workspaceId, ids.workflowId, ids.contactId, '[{"type":"wait","seconds":3600}]', JSON.stringify({ seq })));
+    const body = Buffer.from(JSON.stringify({ seq }));
+    yield* stmt((q) =>
+      q.insertEvent({
+        workspaceId: ids.workspaceId,
+        workflowId: ids.workflowId,
+        statusCode: 202,
+        code: null,
+        runId,
+        contactId: ids.contactId,
+        sourceIp: '127.0.0.1',
+        contentType: 'application/json',
+        idempotencyKey: key,
+        body,
+        bodySize: body.length,
+        bodySha256: null,
+        replayOf: null,
+      }),
+    );
+    return { runId, replayOf: null, batch };
+  };
+}
+
+test('in one batch each run is answered with its own row id, and a key accepted earlier in the batch is seen', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const { workflowId, contactId } = await fixture(s, token);
+  const ids = { workspaceId: s.workspaceId, workflowId, contactId };
+  const intake = intakeOf(s);
+  t.after(() => intake.close());
+  // Queued in one turn: one batch, whose writes are held back and made together.
+  const out = await Promise.all([0, 1, 2, 3, 4, 5].map((seq) => intake.run(acceptJob(ids, seq, seq % 2 === 0 ? 'same-key' : null))));
+  // 0 started a run with the key; 2 and 4, later in the same batch, found it.
+  assert.equal(out[0]!.replayOf, null);
+  assert.equal(out[2]!.runId, out[0]!.runId);
+  assert.equal(out[4]!.runId, out[0]!.runId);
+  assert.ok(out[2]!.replayOf !== null && out[4]!.replayOf !== null);
+  const runs = await rowsOf<{ id: number; trigger: unknown }>(s, sql`SELECT id, "trigger" FROM workflow_runs WHERE workflow_id = ${workflowId} ORDER BY id`);
+  const seqOf = (r: { trigger: unknown }) => (typeof r.trigger === 'string' ? JSON.parse(r.trigger) : r.trigger).seq as number;
+  assert.deepEqual(
+    runs.map((r) => [Number(r.id), seqOf(r)]),
+    [0, 1, 3, 5].map((seq) => [out[seq]!.runId, seq]),
+  );
+  const events = await rowsOf<{ run_id: number; body: Buffer | string }>(
+    s,
+    sql`SELECT run_id, body FROM webhook_events WHERE workflow_id = ${workflowId} ORDER BY id`,
+  );
+  assert.deepEqual(
+    events.map((e) => [Number(e.run_id), JSON.parse(Buffer.from(e.body).toString()).seq]),
+    [0, 1, 3, 5].map((seq) => [out[seq]!.runId, seq]),
+  );
+});
+
+test("SQLite: a job that holds no writes sees the batch's held runs, and held writes that fail run the batch's jobs again one by one", async (t) => {
+  const s = await build(t, { store: 'sqlite' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const { workflowId, contactId } = await fixture(s, token);
+  const ids = { workspaceId: s.workspaceId, workflowId, contactId };
+  const store = sqliteStoreOf(s);
+  const batcher = new WriteBatcher(store);
+  const intake = sqliteIntake(store, batcher);
+  t.after(() => batcher.close());
+  const count = (w: Db) => (w.$client.prepare('SELECT count(*) AS n FROM workflow_runs WHERE workflow_id = ?').get(workflowId) as { n: number }).n;
+
+  // One batch: two held runs, a job of another kind that counts them and inserts a run of its
+  // own (the table's next id), then a held run again, which must take the id after that one.
+  const [a, b, seen, c] = await Promise.all([
+    intake.run(acceptJob(ids, 0, null)),
+    intake.run(acceptJob(ids, 1, null)),
+    batcher.run((w) => {
+      const before = count(w);
+      const id = w.$client
+        .prepare('INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger") VALUES (?, ?, ?, ?, ?)')
+        .run(ids.workspaceId, workflowId, contactId, '[]', '{"seq":"direct"}').lastInsertRowid;
+      return { before, id: Number(id), batch: batcher.batchId };
+    }),
+    intake.run(acceptJob(ids, 2, null)),
+  ]);
+  assert.deepEqual([a.batch, b.batch, c.batch], [seen.batch, seen.batch, seen.batch], 'one transaction');
+  assert.equal(seen.before, 2, 'the job saw the two runs held before it');
+  assert.deepEqual([a.runId + 1, b.runId + 1, seen.id + 1], [b.runId, seen.id, c.runId]);
+  assert.equal(await scalarOf(s, sql`SELECT count(*) FROM workflow_runs WHERE workflow_id = ${workflowId}`), 4);
+
+  // A run for a contact that does not exist fails only when the held rows are written (its
+  // foreign key): the batch rolls back, and its jobs run again each in a transaction of its own.
+  const outcomes = await Promise.allSettled([
+    intake.run(acceptJob(ids, 3, null)),
+    intake.run(acceptJob({ ...ids, contactId: contactId + 1000 }, 4, null)),
+    intake.run(acceptJob(ids, 5, null)),
+  ]);
+  assert.deepEqual(
+    outcomes.map((o) => o.status),
+    ['fulfilled', 'rejected', 'fulfilled'],
+  );
+  assert.match(String((outcomes[1] as PromiseRejectedResult).reason), /FOREIGN KEY/);
+  const triggers = await rowsOf<{ id: number; trigger: string }>(s, sql`SELECT id, "trigger" FROM workflow_runs WHERE workflow_id = ${workflowId} ORDER BY id`);
+  assert.deepEqual(
+    triggers.map((r) => JSON.parse(r.trigger).seq),
+    [0, 1, 'direct', 2, 3, 5],
+  );
+  const [three, five] = outcomes.filter((o) => o.status === 'fulfilled').map((o) => (o as PromiseFulfilledResult<{ runId: number }>).value.runId);
+  assert.deepEqual([three, five], [triggers[4]!.id, triggers[5]!.id]);
+  // Each accepted run has its event; the refused one left neither.
+  assert.equal(await scalarOf(s, sql`SELECT count(*) FROM webhook_events WHERE workflow_id = ${workflowId}`), 5);
+  const usage = (await s.request('GET', '/billing/plan', { token })).body.usage.runsThisMonth as number;
+  assert.equal(usage, 5, 'the month counts the runs intake committed (not the one inserted directly)');
 });

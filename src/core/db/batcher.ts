@@ -6,6 +6,21 @@ interface Job<T> {
   work: (writer: Db) => T;
   resolve: (value: T) => void;
   reject: (err: unknown) => void;
+  /** The job's writes may be held back (HeldWrites): nothing it reads can see them missing. */
+  holds: boolean;
+}
+
+/**
+ * Writes that jobs hold back to make together, one statement for many rows (intake's runs
+ * and events): the batch writes them before any job that does not hold writes of its own
+ * kind (it might read them) and before COMMIT, and drops them when it rolls back (the jobs
+ * hold them again as they run again).
+ */
+export interface HeldWrites {
+  /** Writes what is held; throws like a failed job. */
+  flush(): void;
+  /** Forgets what is held: the transaction that would have written it was rolled back. */
+  discard(): void;
 }
 
 /**
@@ -42,6 +57,9 @@ export class WriteBatcher {
    */
   readonly beforeCommit: ((batchId: number) => void)[] = [];
 
+  /** What jobs that hold writes keep until the batch makes them (HeldWrites). */
+  readonly held: HeldWrites[] = [];
+
   constructor(
     private readonly store: SqliteStore,
     private readonly maxBatch = 512,
@@ -52,11 +70,14 @@ export class WriteBatcher {
     return this.generation;
   }
 
-  /** Queues work for the next group commit; it gets the writer connection to prepare statements on. */
-  run<T>(work: (writer: Db) => T): Promise<T> {
+  /**
+   * Queues work for the next group commit; it gets the writer connection to prepare statements
+   * on. `holds`: the work may hold writes back in `held` (only what knows of them may say so).
+   */
+  run<T>(work: (writer: Db) => T, holds = false): Promise<T> {
     if (this.closed) return Promise.reject(new Error('the write batcher is closed'));
     return new Promise<T>((resolve, reject) => {
-      this.queue.push({ work, resolve, reject } as Job<unknown>);
+      this.queue.push({ work, resolve, reject, holds } as Job<unknown>);
       this.schedule();
     });
   }
@@ -99,27 +120,40 @@ export class WriteBatcher {
       for (const job of batch) job.reject(err);
       return true;
     }
+    // A job that fails, or held writes that fail as they are made (before a job that may read
+    // them, or at the end), roll the batch back; its jobs then run again one by one.
+    const failed = (err: unknown, job: Job<unknown>): boolean => {
+      rollback(client);
+      this.discardHeld();
+      if (this.storage?.noteFailure(err)) {
+        for (const j of batch) j.reject(err);
+        return true;
+      }
+      if (batch.length === 1) {
+        job.reject(err);
+        return true;
+      }
+      return false;
+    };
     for (const job of batch) {
       try {
+        if (!job.holds) this.flushHeld();
         values.push(job.work(writer));
       } catch (err) {
-        rollback(client);
-        if (this.storage?.noteFailure(err)) {
-          for (const j of batch) j.reject(err);
-          return true;
-        }
-        if (batch.length === 1) {
-          job.reject(err);
-          return true;
-        }
-        return false;
+        return failed(err, job);
       }
+    }
+    try {
+      this.flushHeld();
+    } catch (err) {
+      return failed(err, batch[batch.length - 1]!);
     }
     try {
       for (const hook of this.beforeCommit) hook(this.generation);
       client.exec('COMMIT');
     } catch (err) {
       rollback(client);
+      this.discardHeld();
       this.storage?.noteFailure(err);
       for (const job of batch) job.reject(err);
       return true;
@@ -127,6 +161,14 @@ export class WriteBatcher {
     this.storage?.noteSuccess();
     batch.forEach((job, i) => job.resolve(values[i]));
     return true;
+  }
+
+  private flushHeld(): void {
+    for (const h of this.held) h.flush();
+  }
+
+  private discardHeld(): void {
+    for (const h of this.held) h.discard();
   }
 
   /** Runs what is queued and refuses new work (for shutdown). */

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { WriteBatcher } from './batcher.js';
+import type { HeldWrites, WriteBatcher } from './batcher.js';
 import { isoNow } from '../clock.js';
 import { batchLoader } from './batchLoader.js';
 import { runAsync, runSync, stmt as genericStmt, type Job, type Maybe } from './statements.js';
@@ -140,11 +140,107 @@ export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webh
       ORDER BY id DESC LIMIT 1`;
 
 /**
- * SQLite: prepared once (building queries per request cost more than running them), on the
- * writer connection for the batch (reads inside a batch see the batch's own writes) and on
- * the reading connection for the checks before it.
+ * SQLite: a batch's runs and events, held back and written before its COMMIT as one INSERT per
+ * table (a statement of up to 64 rows at a time): one statement's start, cursors and binding
+ * per batch instead of two per request. A run answers with its id before it is written: the
+ * ids are taken in order after the table's last (as AUTOINCREMENT would), read once the batch
+ * first inserts, and again after each write (a job that holds no writes may insert a run in
+ * between: the batch writes what is held before it).
  */
-function sqliteStatements(db: Db, onRun?: (workspaceId: number) => void): IntakeSql {
+class SqliteHeldWrites implements HeldWrites {
+  private readonly runs: unknown[] = [];
+  private readonly events: unknown[] = [];
+  private nextRunId: number | undefined;
+  private readonly lastRunId: Statement<[], { id: number }>;
+  private readonly inserts = new Map<string, Statement<unknown[]>>();
+
+  constructor(private readonly c: Db['$client']) {
+    this.lastRunId = c.prepare(
+      "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'workflow_runs'), 0), coalesce((SELECT max(id) FROM workflow_runs), 0)) AS id",
+    );
+  }
+
+  insertRun(workspaceId: number, workflowId: number, contactId: number, definition: string, trigger: string, at: string): number {
+    this.nextRunId ??= this.lastRunId.get()!.id + 1;
+    const id = this.nextRunId++;
+    this.runs.push(id, workspaceId, workflowId, contactId, definition, trigger, at, at, at);
+    return id;
+  }
+
+  insertEvent(r: EventRow, at: string): void {
+    // Values by position, in the order of EVENT_INSERT's columns.
+    this.events.push(
+      r.workspaceId,
+      r.workflowId,
+      r.statusCode,
+      r.code,
+      r.runId,
+      r.contactId,
+      r.sourceIp,
+      r.contentType,
+      r.idempotencyKey,
+      r.body,
+      r.bodySize,
+      r.bodySha256,
+      r.replayOf,
+      at,
+    );
+  }
+
+  flush(): void {
+    this.nextRunId = undefined;
+    this.write('runs', RUN_INSERT, this.runs);
+    this.write('events', EVENT_INSERT, this.events);
+  }
+
+  discard(): void {
+    this.nextRunId = undefined;
+    this.runs.length = 0;
+    this.events.length = 0;
+  }
+
+  /** Writes the held rows of one table in statements of 64, 32, ... 1 rows; forgets them, written or not. */
+  private write(table: string, insert: { head: string; row: string; columns: number }, values: unknown[]): void {
+    try {
+      let at = 0;
+      while (at < values.length) {
+        const left = (values.length - at) / insert.columns;
+        const rows = left >= 64 ? 64 : 2 ** Math.floor(Math.log2(left));
+        const key = `${table}:${rows}`;
+        let statement = this.inserts.get(key);
+        if (!statement) {
+          statement = this.c.prepare(`${insert.head} VALUES ${Array(rows).fill(insert.row).join(', ')}`);
+          this.inserts.set(key, statement);
+        }
+        const end = at + rows * insert.columns;
+        statement.run(at === 0 && end === values.length ? values : values.slice(at, end));
+        at = end;
+      }
+    } finally {
+      values.length = 0;
+    }
+  }
+}
+
+type Statement<P extends unknown[], R = unknown> = import('better-sqlite3').Statement<P, R>;
+
+const RUN_INSERT = {
+  head: 'INSERT INTO workflow_runs (id, workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at)',
+  row: '(?, ?, ?, ?, ?, ?, ?, ?, ?)',
+  columns: 9,
+};
+const EVENT_INSERT = {
+  head: 'INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of, received_at)',
+  row: '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+  columns: 14,
+};
+
+/**
+ * SQLite: prepared once (building queries per request cost more than running them), on the
+ * writer connection for the batch (reads inside a batch see the batch's own writes, once
+ * `held` has written them) and on the reading connection for the checks before it.
+ */
+function sqliteStatements(db: Db, held?: SqliteHeldWrites, onRun?: (workspaceId: number) => void): IntakeSql {
   const c = db.$client;
   const byToken = c.prepare<[string], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE webhook_token = ?`);
   const byId = c.prepare<[number], WorkflowRowRaw>(`SELECT ${WORKFLOW_COLUMNS} FROM workflows WHERE id = ?`);
@@ -153,30 +249,30 @@ function sqliteStatements(db: Db, onRun?: (workspaceId: number) => void): Intake
     phone: c.prepare<[number, string], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND phone = ?'),
     contactId: c.prepare<[number, number], { id: number }>('SELECT id FROM contacts WHERE workspace_id = ? AND id = ?'),
   };
-  // No RETURNING: it makes SQLite journal the statement; the id is the rowid. The month's
-  // count is kept by this code, not a trigger, for the same reason (migration 0011).
-  const insertRun = c.prepare<[number, number, number, string, string, string, string, string]>(
-    'INSERT INTO workflow_runs (workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-  );
-  // Values by position: binding by name looks each one up on the object.
-  const insertEvent = c.prepare<unknown[]>(
-    `INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of, received_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  );
   const firstByKey = c.prepare<[number, string, string], FirstAccepted>(FIRST_BY_IDEMPOTENCY_KEY);
   return {
     workflowByToken: (token) => byToken.get(token),
     workflowById: (id) => byId.get(id),
     contactId: (workspaceId, kind, value) => (contact[kind] as { get(w: number, v: string | number): { id: number } | undefined }).get(workspaceId, value)?.id,
     insertRun(workspaceId, workflowId, contactId, definition, trigger) {
-      // One string bound for the timestamps: SQLite formatting each column's default cost more.
-      const at = isoNow();
-      const id = Number(insertRun.run(workspaceId, workflowId, contactId, definition, trigger, at, at, at).lastInsertRowid);
+      // The reading connection is query_only: it never gets here.
+      if (!held) throw new Error('runs are inserted only inside a batch');
+      // One string for the timestamps: SQLite formatting each column's default cost more. The
+      // month's count is kept by this code, not a trigger: a trigger makes SQLite journal the
+      // statement (migration 0011).
+      const id = held.insertRun(workspaceId, workflowId, contactId, definition, trigger, isoNow());
       onRun?.(workspaceId);
       return id;
     },
-    insertEvent: (row) => void insertEvent.run(...eventValues(row), isoNow()),
-    firstByIdempotencyKey: (workflowId, key, since) => firstByKey.get(workflowId, key, since),
+    insertEvent(row) {
+      if (!held) throw new Error('events are inserted only inside a batch');
+      held.insertEvent(row, isoNow());
+    },
+    firstByIdempotencyKey(workflowId, key, since) {
+      // The batch's own earlier requests with this key must be seen.
+      held?.flush();
+      return firstByKey.get(workflowId, key, since);
+    },
   };
 }
 
@@ -190,11 +286,12 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
     const at = month();
     for (const [workspaceId, runs] of counts) countRuns.run(workspaceId, at, runs);
   });
-  const write = sqliteStatements(store.writer, (workspaceId) => tally.add(batcher.batchId, workspaceId));
+  const held = new SqliteHeldWrites(store.writer.$client);
+  batcher.held.push(held);
+  const write = sqliteStatements(store.writer, held, (workspaceId) => tally.add(batcher.batchId, workspaceId));
   return {
-    // The reading connection is query_only: its insertRun never gets as far as counting.
     read: sqliteStatements(store.db),
-    run: (job) => batcher.run(() => runSync(job(batcher.batchId), write)),
+    run: (job) => batcher.run(() => runSync(job(batcher.batchId), write), true),
     close: async () => {},
   };
 }
@@ -224,7 +321,7 @@ type PgQuery = (name: string, text: string, values: unknown[]) => Promise<pg.Que
  * path of a node. A run's id is taken from its sequence beforehand (one query for the whole
  * batch), since its request answers with it before the run is written.
  */
-class HeldWrites {
+class PgHeldWrites {
   private readonly runs: unknown[][] = [[], [], [], [], [], []];
   private readonly events: unknown[][] = Array.from({ length: 13 }, () => []);
   private ids: number[] = [];
@@ -275,7 +372,7 @@ class HeldWrites {
  * PostgreSQL: named statements (each connection prepares them once), on a batch's connection
  * or the pool. `held`: a careless batch's writes, sent together at its end.
  */
-function pgStatements(q: PgQuery, counted?: number[], held?: HeldWrites): IntakeSql {
+function pgStatements(q: PgQuery, counted?: number[], held?: PgHeldWrites): IntakeSql {
   const inBatch = counted !== undefined;
   const one = async <T>(name: string, text: string, values: unknown[]): Promise<T | undefined> => (await q(name, text, values)).rows[0] as T | undefined;
   const workflowSql = `SELECT id, webhook_token, workspace_id, status, trigger_source, steps::text AS steps, webhook_lookup, webhook_path,
@@ -329,7 +426,7 @@ export function pgIntake(store: PgStore): Intake {
   // COMMIT in workspace order: the month's counter rows are the hottest rows of intake, and
   // batches (of this node or others) that took them in different orders would deadlock.
   const tallies = new WeakMap<object, Map<number, number>>();
-  const held = new WeakMap<object, HeldWrites>();
+  const held = new WeakMap<object, PgHeldWrites>();
   const group = new PgGroupCommit(store.pool, {
     // One batch at a time per node: a batch holds its counter rows until its COMMIT.
     concurrency: 1,
@@ -376,7 +473,7 @@ export function pgIntake(store: PgStore): Intake {
         const q: PgQuery = (name, text, values) => client.query({ name, text, values });
         let writes = held.get(batch);
         if (!careful && !writes) {
-          writes = new HeldWrites(q, (batch as BatchKey).size);
+          writes = new PgHeldWrites(q, (batch as BatchKey).size);
           held.set(batch, writes);
         }
         const result = await runAsync(job(batch), pgStatements(q, counted, careful ? undefined : writes));
