@@ -6,6 +6,7 @@
 // a copy of one database made by `svc init` with bench:webhook's workflow: as migrated, and
 // without each index the two inserts write, to show what each costs. Prints CPU time of this
 // process (all its threads) per request, the median of BENCH_ROUNDS rounds (default 3).
+// BENCH_INDEXES=0 measures the database as migrated only.
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -111,7 +112,7 @@ await stop(node.child);
 const source = join(node.dataDir, 'svc.db');
 try {
   console.log(`intake batch replay: ${BATCHES} batches of ${BATCH} accepted requests, then the claim of their runs; median of ${ROUNDS} rounds`);
-  for (const drop of [null, ...INDEXES]) {
+  for (const drop of [null, ...(process.env.BENCH_INDEXES === '0' ? [] : INDEXES)]) {
     const rounds = [];
     for (let r = 0; r < ROUNDS; r++) rounds.push(await measure(source, drop));
     const intake = median(rounds.map((x) => x.intake));

@@ -141,7 +141,7 @@ export const FIRST_BY_IDEMPOTENCY_KEY = `SELECT id, run_id, contact_id FROM webh
 
 /**
  * SQLite: a batch's runs and events, held back and written before its COMMIT as one INSERT per
- * table (a statement of up to 64 rows at a time): one statement's start, cursors and binding
+ * table (up to 64 rows a statement): one statement's start, cursors and binding
  * per batch instead of two per request. A run answers with its id before it is written: the
  * ids are taken in order after the table's last (as AUTOINCREMENT would), read once the batch
  * first inserts, and again after each write (a job that holds no writes may insert a run in
@@ -199,13 +199,15 @@ class SqliteHeldWrites implements HeldWrites {
     this.events.length = 0;
   }
 
-  /** Writes the held rows of one table in statements of 64, 32, ... 1 rows; forgets them, written or not. */
+  /**
+   * Writes the held rows of one table, 64 to a statement and the rest in one (a statement per
+   * row count, prepared on first use: at most 64 a table); forgets them, written or not.
+   */
   private write(table: string, insert: { head: string; row: string; columns: number }, values: unknown[]): void {
     try {
       let at = 0;
       while (at < values.length) {
-        const left = (values.length - at) / insert.columns;
-        const rows = left >= 64 ? 64 : 2 ** Math.floor(Math.log2(left));
+        const rows = Math.min((values.length - at) / insert.columns, 64);
         const key = `${table}:${rows}`;
         let statement = this.inserts.get(key);
         if (!statement) {
