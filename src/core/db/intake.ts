@@ -169,22 +169,7 @@ class SqliteHeldWrites implements HeldWrites {
 
   insertEvent(r: EventRow, at: string): void {
     // Values by position, in the order of EVENT_INSERT's columns.
-    this.events.push(
-      r.workspaceId,
-      r.workflowId,
-      r.statusCode,
-      r.code,
-      r.runId,
-      r.contactId,
-      r.sourceIp,
-      r.contentType,
-      r.idempotencyKey,
-      r.body,
-      r.bodySize,
-      r.bodySha256,
-      r.replayOf,
-      at,
-    );
+    pushEventValues(this.events, r).push(at);
   }
 
   flush(): void {
@@ -298,22 +283,27 @@ export function sqliteIntake(store: SqliteStore, batcher: WriteBatcher): Intake 
   };
 }
 
-/** An event's values in the order of the columns both event INSERTs name. */
-const eventValues = (r: EventRow): unknown[] => [
-  r.workspaceId,
-  r.workflowId,
-  r.statusCode,
-  r.code,
-  r.runId,
-  r.contactId,
-  r.sourceIp,
-  r.contentType,
-  r.idempotencyKey,
-  r.body,
-  r.bodySize,
-  r.bodySha256,
-  r.replayOf,
-];
+/** Appends an event's values in the order of the columns every event INSERT names (received_at, SQLite's last, aside). */
+function pushEventValues(to: unknown[], r: EventRow): unknown[] {
+  to.push(
+    r.workspaceId,
+    r.workflowId,
+    r.statusCode,
+    r.code,
+    r.runId,
+    r.contactId,
+    r.sourceIp,
+    r.contentType,
+    r.idempotencyKey,
+    r.body,
+    r.bodySize,
+    r.bodySha256,
+    r.replayOf,
+  );
+  return to;
+}
+
+const eventValues = (r: EventRow): unknown[] => pushEventValues([], r);
 
 type PgQuery = (name: string, text: string, values: unknown[]) => Promise<pg.QueryResult>;
 
