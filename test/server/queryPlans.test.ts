@@ -10,7 +10,8 @@ import { test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
 import { pageQuery, type WorkspaceContext } from '../../src/core/context.js';
-import { auditLogs, deliveryAttempts, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
+import { auditLogs, deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
+import { adminStats } from '../../src/core/services/admin.js';
 import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
 import { LIST_SCAN_ROWS } from '../../src/core/pagination.js';
 import { listRuns, listWorkspaceRuns, runFilterConditions, runScope } from '../../src/core/services/runs.js';
@@ -296,6 +297,32 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
       if (status === 'WAITING') assert.equal(pages, Math.ceil(20_000 / LIST_SCAN_ROWS), 'each page examines LIST_SCAN_ROWS runs');
     }
   }
+  // Every status listed across the workspace (no workflow named): the pages give exactly the
+  // runs a scan finds, newest first; the admin's counts agree.
+  await sqliteStoreOf(s).exclusive((w) => {
+    w.$client.prepare("UPDATE workflow_runs SET status = 'QUEUED' WHERE id % 7 = 0 AND status = 'COMPLETED'").run();
+    w.$client
+      .prepare(
+        "UPDATE workflow_runs SET status = 'RUNNING', lease_owner = 'x', lease_until = '2099-01-01T00:00:00.000Z' WHERE id % 11 = 0 AND status = 'COMPLETED'",
+      )
+      .run();
+  });
+  const counts: Record<string, number> = {};
+  for (const status of RUN_STATUSES) {
+    const expected = (s.db.$client.prepare('SELECT id FROM workflow_runs WHERE status = ? ORDER BY id DESC').all(status) as { id: number }[]).map((r) => r.id);
+    const ids: number[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await listWorkspaceRuns(ctx, { limit: 200, status, cursor });
+      ids.push(...page.data.map((r) => r.runId));
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    assert.deepEqual(ids, expected, status);
+    counts[status] = expected.length;
+  }
+  assert.ok(counts.QUEUED! > 2000 && counts.RUNNING! > 1000, JSON.stringify(counts));
+  assert.deepEqual((await adminStats({ db: s.db })).runs, counts);
+
   // The month's runs are read from their counter, not counted from the 20,000 rows.
   const token = await s.login(s.owner.email, s.owner.password);
   const usage = await s.request('GET', '/billing/plan', { token });
@@ -328,6 +355,19 @@ test('the engine, intake, retention and metrics statements on runs read the part
       explain(`SELECT count(*) FROM workflow_runs WHERE status = '${status}'`),
       /USING (COVERING )?INDEX workflow_runs_(ready|running|due)_idx/,
     ]);
+  // The queue's depth and age (metrics): run_at is in the ready index, whose entries answer alone.
+  cases.push(
+    [
+      'svc_runs_queue_depth',
+      explain(`SELECT count(*) AS n FROM (SELECT 1 FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ? LIMIT 10000) capped`, at.now),
+      /USING COVERING INDEX workflow_runs_ready_idx/,
+    ],
+    [
+      'svc_runs_claim_lag_seconds',
+      explain(`SELECT min(run_at) AS at FROM workflow_runs WHERE status = 'QUEUED' AND run_at <= ?`, at.now),
+      /USING COVERING INDEX workflow_runs_ready_idx/,
+    ],
+  );
   // Webhook events are pruned oldest id first (no index on received_at, migration 0014): the
   // first ids in rowid order, a batch's worth (the LIMIT), never sorted.
   const events = explain(RULES.find((r) => r.what === 'webhookEvents')!.sql, { cutoff: at.now });
