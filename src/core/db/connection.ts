@@ -23,6 +23,20 @@ function createPrivately(file: string): void {
   }
 }
 
+/**
+ * Where SQLite writes its temporary files: `SQLITE_TMPDIR` when set, else the database's own
+ * folder (set for the process, which SQLite reads when it first needs one). Intake's
+ * multi-row INSERTs keep a statement journal that SQLite moves to a file past 64 KiB, so the
+ * busiest path writes there: beside the database it takes its space from the disk svc
+ * watches (a full one is reported as the data folder being full, not a full /var/tmp taken
+ * for it), and a read-only root file system does not fail it. SQLite creates each file
+ * 0600 and unlinks it at once. Answers the folder in effect.
+ */
+export function keepSqliteTempFilesIn(dir: string, env: NodeJS.ProcessEnv = process.env): string {
+  if (!env.SQLITE_TMPDIR) env.SQLITE_TMPDIR = dir;
+  return env.SQLITE_TMPDIR;
+}
+
 function withPrivateUmask<T>(fn: () => T): T {
   if (!isMainThread) return fn();
   const previous = process.umask(0o077);

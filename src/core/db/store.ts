@@ -1,7 +1,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { dirname, resolve } from 'node:path';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { closeDatabase, openDatabase, type Db, type SynchronousLevel } from './connection.js';
+import { closeDatabase, keepSqliteTempFilesIn, openDatabase, type Db, type SynchronousLevel } from './connection.js';
 import { processWriteLock } from './writeLock.js';
 
 /**
@@ -162,6 +163,7 @@ const MAX_GROUP = 256;
  * synchronous=FULL a settled transaction is on disk. Many requests then share one fsync.
  */
 export function openSqliteStore(file: string, opts: { synchronous?: SynchronousLevel } = {}): SqliteStore {
+  if (file !== ':memory:' && file !== '') keepSqliteTempFilesIn(dirname(resolve(file)));
   const writer = openDatabase(file, opts);
   const reader = openDatabase(file, opts);
   reader.$client.pragma('query_only = ON');
