@@ -174,8 +174,11 @@ class SqliteHeldWrites implements HeldWrites {
 
   flush(): void {
     this.nextRunId = undefined;
-    this.write('runs', RUN_INSERT, this.runs);
+    // Events first: each statement's journal (it may fail halfway) stays in memory up to 64 KiB,
+    // and once one spills to a file the rest of the transaction's journals go there too. The
+    // runs' statement touches more pages (five indexes) and is the one that spills.
     this.write('events', EVENT_INSERT, this.events);
+    this.write('runs', RUN_INSERT, this.runs);
   }
 
   discard(): void {
