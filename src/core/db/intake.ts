@@ -152,7 +152,8 @@ class SqliteHeldWrites implements HeldWrites {
   private readonly events: unknown[] = [];
   private nextRunId: number | undefined;
   private readonly lastRunId: Statement<[], { id: number }>;
-  private readonly inserts = new Map<string, Statement<unknown[]>>();
+  /** Each table's INSERT by row count, prepared on first use. */
+  private readonly inserts = new Map<InsertShape, Map<number, Statement<unknown[]>>>();
 
   constructor(private readonly c: Db['$client']) {
     this.lastRunId = c.prepare(
@@ -177,8 +178,8 @@ class SqliteHeldWrites implements HeldWrites {
     // Events first: each statement's journal (it may fail halfway) stays in memory up to 64 KiB,
     // and once one spills to a file the rest of the transaction's journals go there too. The
     // runs' statement touches more pages (five indexes) and is the one that spills.
-    this.write('events', EVENT_INSERT, this.events);
-    this.write('runs', RUN_INSERT, this.runs);
+    this.write(EVENT_INSERT, this.events);
+    this.write(RUN_INSERT, this.runs);
   }
 
   discard(): void {
@@ -191,16 +192,17 @@ class SqliteHeldWrites implements HeldWrites {
    * Writes the held rows of one table, 64 to a statement and the rest in one (a statement per
    * row count, prepared on first use: at most 64 a table); forgets them, written or not.
    */
-  private write(table: string, insert: { head: string; row: string; columns: number }, values: unknown[]): void {
+  private write(insert: InsertShape, values: unknown[]): void {
     try {
+      let byRows = this.inserts.get(insert);
+      if (!byRows) this.inserts.set(insert, (byRows = new Map()));
       let at = 0;
       while (at < values.length) {
         const rows = Math.min((values.length - at) / insert.columns, 64);
-        const key = `${table}:${rows}`;
-        let statement = this.inserts.get(key);
+        let statement = byRows.get(rows);
         if (!statement) {
           statement = this.c.prepare(`${insert.head} VALUES ${Array(rows).fill(insert.row).join(', ')}`);
-          this.inserts.set(key, statement);
+          byRows.set(rows, statement);
         }
         const end = at + rows * insert.columns;
         statement.run(at === 0 && end === values.length ? values : values.slice(at, end));
@@ -214,12 +216,19 @@ class SqliteHeldWrites implements HeldWrites {
 
 type Statement<P extends unknown[], R = unknown> = import('better-sqlite3').Statement<P, R>;
 
-const RUN_INSERT = {
+/** A multi-row INSERT: its head, one row's placeholders, and the values a row binds. */
+interface InsertShape {
+  head: string;
+  row: string;
+  columns: number;
+}
+
+const RUN_INSERT: InsertShape = {
   head: 'INSERT INTO workflow_runs (id, workspace_id, workflow_id, contact_id, definition, "trigger", run_at, created_at, updated_at)',
   row: '(?, ?, ?, ?, ?, ?, ?, ?, ?)',
   columns: 9,
 };
-const EVENT_INSERT = {
+const EVENT_INSERT: InsertShape = {
   head: 'INSERT INTO webhook_events (workspace_id, workflow_id, status_code, code, run_id, contact_id, source_ip, content_type, idempotency_key, body, body_size, body_sha256, replay_of, received_at)',
   row: '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
   columns: 14,
