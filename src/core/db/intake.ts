@@ -195,7 +195,10 @@ class SqliteHeldWrites implements HeldWrites {
   private write(insert: InsertShape, values: unknown[]): void {
     try {
       let byRows = this.inserts.get(insert);
-      if (!byRows) this.inserts.set(insert, (byRows = new Map()));
+      if (!byRows) {
+        byRows = new Map();
+        this.inserts.set(insert, byRows);
+      }
       let at = 0;
       while (at < values.length) {
         const rows = Math.min((values.length - at) / insert.columns, 64);
