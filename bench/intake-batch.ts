@@ -6,7 +6,8 @@
 // a copy of one database made by `svc init` with bench:webhook's workflow: as migrated, and
 // without each index the two inserts write, to show what each costs. Prints CPU time of this
 // process (all its threads) per request, the median of BENCH_ROUNDS rounds (default 3).
-// BENCH_INDEXES=0 measures the database as migrated only.
+// BENCH_INDEXES=0 measures the database as migrated only; BENCH_BATCH sets the jobs a batch
+// (default 30), so that runs at several sizes show what a batch costs whatever its size.
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,7 +17,7 @@ import { openSqliteStore } from '../src/core/db/store.js';
 import { sqliteSchedulerSql } from '../src/engine/sql.js';
 import { startWebhookNode, stop, WEBHOOK_BODY } from './lib.js';
 
-const BATCH = 30;
+const BATCH = Number(process.env.BENCH_BATCH ?? 30);
 const BATCHES = Number(process.env.BENCH_BATCHES ?? 1000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const INDEXES = [

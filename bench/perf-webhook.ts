@@ -4,16 +4,20 @@
 // node, then one with its engine executing the runs, under the same load, and prints each
 // one's CPU per accepted request by thread and by binary (svc's JavaScript, Node and V8,
 // SQLite, the kernel, libc), then the functions whose cost per request differs most between
-// the two. BENCH_SECONDS sets how long each is sampled (default 12).
+// the two. BENCH_SECONDS sets how long each is sampled (default 12). BENCH_PERF_BARE=1 also
+// profiles the bare Fastify route of bench/bare.ts under the same load and prints the
+// functions costing most more per request in the ingest-only node than in it.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { load, startWebhookNode, stop, WEBHOOK_BODY, WEBHOOK_SIGNATURE } from './lib.js';
+import { fileURLToPath } from 'node:url';
+import { load, startProcess, startWebhookNode, stop, WEBHOOK_BODY, WEBHOOK_SIGNATURE } from './lib.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 12);
 const HZ = 1999;
 const TOP = Number(process.env.PROFILE_TOP ?? 20);
+const BARE = process.env.BENCH_PERF_BARE === '1';
 const headers = { 'content-type': 'application/json', 'x-service-signature': WEBHOOK_SIGNATURE };
 
 try {
@@ -23,24 +27,41 @@ try {
   process.exit(1);
 }
 
-/** Samples of one node under load: perf.data, and the requests answered while it sampled. */
+/** Samples of one process under load at `url`: perf.data, and the requests answered while it sampled. */
+async function sample(pid: number, url: string, hdrs: Record<string, string>, file: string): Promise<{ file: string; requests: number }> {
+  await load({ url, body: WEBHOOK_BODY, headers: hdrs, seconds: 5, connections: 50 });
+  const perf = spawn('perf', ['record', '-F', String(HZ), '-g', '-p', String(pid), '-o', file, '--', 'sleep', String(SECONDS)], { stdio: 'ignore' });
+  const done = new Promise((resolve) => perf.on('exit', resolve));
+  // The load outlasts the sampling a little on each side; requests are counted at its rate.
+  const r = await load({ url, body: WEBHOOK_BODY, headers: hdrs, seconds: SECONDS + 2, connections: 50 });
+  await done;
+  return { file, requests: r.rps * SECONDS };
+}
+
+/** Samples of one svc node under load. */
 async function record(engine: boolean, dir: string): Promise<{ file: string; requests: number }> {
   // JIT frames named (perf map), so svc's JavaScript shows by function.
   const node = await startWebhookNode({ engine, nodeFlags: ['--perf-basic-prof-only-functions'] });
-  const file = join(dir, `${engine ? 'engine' : 'ingest'}.data`);
   try {
-    await load({ url: node.url, body: WEBHOOK_BODY, headers, seconds: 5, connections: 50 });
-    const perf = spawn('perf', ['record', '-F', String(HZ), '-g', '-p', String(node.child.pid), '-o', file, '--', 'sleep', String(SECONDS)], {
-      stdio: 'ignore',
-    });
-    const done = new Promise((resolve) => perf.on('exit', resolve));
-    // The load outlasts the sampling a little on each side; requests are counted at its rate.
-    const r = await load({ url: node.url, body: WEBHOOK_BODY, headers, seconds: SECONDS + 2, connections: 50 });
-    await done;
-    return { file, requests: r.rps * SECONDS };
+    return await sample(node.child.pid!, node.url, headers, join(dir, `${engine ? 'engine' : 'ingest'}.data`));
   } finally {
     await stop(node.child);
     rmSync(node.dataDir, { recursive: true, force: true });
+  }
+}
+
+/** Samples of the bare Fastify route under the same load. */
+async function recordBare(dir: string): Promise<{ file: string; requests: number }> {
+  const bare = await startProcess(
+    process.execPath,
+    ['--perf-basic-prof-only-functions', '--import', 'tsx', fileURLToPath(new URL('./bare.ts', import.meta.url))],
+    { ...process.env },
+    /listening (\S+)/,
+  );
+  try {
+    return await sample(bare.child.pid!, `${bare.match[1]}/bare`, { 'content-type': 'application/json' }, join(dir, 'bare.data'));
+  } finally {
+    await stop(bare.child);
   }
 }
 
@@ -61,25 +82,35 @@ function perRequest(file: string, requests: number, sort: string): Map<string, n
   return out;
 }
 
+const LABELS: Record<string, string> = { bare: 'bare Fastify route', ingest: 'ingest-only', engine: 'with the engine' };
+
+/** The TOP functions whose µs per request grow most from profile `from` to profile `to`. */
+function printDiff(bySymbol: Record<string, Map<string, number>>, from: string, to: string, title: string): void {
+  const a = bySymbol[from]!;
+  const b = bySymbol[to]!;
+  const keys = new Set([...a.keys(), ...b.keys()]);
+  const diff = [...keys].map((k) => [k, (b.get(k) ?? 0) - (a.get(k) ?? 0)] as const).sort((x, y) => y[1] - x[1]);
+  console.log(`\n${title} (top ${TOP}; µs ${LABELS[from]} -> ${LABELS[to]}):`);
+  for (const [key, d] of diff.slice(0, TOP))
+    console.log(`  ${d >= 0 ? '+' : ''}${d.toFixed(2).padStart(5)}  ${(a.get(key) ?? 0).toFixed(2)} -> ${(b.get(key) ?? 0).toFixed(2)}  ${key.slice(0, 110)}`);
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'svc-perf-'));
 try {
-  const runs = { ingest: await record(false, dir), engine: await record(true, dir) };
+  const runs: Record<string, { file: string; requests: number }> = {
+    ...(BARE ? { bare: await recordBare(dir) } : {}),
+    ingest: await record(false, dir),
+    engine: await record(true, dir),
+  };
   const byThread = Object.fromEntries(Object.entries(runs).map(([k, r]) => [k, perRequest(r.file, r.requests, 'comm,dso')]));
   const bySymbol = Object.fromEntries(Object.entries(runs).map(([k, r]) => [k, perRequest(r.file, r.requests, 'comm,sym')]));
   for (const [name, rows] of Object.entries(byThread)) {
     const total = [...rows.values()].reduce((a, b) => a + b, 0);
-    console.log(
-      `\n${name === 'ingest' ? 'ingest-only' : 'with the engine'}: ${total.toFixed(1)} µs of CPU per request (${runs[name as 'ingest'].requests} requests sampled)`,
-    );
+    console.log(`\n${LABELS[name]}: ${total.toFixed(1)} µs of CPU per request (${runs[name]!.requests} requests sampled)`);
     for (const [key, us] of [...rows].sort((a, b) => b[1] - a[1]).filter(([, us]) => us >= 0.3)) console.log(`  ${us.toFixed(1).padStart(6)} µs  ${key}`);
   }
-  const keys = new Set([...bySymbol.ingest!.keys(), ...bySymbol.engine!.keys()]);
-  const diff = [...keys].map((k) => [k, (bySymbol.engine!.get(k) ?? 0) - (bySymbol.ingest!.get(k) ?? 0)] as const).sort((a, b) => b[1] - a[1]);
-  console.log(`\nfunctions costing most more per request with the engine on (top ${TOP}; µs ingest-only -> with the engine):`);
-  for (const [key, d] of diff.slice(0, TOP))
-    console.log(
-      `  ${d >= 0 ? '+' : ''}${d.toFixed(2).padStart(5)}  ${(bySymbol.ingest!.get(key) ?? 0).toFixed(2)} -> ${(bySymbol.engine!.get(key) ?? 0).toFixed(2)}  ${key.slice(0, 110)}`,
-    );
+  if (BARE) printDiff(bySymbol, 'bare', 'ingest', 'functions costing most more per request in the ingest-only node than in the bare route');
+  printDiff(bySymbol, 'ingest', 'engine', 'functions costing most more per request with the engine on');
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
