@@ -45,8 +45,14 @@ export const IMPORT_STALE_MS = 60_000;
 const HEARTBEAT_MS = 5_000;
 /** The page cache (KiB) of the connection while an import runs. */
 const IMPORT_CACHE_KIB = 16 * 1024;
-/** Multi-row statements: the search index's trigger flushes once per statement, not once per row. */
-const ROWS_PER_INSERT = 100;
+/**
+ * A batch's rows go in one multi-row statement per table. The search index (FTS5) writes what
+ * its trigger gathered as a new segment at the end of every statement, and merges segments as
+ * they pile up: one segment per batch instead of one per 100 rows made a million-row import
+ * about a seventh faster (README, "Reads at scale and bulk import"). 2,000 rows of contacts
+ * bind 16,000 parameters: within SQLite's 32,766 and PostgreSQL's 65,535.
+ */
+const ROWS_PER_INSERT = IMPORT_BATCH_ROWS;
 
 type JobRow = typeof contactImports.$inferSelect;
 
