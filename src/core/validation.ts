@@ -50,21 +50,42 @@ export const MAX_JSON_DEPTH = 32;
  */
 export function nulPointer(value: unknown): string | undefined {
   // Iterative: a body may nest deeper than the stack (depth limits come later, per field).
-  const stack: [unknown, string][] = [[value, '']];
-  while (stack.length) {
-    const [item, at] = stack.pop()!;
+  const items: unknown[] = [value];
+  const places: (Place | null)[] = [null];
+  while (items.length) {
+    const item = items.pop();
+    const at = places.pop()!;
     if (typeof item === 'string') {
-      if (item.includes('\u0000')) return at || '/';
+      if (item.includes('\u0000')) return pointerTo(at) || '/';
       continue;
     }
     if (item === null || typeof item !== 'object') continue;
     for (const [key, child] of Object.entries(item)) {
-      const here = `${at}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
-      if (key.includes('\u0000')) return here;
-      stack.push([child, here]);
+      if (key.includes('\u0000')) return pointerTo({ key, parent: at });
+      if (typeof child === 'string' || (child !== null && typeof child === 'object')) {
+        items.push(child);
+        places.push({ key, parent: at });
+      }
     }
   }
   return undefined;
+}
+
+/**
+ * Where a walk of a parsed JSON value is: the key that led there and the place that key is
+ * in (null: the value itself). Its JSON Pointer is written only when the walk stops there:
+ * every row of an import and every API body is walked, and almost none stop.
+ */
+interface Place {
+  key: string;
+  parent: Place | null;
+}
+
+/** The JSON Pointer of a place ('' for the value itself), its keys escaped (RFC 6901). */
+function pointerTo(place: Place | null): string {
+  let out = '';
+  for (let p = place; p; p = p.parent) out = `/${p.key.replace(/~/g, '~0').replace(/\//g, '~1')}${out}`;
+  return out;
 }
 
 /**
@@ -100,15 +121,20 @@ function decodeOrUndefined(text: string): string | undefined {
  * input parsed elsewhere (an import's rows), so that it is held to the same rule.
  */
 export function prototypeKeyPointer(value: unknown): string | undefined {
-  const stack: [unknown, string][] = [[value, '']];
-  while (stack.length) {
-    const [item, at] = stack.pop()!;
+  const items: unknown[] = [value];
+  const places: (Place | null)[] = [null];
+  while (items.length) {
+    const item = items.pop();
+    const at = places.pop()!;
     if (item === null || typeof item !== 'object') continue;
     for (const [key, child] of Object.entries(item)) {
-      const here = `${at}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
-      if (key === '__proto__') return here;
-      if (key === 'constructor' && child !== null && typeof child === 'object' && Object.hasOwn(child, 'prototype')) return `${here}/prototype`;
-      stack.push([child, here]);
+      if (key === '__proto__') return pointerTo({ key, parent: at });
+      const isObject = child !== null && typeof child === 'object';
+      if (key === 'constructor' && isObject && Object.hasOwn(child, 'prototype')) return `${pointerTo({ key, parent: at })}/prototype`;
+      if (isObject) {
+        items.push(child);
+        places.push({ key, parent: at });
+      }
     }
   }
   return undefined;
