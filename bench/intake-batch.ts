@@ -11,11 +11,10 @@
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WriteBatcher } from '../src/core/db/batcher.js';
-import { sqliteIntake, stmt } from '../src/core/db/intake.js';
 import { openSqliteStore } from '../src/core/db/store.js';
 import { sqliteSchedulerSql } from '../src/engine/sql.js';
-import { startWebhookNode, stop, WEBHOOK_BODY } from './lib.js';
+import { replayIntake } from './intake-replay.js';
+import { startWebhookNode, stop } from './lib.js';
 
 const BATCH = Number(process.env.BENCH_BATCH ?? 30);
 const BATCHES = Number(process.env.BENCH_BATCHES ?? 1000);
@@ -43,45 +42,8 @@ async function measure(source: string, drop: string | null): Promise<{ intake: n
     copyFileSync(source, file);
     const store = openSqliteStore(file);
     if (drop) store.writer.$client.exec(`DROP INDEX ${drop}`);
-    const c = store.writer.$client;
-    const {
-      workspace_id: workspaceId,
-      id: workflowId,
-      steps,
-    } = c.prepare('SELECT workspace_id, id, steps FROM workflows LIMIT 1').get() as {
-      workspace_id: number;
-      id: number;
-      steps: string;
-    };
-    const { id: contactId } = c.prepare('SELECT id FROM contacts WHERE workspace_id = ? LIMIT 1').get(workspaceId) as { id: number };
-    const batcher = new WriteBatcher(store);
-    const intake = sqliteIntake(store, batcher);
+    const { workspaceId, batcher, accept, close } = replayIntake(store);
     const scheduler = sqliteSchedulerSql(store.writer);
-    const body = Buffer.from(WEBHOOK_BODY);
-    const accept = () =>
-      intake.run(function* () {
-        yield* stmt((s) => s.workflowById(workflowId));
-        const found = yield* stmt((s) => s.contactId(workspaceId, 'email', 'carol@example.net'));
-        const runId = yield* stmt((s) => s.insertRun(workspaceId, workflowId, found ?? contactId, steps, WEBHOOK_BODY));
-        yield* stmt((s) =>
-          s.insertEvent({
-            workspaceId,
-            workflowId,
-            statusCode: 202,
-            code: null,
-            runId,
-            contactId: found ?? contactId,
-            sourceIp: '127.0.0.1',
-            contentType: 'application/json',
-            idempotencyKey: null,
-            body,
-            bodySize: body.length,
-            bodySha256: null,
-            replayOf: null,
-          }),
-        );
-        return runId;
-      });
     let intakeUs = 0;
     let claimUs = 0;
     for (let b = 0; b < BATCHES; b++) {
@@ -98,8 +60,7 @@ async function measure(source: string, drop: string | null): Promise<{ intake: n
       claimUs += cpuUs() - between;
       intakeUs += between - before;
     }
-    await batcher.close();
-    await intake.close();
+    await close();
     await store.close();
     return { intake: intakeUs / (BATCH * BATCHES), claim: claimUs / (BATCH * BATCHES) };
   } finally {

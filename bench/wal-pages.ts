@@ -6,47 +6,20 @@
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WriteBatcher } from '../src/core/db/batcher.js';
-import { sqliteIntake, stmt } from '../src/core/db/intake.js';
 import { openSqliteStore } from '../src/core/db/store.js';
-import { startWebhookNode, stop, WEBHOOK_BODY } from './lib.js';
+import { replayIntake } from './intake-replay.js';
+import { startWebhookNode, stop } from './lib.js';
+
+// A database as bench:webhook's node has it: svc init, the contact and the signed workflow.
 const node = await startWebhookNode({ engine: false });
 await stop(node.child);
-const dir = mkdtempSync(join(tmpdir(), 'walf-'));
+const dir = mkdtempSync(join(tmpdir(), 'svc-bench-wal-'));
 const file = join(dir, 'svc.db');
 copyFileSync(join(node.dataDir, 'svc.db'), file);
 const store = openSqliteStore(file);
 const c = store.writer.$client;
-const { workspace_id: workspaceId, id: workflowId, steps } = c.prepare('SELECT workspace_id, id, steps FROM workflows LIMIT 1').get() as any;
-const { id: contactId } = c.prepare('SELECT id FROM contacts WHERE workspace_id = ? LIMIT 1').get(workspaceId) as any;
-const batcher = new WriteBatcher(store);
-const intake = sqliteIntake(store, batcher);
-const body = Buffer.from(WEBHOOK_BODY);
-const accept = () =>
-  intake.run(function* () {
-    yield* stmt((s) => s.workflowById(workflowId));
-    const found = yield* stmt((s) => s.contactId(workspaceId, 'email', 'carol@example.net'));
-    const runId = yield* stmt((s) => s.insertRun(workspaceId, workflowId, found ?? contactId, steps, WEBHOOK_BODY));
-    yield* stmt((s) =>
-      s.insertEvent({
-        workspaceId,
-        workflowId,
-        statusCode: 202,
-        code: null,
-        runId,
-        contactId: found ?? contactId,
-        sourceIp: '127.0.0.1',
-        contentType: 'application/json',
-        idempotencyKey: null,
-        body,
-        bodySize: body.length,
-        bodySha256: null,
-        replayOf: null,
-      }),
-    );
-    return runId;
-  });
-// warm: 200 batches
+const { accept, close } = replayIntake(store);
+// Warmed by 200 batches first, so that the tables and indexes have their steady shape.
 for (let b = 0; b < 200; b++) await Promise.all(Array.from({ length: 30 }, accept));
 c.pragma('wal_checkpoint(TRUNCATE)');
 c.pragma('wal_autocheckpoint = 0');
@@ -62,15 +35,14 @@ for (let i = 0; i < frames; i++) {
 }
 console.log(`WAL pages written a batch of 30 accepted requests: ${(frames / B).toFixed(1)} of ${pgsz} bytes (${B} batches); by table or index:`);
 const names = new Map<number, string>();
-for (const r of c.prepare('SELECT name, pageno FROM dbstat').all() as any[]) names.set(r.pageno, r.name);
+for (const r of c.prepare('SELECT name, pageno FROM dbstat').all() as { name: string; pageno: number }[]) names.set(r.pageno, r.name);
 const byName = new Map<string, number>();
 for (const [pg, n] of count) {
   const k = names.get(pg) ?? `page ${pg}`;
   byName.set(k, (byName.get(k) ?? 0) + n);
 }
 for (const [k, n] of [...byName].sort((a, b) => b[1] - a[1])) console.log((n / B).toFixed(2).padStart(6), k);
-await batcher.close();
-await intake.close();
+await close();
 await store.close();
 rmSync(dir, { recursive: true, force: true });
 rmSync(node.dataDir, { recursive: true, force: true });
