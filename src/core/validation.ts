@@ -54,7 +54,7 @@ export function nulPointer(value: unknown): string | undefined {
   const places: (Place | null)[] = [null];
   while (items.length) {
     const item = items.pop();
-    const at = places.pop()!;
+    const at = places.pop() as Place | null;
     if (typeof item === 'string') {
       if (item.includes('\u0000')) return pointerTo(at) || '/';
       continue;
@@ -125,7 +125,7 @@ export function prototypeKeyPointer(value: unknown): string | undefined {
   const places: (Place | null)[] = [null];
   while (items.length) {
     const item = items.pop();
-    const at = places.pop()!;
+    const at = places.pop() as Place | null;
     if (item === null || typeof item !== 'object') continue;
     for (const [key, child] of Object.entries(item)) {
       if (key === '__proto__') return pointerTo({ key, parent: at });

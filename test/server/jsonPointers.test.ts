@@ -87,3 +87,11 @@ test('on 3,000 random values the pointers are those of a walk writing every one'
   // Both outcomes were exercised.
   assert.ok(found > 300 && found < 2700, `${found} of 3000 had something to point at`);
 });
+
+test('a value nested 100,000 deep is walked without the stack, and its pointer written whole', () => {
+  const depth = 100_000;
+  const nested = JSON.parse(`${'['.repeat(depth)}"x\\u0000"${']'.repeat(depth)}`);
+  assert.equal(nulPointer(nested), '/0'.repeat(depth));
+  const objects = JSON.parse(`${'{"a/b":'.repeat(depth)}{"__proto__":1}${'}'.repeat(depth)}`);
+  assert.equal(prototypeKeyPointer(objects), `${'/a~1b'.repeat(depth)}/__proto__`);
+});
