@@ -32,3 +32,8 @@ export function readPath(value: unknown, segments: readonly PathSegment[]): unkn
   }
   return current;
 }
+
+/** One key as a JSON Pointer reference token (RFC 6901): `~` as `~0`, `/` as `~1`. */
+export function escapePointerKey(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
+}

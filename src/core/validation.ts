@@ -1,4 +1,5 @@
 import { parsePhoneNumberFromString, type CountryCode } from 'libphonenumber-js';
+import { escapePointerKey } from './jsonPath.js';
 
 const EMAIL_RE = /^[^\s@"<>()[\]\\,;:]{1,64}@(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$/;
 /** Control characters: U+0000 is refused by PostgreSQL, so such an address could be neither stored nor looked up, and none is deliverable. */
@@ -84,7 +85,7 @@ interface Place {
 /** The JSON Pointer of a place ('' for the value itself), its keys escaped (RFC 6901). */
 function pointerTo(place: Place | null): string {
   let out = '';
-  for (let p = place; p; p = p.parent) out = `/${p.key.replace(/~/g, '~0').replace(/\//g, '~1')}${out}`;
+  for (let p = place; p; p = p.parent) out = `/${escapePointerKey(p.key)}${out}`;
   return out;
 }
 
@@ -101,8 +102,7 @@ export function undecodableQueryPointer(query: string): string | undefined {
     const eq = pair.indexOf('=');
     const rawName = eq === -1 ? pair : pair.slice(0, eq);
     const name = decodeOrUndefined(rawName.replace(/\+/g, ' '));
-    if (name === undefined || decodeOrUndefined(pair.slice(eq + 1).replace(/\+/g, ' ')) === undefined)
-      return `/${(name ?? rawName).replace(/~/g, '~0').replace(/\//g, '~1')}`;
+    if (name === undefined || decodeOrUndefined(pair.slice(eq + 1).replace(/\+/g, ' ')) === undefined) return `/${escapePointerKey(name ?? rawName)}`;
   }
   return undefined;
 }

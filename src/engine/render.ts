@@ -1,4 +1,5 @@
 import { toValue, type Emitter, type Liquid, type Template } from 'liquidjs';
+import { escapePointerKey } from '../core/jsonPath.js';
 import { createLiquid } from '../core/liquid.js';
 
 /** What a template can see: `{{ contact.firstName }}`, `{{ trigger.fields[0].value }}` ... */
@@ -172,16 +173,12 @@ export async function renderContent(content: Record<string, unknown>, ctx: Rende
     }
     if (value !== null && typeof value === 'object') {
       const out: Record<string, unknown> = {};
-      for (const [key, item] of Object.entries(value)) out[key] = await walk(item, `${path}/${escapePointer(key)}`, depth + 1);
+      for (const [key, item] of Object.entries(value)) out[key] = await walk(item, `${path}/${escapePointerKey(key)}`, depth + 1);
       return out;
     }
     return value;
   };
   return (await walk(content, '', 0)) as Record<string, unknown>;
-}
-
-function escapePointer(key: string): string {
-  return key.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 /**

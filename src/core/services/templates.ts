@@ -3,6 +3,7 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type WorkspaceContext } from '../context.js';
 import { CHANNELS, templates, type Channel, type TemplateContent } from '../db/schema.js';
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import { escapePointerKey } from '../jsonPath.js';
 import { liquidSyntaxProblem } from '../liquid.js';
 import type { Page } from '../pagination.js';
 
@@ -123,7 +124,7 @@ export function validateContent(channel: Channel, content: unknown): TemplateCon
   for (const key of Object.keys(fields)) {
     if (!allowed.includes(key))
       check.structure.push({
-        path: `/content/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`,
+        path: `/content/${escapePointerKey(key)}`,
         message: `is not a known field of ${channel} content ${shape.describe}`,
       });
   }
