@@ -48,8 +48,8 @@ const IMPORT_CACHE_KIB = 16 * 1024;
 /**
  * A batch's rows go in one multi-row statement per table. The search index (FTS5) writes what
  * its trigger gathered as a new segment at the end of every statement, and merges segments as
- * they pile up: one segment per batch instead of one per 100 rows made a million-row import
- * about a seventh faster (README, "Reads at scale and bulk import"). 2,000 rows of contacts
+ * they pile up: one segment per batch leaves far fewer to merge than one per 100 rows (README,
+ * "Reads at scale and bulk import"). 2,000 rows of contacts
  * bind 16,000 parameters: within SQLite's 32,766 and PostgreSQL's 65,535.
  */
 const ROWS_PER_INSERT = IMPORT_BATCH_ROWS;
