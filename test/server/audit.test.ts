@@ -5,8 +5,10 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { sql } from 'drizzle-orm';
+import { queryRows } from '../../src/core/db/dialect.js';
 import { setWorkspacePlan } from '../../src/core/services/workspaces.js';
-import { assertProblem, build, type TestServer } from '../helpers.js';
+import { assertProblem, build, rowsOf, seededRandom, type TestServer } from '../helpers.js';
 
 function systemCtx(s: TestServer) {
   return { db: s.db, store: s.store, config: s.config, actor: { type: 'SYSTEM' as const, id: null, label: 'test' }, ip: null };
@@ -224,4 +226,149 @@ test('STARTER answers 403 plan_upgrade_required; after an upgrade to GROWTH the 
 
   await setWorkspacePlan(systemCtx(s), s.workspaceId, 'STARTER');
   assertProblem(await s.request('GET', '/audit-logs', { token }), 403, 'plan_upgrade_required');
+});
+
+test('every filter pages exactly as a reference does: newest first by time, then id, ties and clock steps included', async (t) => {
+  const s = await build(t, { plan: 'PRO' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const other = await s.otherWorkspace('PRO');
+  // Entries written straight to the store: times out of id order (a clock stepped back, or
+  // PostgreSQL's transaction-start now()), many in one millisecond, every actor type, and
+  // actions that only look like a prefix's ('contacts.imported', 'contact').
+  const random = seededRandom(9);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const times = Array.from({ length: 40 }, (_, i) => new Date(Date.UTC(2025, 0, 1) + i * 9 * 86_400_000 + (i % 3)).toISOString());
+  const actions = ['contact.created', 'contact.updated', 'contact.deleted', 'contacts.imported', 'contact', 'workflow.activated', 'tag.added'] as const;
+  const actorTypes = ['USER', 'API_KEY', 'SYSTEM', 'CLI'] as const;
+  await s.store.transaction(async (db) => {
+    for (let i = 0; i < 260; i++) {
+      const workspaceId = i % 5 === 4 ? other.workspaceId : s.workspaceId;
+      await queryRows(
+        s.store,
+        db,
+        sql`INSERT INTO audit_logs (workspace_id, at, actor_type, action, metadata) VALUES (${workspaceId}, ${pick(times)}, ${pick(actorTypes)}, ${pick(actions)}, '{}') RETURNING id`,
+      );
+    }
+  });
+  const all = await rowsOf<{ id: number; at: string; actor_type: string; action: string }>(
+    s,
+    sql`SELECT id, at, actor_type, action FROM audit_logs WHERE workspace_id = ${s.workspaceId}`,
+  );
+  const reference = all.map((r) => ({ ...r, id: Number(r.id) })).sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : b.id - a.id));
+
+  const walk = async (query: string, limit: number): Promise<number[]> => {
+    const ids: number[] = [];
+    let cursor: string | null = null;
+    for (let pages = 0; pages < 200; pages++) {
+      const res = await s.request('GET', `/audit-logs?limit=${limit}${query}${cursor ? `&cursor=${cursor}` : ''}`, { token });
+      assert.equal(res.status, 200, `${query}: ${res.text}`);
+      assert.ok(res.body.data.length <= limit);
+      if (res.body.nextCursor !== null) assert.equal(res.body.data.length, limit, `${query}: only the last page is short`);
+      ids.push(...res.body.data.map((e: { id: number }) => e.id));
+      cursor = res.body.nextCursor;
+      if (!cursor) return ids;
+    }
+    throw new Error(`${query}: more than 200 pages`);
+  };
+  const spans: [string, ((at: string) => boolean) | undefined][] = [
+    ['', undefined],
+    [`&since=${times[13]}`, (at) => at >= times[13]!],
+    [`&until=${times[21]}`, (at) => at < times[21]!],
+    [`&since=${times[8]}&until=${times[30]}`, (at) => at >= times[8]! && at < times[30]!],
+    ['&since=2999-01-01T00:00:00Z', () => false],
+    ['&until=2000-01-01T00:00:00Z', () => false],
+  ];
+  let checked = 0;
+  for (const action of [undefined, 'contact.created', 'contact.*', 'contacts.*', 'workflow.*', 'nosuch', 'nosuch.*']) {
+    for (const actorType of [undefined, 'USER', 'CLI']) {
+      for (const [span, inSpan] of spans) {
+        const query = `${action ? `&action=${action}` : ''}${actorType ? `&actorType=${actorType}` : ''}${span}`;
+        const expected = reference
+          .filter((r) => action === undefined || (action.endsWith('.*') ? r.action.startsWith(action.slice(0, -1)) : r.action === action))
+          .filter((r) => actorType === undefined || r.actor_type === actorType)
+          .filter((r) => inSpan === undefined || inSpan(r.at))
+          .map((r) => r.id);
+        assert.deepEqual(await walk(query, 13), expected, query);
+        checked += expected.length;
+      }
+    }
+  }
+  assert.ok(checked > 1000, `the combinations matched ${checked} entries in all`);
+  assert.deepEqual(
+    await walk('', 200),
+    reference.map((r) => r.id),
+    'one page of 200 and the rest',
+  );
+
+  // A cursor of the former id-ordered pages (v1:<id>) reads on below the entry it names.
+  const middle = reference[100]!;
+  const legacy = Buffer.from(`v1:${middle.id}`).toString('base64url');
+  const res = await s.request('GET', `/audit-logs?limit=5&cursor=${legacy}`, { token });
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(
+    res.body.data.map((e: { id: number }) => e.id),
+    reference.slice(101, 106).map((r) => r.id),
+  );
+  // ...but not past an entry of another workspace, nor one that is gone.
+  const [theirs] = await rowsOf<{ id: number }>(s, sql`SELECT max(id) AS id FROM audit_logs WHERE workspace_id = ${other.workspaceId}`);
+  for (const id of [Number(theirs!.id), 999_999_999]) {
+    assertProblem(await s.request('GET', `/audit-logs?cursor=${Buffer.from(`v1:${id}`).toString('base64url')}`, { token }), 400, 'invalid_cursor');
+  }
+  for (const cursor of [Buffer.from('a1:x|1').toString('base64url'), Buffer.from(`a1:${middle.at}|0`).toString('base64url'), 'a'.repeat(97)]) {
+    assertProblem(await s.request('GET', `/audit-logs?cursor=${cursor}`, { token }), 400, 'invalid_cursor');
+  }
+});
+
+test('a page stops at the byte budget with a cursor past it; a prefix of more actions than svc writes is still exact', async (t) => {
+  const s = await build(t, { plan: 'PRO' });
+  const token = await s.login(s.owner.email, s.owner.password);
+  // Ten entries of 400 KB of metadata: the 2 MiB a page may hold is reached after five.
+  const big = JSON.stringify({ note: 'x'.repeat(400_000) });
+  await s.store.transaction(async (db) => {
+    for (let i = 0; i < 10; i++)
+      await queryRows(
+        s.store,
+        db,
+        sql`INSERT INTO audit_logs (workspace_id, actor_type, action, metadata) VALUES (${s.workspaceId}, 'SYSTEM', 'big.entry', ${big}) RETURNING id`,
+      );
+    // 230 distinct actions under one prefix: more than a page merges, so each entry is checked.
+    for (let i = 0; i < 230; i++)
+      await queryRows(
+        s.store,
+        db,
+        sql`INSERT INTO audit_logs (workspace_id, actor_type, action, metadata) VALUES (${s.workspaceId}, 'CLI', ${`many.a${i}`}, '{}') RETURNING id`,
+      );
+  });
+  const pages: number[][] = [];
+  let cursor: string | null = null;
+  do {
+    const res = await s.request('GET', `/audit-logs?action=big.entry&limit=200${cursor ? `&cursor=${cursor}` : ''}`, { token });
+    assert.equal(res.status, 200, res.text.slice(0, 300));
+    pages.push(res.body.data.map((e: { id: number }) => e.id));
+    cursor = res.body.nextCursor;
+  } while (cursor && pages.length < 10);
+  assert.deepEqual(
+    pages.map((p) => p.length),
+    [5, 5],
+    'two pages of five',
+  );
+  const expected = await rowsOf<{ id: number }>(s, sql`SELECT id FROM audit_logs WHERE action = 'big.entry' ORDER BY at DESC, id DESC`);
+  assert.deepEqual(
+    pages.flat(),
+    expected.map((r) => Number(r.id)),
+  );
+
+  const many = await rowsOf<{ id: number }>(s, sql`SELECT id FROM audit_logs WHERE action LIKE 'many.%' ORDER BY at DESC, id DESC`);
+  const seen: number[] = [];
+  cursor = null;
+  do {
+    const res = await s.request('GET', `/audit-logs?action=many.*&actorType=CLI&limit=37${cursor ? `&cursor=${cursor}` : ''}`, { token });
+    assert.equal(res.status, 200, res.text);
+    seen.push(...res.body.data.map((e: { id: number }) => e.id));
+    cursor = res.body.nextCursor;
+  } while (cursor);
+  assert.deepEqual(
+    seen,
+    many.map((r) => Number(r.id)),
+  );
 });

@@ -10,8 +10,9 @@ import { test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
 import { pageQuery, type WorkspaceContext } from '../../src/core/context.js';
-import { auditLogs, deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
+import { deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { adminStats } from '../../src/core/services/admin.js';
+import { auditPageQuery } from '../../src/core/services/auditLog.js';
 import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
 import { LIST_SCAN_ROWS } from '../../src/core/pagination.js';
 import { listRuns, listWorkspaceRuns, runFilterConditions, runScope } from '../../src/core/services/runs.js';
@@ -252,19 +253,38 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
       { conditions: [eq(deliveryAttempts.status, 'FAILED')] },
       /delivery_attempts_status_idx \(workspace_id=\? AND status=\? AND rowid<\?\)/,
     ],
-    ['audit', auditLogs, { conditions: [] }, /audit_logs_workspace_idx \(workspace_id=\? AND id<\?\)/],
-    [
-      'audit by action',
-      auditLogs,
-      { conditions: [eq(auditLogs.action, 'contact.updated')] },
-      /audit_logs_workspace_action_idx \(workspace_id=\? AND action=\? AND rowid<\?\)/,
-    ],
   ];
   for (const [label, table, { scope, conditions }, uses] of cases) {
     const lines = plan(s, pageQuery(ctx, table as typeof workflowRuns, 10_000, 51, scope, ...conditions));
     const text = lines.join(' | ');
     assert.match(text, uses, `${label}: ${text}`);
     assert.doesNotMatch(text, /TEMP B-TREE|^SCAN/, `${label}: ${text}`);
+  }
+  // The audit trail, newest first by (at, id): each filter and time span seeks on the index
+  // whose equality columns it names and reads in order from the cursor (services/auditLog.ts).
+  const key = { at: '2026-06-01T00:00:00.000Z', id: 10_000 };
+  const since = '2026-01-01T00:00:00.000Z';
+  const until = '2026-03-01T00:00:00.000Z';
+  const auditCases: [string, Parameters<typeof auditPageQuery>[1], RegExp][] = [
+    ['audit', {}, /audit_logs_workspace_at_idx \(workspace_id=\? AND at<\?\)/],
+    ['audit since and until', { since, until }, /audit_logs_workspace_at_idx \(workspace_id=\? AND at>\? AND at<\?\)/],
+    ['audit by action', { action: 'contact.updated' }, /audit_logs_action_at_idx \(workspace_id=\? AND action=\? AND at<\?\)/],
+    ['audit by action since', { action: 'contact.updated', since }, /audit_logs_action_at_idx \(workspace_id=\? AND action=\? AND at>\? AND at<\?\)/],
+    ['audit by actor type', { actorType: 'USER' }, /audit_logs_actor_at_idx \(workspace_id=\? AND actor_type=\? AND at<\?\)/],
+    ['audit by actor type until', { actorType: 'USER', until }, /audit_logs_actor_at_idx \(workspace_id=\? AND actor_type=\? AND at<\?\)/],
+    [
+      'audit by actor type and action',
+      { actorType: 'USER', action: 'contact.updated' },
+      /audit_logs_actor_action_at_idx \(workspace_id=\? AND actor_type=\? AND action=\? AND at<\?\)/,
+    ],
+  ];
+  for (const [label, filter, uses] of auditCases) {
+    for (const cursor of [undefined, key]) {
+      const text = plan(s, auditPageQuery(ctx, filter, cursor, 51)).join(' | ');
+      // Without a cursor the index is the same; only the bound on `at` goes.
+      assert.match(text, cursor ? uses : new RegExp(uses.source.split(' ')[0]!), `${label}: ${text}`);
+      assert.doesNotMatch(text, /TEMP B-TREE|^SCAN/, `${label}: ${text}`);
+    }
   }
   // A workflow's runs in one status: the workflow's index walks, the status is checked per
   // run, LIST_SCAN_ROWS a page at most. The two runs WAITING are the oldest of the 20,000:

@@ -149,8 +149,11 @@ export const auditLogs = pgTable(
     metadata: json('metadata').$type<Record<string, unknown>>().notNull().default({}),
   },
   (t) => [
-    index('audit_logs_workspace_idx').on(t.workspaceId, t.id),
-    index('audit_logs_workspace_action_idx').on(t.workspaceId, t.action),
+    // Newest first by (at, id), as on SQLite (where the rowid ends each index by itself).
+    index('audit_logs_workspace_at_idx').on(t.workspaceId, t.at, t.id),
+    index('audit_logs_action_at_idx').on(t.workspaceId, t.action, t.at, t.id),
+    index('audit_logs_actor_at_idx').on(t.workspaceId, t.actorType, t.at, t.id),
+    index('audit_logs_actor_action_at_idx').on(t.workspaceId, t.actorType, t.action, t.at, t.id),
     index('audit_logs_at_idx').on(t.at),
   ],
 );

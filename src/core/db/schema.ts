@@ -123,10 +123,12 @@ export const auditLogs = sqliteTable(
     metadata: text('metadata', { mode: 'json' }).$type<Record<string, unknown>>().notNull().default({}),
   },
   (t) => [
-    index('audit_logs_workspace_idx').on(t.workspaceId, t.id),
-    // The action filter seeks (the rowid, which is the id, ends every index entry, so the
-    // entries of one action are in id order).
-    index('audit_logs_workspace_action_idx').on(t.workspaceId, t.action),
+    // The trail is listed newest first by (at, id) (services/auditLog.ts): each filter's
+    // equality columns, then `at`; the rowid (the id) ends every index entry and breaks ties.
+    index('audit_logs_workspace_at_idx').on(t.workspaceId, t.at),
+    index('audit_logs_action_at_idx').on(t.workspaceId, t.action, t.at),
+    index('audit_logs_actor_at_idx').on(t.workspaceId, t.actorType, t.at),
+    index('audit_logs_actor_action_at_idx').on(t.workspaceId, t.actorType, t.action, t.at),
     // Retention prunes by age.
     index('audit_logs_at_idx').on(t.at),
   ],
