@@ -94,6 +94,18 @@ test('the init owner (a super-admin) sees every workspace, user and the stats, w
   assert.equal(detail.body.id, other.workspaceId);
   assert.equal(detail.body.contactCount, 1);
   assert.equal(detail.body.workflowCount, 1);
+  // The count follows deletions and imports, as the workspace's own usage does.
+  const ann = await s.request('GET', '/contacts?email=a@example.test', { token });
+  assert.equal((await s.request('DELETE', `/contacts/${ann.body.data[0].id}`, { token })).status, 204);
+  const imported = await s.request('POST', '/contacts/import', {
+    token,
+    headers: { 'content-type': 'application/x-ndjson' },
+    raw: '{"email":"d@example.test"}\n{"email":"e@example.test"}\n',
+  });
+  assert.equal(imported.status, 200, imported.text);
+  const usage = await s.request('GET', '/billing/plan', { token });
+  const counted = await s.request('GET', `/admin/workspaces/${s.workspaceId}`, { token });
+  assert.deepEqual([counted.body.contactCount, usage.body.usage.contacts], [4, 4]);
   assert.equal(detail.body.members.length, 2);
   assert.deepEqual(detail.body.members.map((m: any) => m.role).sort(), ['OWNER', 'VIEWER']);
   assertNoSecrets(detail.text);
@@ -123,7 +135,7 @@ test('the init owner (a super-admin) sees every workspace, user and the stats, w
   assert.deepEqual(stats.body, {
     workspaces: 2,
     users: 4,
-    contacts: 4,
+    contacts: 5,
     workflows: 1,
     runs: { QUEUED: 2, RUNNING: 1, WAITING: 3, COMPLETED: 1, FAILED: 1 },
     queueDepth: 3,

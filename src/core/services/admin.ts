@@ -61,7 +61,9 @@ export interface AdminStats {
 // Correlated subqueries spelled out: drizzle renders a column in a select without its
 // table, so `${workspaces.id}` would bind to the inner table's own id.
 const memberCount = sql<number>`(select count(*) from "memberships" m where m."workspace_id" = "workspaces"."id")`.mapWith(Number);
-const contactCount = sql<number>`(select count(*) from "contacts" c where c."workspace_id" = "workspaces"."id")`.mapWith(Number);
+// Contacts from the counter triggers keep (migration 0008), as /billing/plan reads them: a
+// count of the table took 19 ms a workspace of a million, on every row of a page.
+const contactCount = sql<number>`coalesce((select c."contacts" from "workspace_counters" c where c."workspace_id" = "workspaces"."id"), 0)`.mapWith(Number);
 
 const workspaceColumns = {
   id: workspaces.id,
