@@ -71,9 +71,20 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
     const db = new Database(dbFile, { readonly: true });
     const ids = (ws: number) => db.prepare('SELECT min(id) AS lo, max(id) AS hi FROM contacts WHERE workspace_id = ?').get(ws) as { lo: number; hi: number };
     const wf = (ws: number) => (db.prepare('SELECT id FROM workflows WHERE workspace_id = ?').get(ws) as { id: number }).id;
+    const auditIds = (ws: number) =>
+      db.prepare('SELECT min(id) AS lo, max(id) AS hi FROM audit_logs WHERE workspace_id = ?').get(ws) as { lo: number; hi: number };
     const sizes = [
-      { name: `${SMALL.toLocaleString('en')}`, token: small, ws: smallWs, n: SMALL, prefix: 'small', ids: ids(smallWs), wf: wf(smallWs) },
-      { name: `${BIG.toLocaleString('en')}`, token: big, ws: bigWs, n: BIG, prefix: 'big', ids: ids(bigWs), wf: wf(bigWs) },
+      {
+        name: `${SMALL.toLocaleString('en')}`,
+        token: small,
+        ws: smallWs,
+        n: SMALL,
+        prefix: 'small',
+        ids: ids(smallWs),
+        wf: wf(smallWs),
+        audit: auditIds(smallWs),
+      },
+      { name: `${BIG.toLocaleString('en')}`, token: big, ws: bigWs, n: BIG, prefix: 'big', ids: ids(bigWs), wf: wf(bigWs), audit: auditIds(bigWs) },
     ];
     db.close();
     let k = 0;
@@ -106,6 +117,13 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       ['GET /messages/delivery-attempts', () => '/messages/delivery-attempts'],
       ['GET /audit-logs', () => '/audit-logs'],
       ['GET /audit-logs?action=contact.updated', () => '/audit-logs?action=contact.updated'],
+      ['GET /audit-logs?actorType=USER', () => '/audit-logs?actorType=USER'],
+      ['GET /audit-logs?action=workflow.* (no match)', () => '/audit-logs?action=workflow.*'],
+      ['GET /audit-logs?since=<tomorrow> (no match)', () => `/audit-logs?since=${new Date(Date.now() + 86_400_000).toISOString()}`],
+      [
+        'GET /audit-logs?limit=200&cursor=<anywhere>',
+        (s) => `/audit-logs?limit=200&cursor=${cursorAt(s.audit.lo + Math.floor(Math.random() * (s.audit.hi - s.audit.lo)) + 1)}`,
+      ],
     ];
     console.log(`\nreads, ${READS} requests each, one at a time (ms)`);
     console.log(`${'read'.padEnd(50)} ${sizes.map((s) => `${s.name} p50 / p99`.padStart(24)).join(' ')}   ratio p99`);

@@ -65,16 +65,24 @@ export function seedActivity(client: Database.Database, workspaceId: number, wor
   const attempt = client.prepare(
     "INSERT INTO delivery_attempts (workspace_id, channel, provider, \"to\", status, run_id, step_index, rendered, created_at, updated_at) VALUES (?, 'EMAIL', 'outbox', ?, ?, ?, 0, '{}', ?, ?)",
   );
+  // Audit entries a second apart up to now, one in a thousand by a user (the rest SYSTEM).
   const audit = client.prepare(
-    "INSERT INTO audit_logs (workspace_id, at, actor_type, action, target_type, target_id, metadata) VALUES (?, ?, 'SYSTEM', ?, 'contact', ?, '{}')",
+    "INSERT INTO audit_logs (workspace_id, at, actor_type, action, target_type, target_id, metadata) VALUES (?, ?, ?, ?, 'contact', ?, '{}')",
   );
+  const started = Date.now();
   const body = Buffer.from('{"email":"someone@example.com"}');
   client.transaction(() => {
     for (let i = 1; i <= n; i++) {
       const runId = Number(run.run(workspaceId, workflowId, i % 50 === 0 ? 'FAILED' : 'COMPLETED', at, at, at).lastInsertRowid);
       event.run(workspaceId, workflowId, at, runId, body, body.length);
       attempt.run(workspaceId, `user${i}@example.com`, i % 50 === 0 ? 'FAILED' : 'SENT', runId, at, at);
-      audit.run(workspaceId, at, i % 3 === 0 ? 'contact.updated' : 'contact.created', String(i));
+      audit.run(
+        workspaceId,
+        new Date(started - (n - i) * 1000).toISOString(),
+        i % 1000 === 0 ? 'USER' : 'SYSTEM',
+        i % 3 === 0 ? 'contact.updated' : 'contact.created',
+        String(i),
+      );
     }
     // What starting the runs would have counted (src/core/db/runCounts.ts), in one step.
     client
