@@ -12,16 +12,16 @@
 -- ANALYZE run by hand later would replace them with measured ones.
 DROP INDEX `audit_logs_workspace_idx`;--> statement-breakpoint
 DROP INDEX `audit_logs_workspace_action_idx`;--> statement-breakpoint
-CREATE INDEX `audit_logs_workspace_at_idx` ON `audit_logs` (`workspace_id`,`at`);--> statement-breakpoint
-CREATE INDEX `audit_logs_action_at_idx` ON `audit_logs` (`workspace_id`,`action`,`at`);--> statement-breakpoint
-CREATE INDEX `audit_logs_actor_at_idx` ON `audit_logs` (`workspace_id`,`actor_type`,`at`);--> statement-breakpoint
-CREATE INDEX `audit_logs_actor_action_at_idx` ON `audit_logs` (`workspace_id`,`actor_type`,`action`,`at`);--> statement-breakpoint
+CREATE INDEX `audit_logs_workspace_at_idx` ON `audit_logs` (`workspace_id`,`at`,`id`);--> statement-breakpoint
+CREATE INDEX `audit_logs_action_at_idx` ON `audit_logs` (`workspace_id`,`action`,`at`,`id`);--> statement-breakpoint
+CREATE INDEX `audit_logs_actor_at_idx` ON `audit_logs` (`workspace_id`,`actor_type`,`at`,`id`);--> statement-breakpoint
+CREATE INDEX `audit_logs_actor_action_at_idx` ON `audit_logs` (`workspace_id`,`actor_type`,`action`,`at`,`id`);--> statement-breakpoint
 ANALYZE sqlite_schema;--> statement-breakpoint
 DELETE FROM sqlite_stat1 WHERE tbl = 'audit_logs';--> statement-breakpoint
 INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES
-  ('audit_logs', 'audit_logs_workspace_at_idx', '1000000 100000 2'),
-  ('audit_logs', 'audit_logs_action_at_idx', '1000000 100000 5000 2'),
-  ('audit_logs', 'audit_logs_actor_at_idx', '1000000 100000 30000 2'),
-  ('audit_logs', 'audit_logs_actor_action_at_idx', '1000000 100000 30000 2000 2'),
+  ('audit_logs', 'audit_logs_workspace_at_idx', '1000000 100000 2 1'),
+  ('audit_logs', 'audit_logs_action_at_idx', '1000000 100000 5000 2 1'),
+  ('audit_logs', 'audit_logs_actor_at_idx', '1000000 100000 30000 2 1'),
+  ('audit_logs', 'audit_logs_actor_action_at_idx', '1000000 100000 30000 2000 2 1'),
   ('audit_logs', 'audit_logs_at_idx', '1000000 2');--> statement-breakpoint
 ANALYZE sqlite_schema;

@@ -124,11 +124,11 @@ export const auditLogs = sqliteTable(
   },
   (t) => [
     // The trail is listed newest first by (at, id) (services/auditLog.ts): each filter's
-    // equality columns, then `at`; the rowid (the id) ends every index entry and breaks ties.
-    index('audit_logs_workspace_at_idx').on(t.workspaceId, t.at),
-    index('audit_logs_action_at_idx').on(t.workspaceId, t.action, t.at),
-    index('audit_logs_actor_at_idx').on(t.workspaceId, t.actorType, t.at),
-    index('audit_logs_actor_action_at_idx').on(t.workspaceId, t.actorType, t.action, t.at),
+    // equality columns, then `at`, then the id that breaks ties (named, as on PostgreSQL).
+    index('audit_logs_workspace_at_idx').on(t.workspaceId, t.at, t.id),
+    index('audit_logs_action_at_idx').on(t.workspaceId, t.action, t.at, t.id),
+    index('audit_logs_actor_at_idx').on(t.workspaceId, t.actorType, t.at, t.id),
+    index('audit_logs_actor_action_at_idx').on(t.workspaceId, t.actorType, t.action, t.at, t.id),
     // Retention prunes by age.
     index('audit_logs_at_idx').on(t.at),
   ],
