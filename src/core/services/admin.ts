@@ -1,7 +1,7 @@
 import { and, count, desc, eq, inArray, lt, lte, sql } from 'drizzle-orm';
 import type { SystemContext } from '../context.js';
 import {
-  contacts,
+  workspaceCounters,
   DELIVERY_STATUSES,
   deliveryAttempts,
   memberships,
@@ -132,8 +132,9 @@ function countsBy<S extends string>(statuses: readonly S[], rows: { status: S; n
 }
 
 export async function adminStats(ctx: Ctx, now = new Date()): Promise<AdminStats> {
-  const total = async (table: typeof workspaces | typeof users | typeof contacts | typeof workflows) =>
-    (await ctx.db.select({ n: count() }).from(table))[0]?.n ?? 0;
+  const total = async (table: typeof workspaces | typeof users | typeof workflows) => (await ctx.db.select({ n: count() }).from(table))[0]?.n ?? 0;
+  // Contacts from the counters triggers keep per workspace (migration 0008), not a count of the table.
+  const [contactTotal] = await ctx.db.select({ n: sql<number>`coalesce(sum(${workspaceCounters.contacts}), 0)`.mapWith(Number) }).from(workspaceCounters);
   const runs = countsBy(RUN_STATUSES, await ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status));
   const [due] = await ctx.db
     .select({ n: count() })
@@ -148,7 +149,7 @@ export async function adminStats(ctx: Ctx, now = new Date()): Promise<AdminStats
   return {
     workspaces: await total(workspaces),
     users: await total(users),
-    contacts: await total(contacts),
+    contacts: contactTotal?.n ?? 0,
     workflows: await total(workflows),
     runs,
     queueDepth: runs.QUEUED + dueWaiting,
