@@ -1,6 +1,6 @@
 import { and, desc, eq, gt, lt, sql, type SQL } from 'drizzle-orm';
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core';
-import { approximateSize, decodeCursor, LIST_SCAN_ROWS, MAX_PAGE_BYTES, toPage, type Page } from './pagination.js';
+import { decodeCursor, LIST_SCAN_ROWS, readWithinBudget, toPage, type Page } from './pagination.js';
 import type { Config } from './config.js';
 import type { Db } from './db/connection.js';
 import type { Store, TransactionOptions } from './db/store.js';
@@ -79,31 +79,16 @@ export async function selectPage<T extends PagedTable, R>(
   shape: (row: T['$inferSelect']) => R,
   ...conditions: (SQL | undefined)[]
 ): Promise<Page<R>> {
-  // Rows are read in chunks sized by the largest row seen so far, so that a page of big
-  // rows stops at MAX_PAGE_BYTES without reading the rest, and a page of small rows takes
-  // one or two queries.
-  const rows: T['$inferSelect'][] = [];
-  let cursor = decodeCursor(page.cursor);
-  let bytes = 0;
-  let largest = 0; // the largest row seen; before any, a first chunk of 8 rows
+  const cursor = decodeCursor(page.cursor);
   // The first row of the driver past the LIST_SCAN_ROWS this page may examine (none: it reads on).
   const beyond = page.driver ? await windowEnd(ctx, table, cursor, page.workspaceScope, page.driver) : null;
   const window = beyond !== null ? gt(table.id, beyond) : undefined;
-  for (;;) {
-    const want = page.limit + 1 - rows.length;
-    const chunk = largest === 0 ? Math.min(want, 8) : Math.max(1, Math.min(want, Math.floor((MAX_PAGE_BYTES - bytes) / largest)));
-    const got = (await pageQuery(ctx, table, cursor, chunk, page.workspaceScope, window, ...conditions)) as T['$inferSelect'][];
-    for (const row of got) {
-      const size = approximateSize(row as Record<string, unknown>);
-      largest = Math.max(largest, size);
-      // Over the budget: this row starts the next page (the page keeps at least one row).
-      if (rows.length > 0 && bytes + size > MAX_PAGE_BYTES) return toPage([...rows, row], rows.length, shape);
-      bytes += size;
-      rows.push(row);
-    }
-    if (got.length < chunk || rows.length > page.limit) return toPage(rows, page.limit, shape, beyond);
-    cursor = rows[rows.length - 1]!.id;
-  }
+  const { rows, limit } = await readWithinBudget(
+    page.limit,
+    async (last: T['$inferSelect'] | undefined, chunk) =>
+      (await pageQuery(ctx, table, last?.id ?? cursor, chunk, page.workspaceScope, window, ...conditions)) as T['$inferSelect'][],
+  );
+  return toPage(rows, limit, shape, beyond);
 }
 
 /**

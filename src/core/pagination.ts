@@ -30,6 +30,33 @@ export function approximateSize(row: Record<string, unknown>): number {
   return n;
 }
 
+/**
+ * Reads one page's rows in chunks sized by the largest row seen so far, so that a page of big
+ * rows stops at MAX_PAGE_BYTES without reading the rest, and a page of small rows takes one or
+ * two queries. `read(last, chunk)` answers up to `chunk` rows after `last` (undefined: from the
+ * page's start), in the list's order. Answers the rows and the limit to page them by: limit+1
+ * rows when there are more, or, over the budget, the rows that fit and the first that did not.
+ */
+export async function readWithinBudget<T>(limit: number, read: (last: T | undefined, chunk: number) => Promise<T[]>): Promise<{ rows: T[]; limit: number }> {
+  const rows: T[] = [];
+  let bytes = 0;
+  let largest = 0; // the largest row seen; before any, a first chunk of 8 rows
+  for (;;) {
+    const want = limit + 1 - rows.length;
+    const chunk = largest === 0 ? Math.min(want, 8) : Math.max(1, Math.min(want, Math.floor((MAX_PAGE_BYTES - bytes) / largest)));
+    const got = await read(rows[rows.length - 1], chunk);
+    for (const row of got) {
+      const size = approximateSize(row as Record<string, unknown>);
+      largest = Math.max(largest, size);
+      // Over the budget: this row starts the next page (the page keeps at least one row).
+      if (rows.length > 0 && bytes + size > MAX_PAGE_BYTES) return { rows: [...rows, row], limit: rows.length };
+      bytes += size;
+      rows.push(row);
+    }
+    if (got.length < chunk || rows.length > limit) return { rows, limit };
+  }
+}
+
 export interface Page<T> {
   data: T[];
   nextCursor: string | null;

@@ -2,7 +2,7 @@ import { and, asc, desc, eq, gt, gte, lt, lte, or, sql, type SQL } from 'drizzle
 import { inWorkspace, type PageRequest, type WorkspaceContext } from '../context.js';
 import { auditLogs, type ActorType } from '../db/schema.js';
 import { BadRequestError } from '../errors.js';
-import { approximateSize, decodeCursor, MAX_PAGE_BYTES, type Page } from '../pagination.js';
+import { decodeCursor, readWithinBudget, type Page } from '../pagination.js';
 
 export interface AuditLogView {
   id: number;
@@ -192,33 +192,15 @@ export async function listAuditLogs(ctx: WorkspaceContext, filter: AuditLogFilte
       actions = await actionsWithPrefix(ctx, prefix, actorType);
     } else actions = [action];
   }
-  let key = await decodeAuditCursor(ctx, filter.cursor);
+  const key = await decodeAuditCursor(ctx, filter.cursor);
   if (actions?.length === 0) return { data: [], nextCursor: null };
   const q: AuditQuery = { actions, actorType, since, until };
   // More actions than any svc writes: the prefix is checked on each entry instead (substr,
   // not LIKE, so that "_" and "%" in it are taken literally).
   const scanned = prefix !== undefined && actions === undefined ? sql`substr(${auditLogs.action}, 1, ${prefix.length}) = ${prefix}` : undefined;
   const read = (k: AuditKey | undefined, chunk: number) => (scanned ? auditPageQuery(ctx, q, k, chunk, scanned) : readChunk(ctx, q, k, chunk));
-  // Read in chunks sized by the largest entry so far, as every list does (selectPage): a
-  // page stops at MAX_PAGE_BYTES without reading the rest.
-  const rows: AuditRow[] = [];
-  let bytes = 0;
-  let largest = 0;
-  for (;;) {
-    const want = filter.limit + 1 - rows.length;
-    const chunk = largest === 0 ? Math.min(want, 8) : Math.max(1, Math.min(want, Math.floor((MAX_PAGE_BYTES - bytes) / largest)));
-    const got = await read(key, chunk);
-    for (const row of got) {
-      const size = approximateSize(row as unknown as Record<string, unknown>);
-      largest = Math.max(largest, size);
-      // Over the budget: this entry starts the next page (the page keeps at least one).
-      if (rows.length > 0 && bytes + size > MAX_PAGE_BYTES) return auditPage([...rows, row], rows.length);
-      bytes += size;
-      rows.push(row);
-    }
-    if (got.length < chunk || rows.length > filter.limit) return auditPage(rows, filter.limit);
-    key = rows[rows.length - 1]!;
-  }
+  const { rows, limit } = await readWithinBudget(filter.limit, (last: AuditRow | undefined, chunk) => read(last ?? key, chunk));
+  return auditPage(rows, limit);
 }
 
 /** limit+1 rows (or the rows that fit and the first that did not) as a page. */
