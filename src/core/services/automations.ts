@@ -5,6 +5,7 @@ import { countRunStarted } from '../db/runCounts.js';
 import { automations, contacts, workflowRuns, type AutomationGraph, type WorkflowStatus } from '../db/schema.js';
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import type { Page } from '../pagination.js';
+import { changeRunsInSteps } from './cascade.js';
 import { compileGraph } from '../program.js';
 import { checkStepFields, conditionProblem, isStepType, newStepChecker } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
@@ -191,6 +192,9 @@ export async function updateAutomation(
 }
 
 export async function deleteAutomation(ctx: WorkspaceContext, id: number): Promise<void> {
+  await findRow(ctx, id);
+  // Its runs are deleted in steps first: the DELETE's own cascade would do them in one.
+  await changeRunsInSteps(ctx, eq(workflowRuns.automationId, id), 'delete');
   return withTransaction(ctx, async (tx) => {
     await findRow(tx, id);
     await tx.db.delete(automations).where(inWorkspace(tx, automations.workspaceId, eq(automations.id, id)));

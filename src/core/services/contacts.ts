@@ -3,7 +3,8 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, windowEnd, withTransaction, type WorkspaceContext } from '../context.js';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { contactSearch, escapeLike, queryRows } from '../db/dialect.js';
-import { contacts, contactTags, tagCounts } from '../db/schema.js';
+import { contacts, contactTags, tagCounts, workflowRuns } from '../db/schema.js';
+import { changeRunsInSteps } from './cascade.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { decodeCursor, LIST_SCAN_ROWS, toPage, type Page } from '../pagination.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone } from '../validation.js';
@@ -245,6 +246,9 @@ export function updateContact(ctx: WorkspaceContext, id: number, input: Omit<Con
 }
 
 export async function deleteContact(ctx: WorkspaceContext, id: number): Promise<void> {
+  await findRow(ctx, id);
+  // Its runs are unlinked in steps first: the DELETE's own SET NULL would do them in one.
+  await changeRunsInSteps(ctx, eq(workflowRuns.contactId, id), 'unlink');
   await withTransaction(ctx, async (tx) => {
     await findRow(tx, id);
     await tx.db.delete(contacts).where(inWorkspace(tx, contacts.workspaceId, eq(contacts.id, id)));
