@@ -102,14 +102,25 @@ export async function windowEnd<T extends PagedTable>(
   workspaceScope: PageRequest['workspaceScope'],
   driver?: SQL,
 ): Promise<number | null> {
-  const [row] = await ctx.db
+  const [row] = await windowEndQuery(ctx, table, cursor, workspaceScope, driver);
+  return (row?.id as number | undefined) ?? null;
+}
+
+/** windowEnd's statement (exported for tests that EXPLAIN it: it should read one index alone). */
+export function windowEndQuery<T extends PagedTable>(
+  ctx: WorkspaceContext,
+  table: T,
+  cursor: number | undefined,
+  workspaceScope: PageRequest['workspaceScope'],
+  driver?: SQL,
+) {
+  return ctx.db
     .select({ id: table.id })
     .from(table as SQLiteTable)
     .where(pageWhere(ctx, table, cursor, workspaceScope, [driver]))
     .orderBy(desc(table.id))
     .limit(1)
     .offset(LIST_SCAN_ROWS);
-  return (row?.id as number | undefined) ?? null;
 }
 
 /**

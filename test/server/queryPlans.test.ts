@@ -9,13 +9,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { eq } from 'drizzle-orm';
 import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
-import { pageQuery, type WorkspaceContext } from '../../src/core/context.js';
+import { pageQuery, windowEndQuery, type WorkspaceContext } from '../../src/core/context.js';
 import { deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { adminStats } from '../../src/core/services/admin.js';
 import { auditPageQuery } from '../../src/core/services/auditLog.js';
 import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
 import { LIST_SCAN_ROWS } from '../../src/core/pagination.js';
-import { listRuns, listWorkspaceRuns, runFilterConditions, runScope } from '../../src/core/services/runs.js';
+import { listRuns, listWorkspaceRuns, runQuery } from '../../src/core/services/runs.js';
 import { RULES } from '../../src/core/services/retention.js';
 import { FIRST_BY_IDEMPOTENCY_KEY } from '../../src/core/db/intake.js';
 import { SQLITE_SCHEDULER_STATEMENTS } from '../../src/engine/sql.js';
@@ -232,12 +232,31 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
     seedActivity(w.$client, s.workspaceId, id, 20_000);
     return id;
   });
-  const runs = (filter: Parameters<typeof runFilterConditions>[0]) => ({ scope: runScope(filter), conditions: runFilterConditions(filter) });
+  const runs = (filter: Parameters<typeof runQuery>[0]) => runQuery(filter, false);
+  const statusFirst = (filter: Parameters<typeof runQuery>[0]) => runQuery(filter, true);
   const cases: [string, Parameters<typeof pageQuery>[1], { scope?: 'index' | 'row'; conditions: (ReturnType<typeof eq> | undefined)[] }, RegExp][] = [
     ['runs', workflowRuns, runs({}), /workflow_runs_workspace_idx \(workspace_id=\? AND id<\?\)/],
     ['runs by status', workflowRuns, runs({ status: 'FAILED' }), /workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\? AND id<\?\)/],
     ['runs of a workflow', workflowRuns, runs({ workflowId: wf }), /workflow_runs_workflow_idx \(workflow_id=\? AND id<\?\)/],
     ['failed runs of a workflow', workflowRuns, runs({ workflowId: wf, status: 'FAILED' }), /workflow_runs_workflow_idx \(workflow_id=\? AND id<\?\)/],
+    [
+      'waiting runs of a workflow, few waiting',
+      workflowRuns,
+      statusFirst({ workflowId: wf, status: 'WAITING' }),
+      /workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\? AND id<\?\)/,
+    ],
+    [
+      'queued runs of a contact, few queued',
+      workflowRuns,
+      statusFirst({ contactId: 1, status: 'QUEUED' }),
+      /workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\? AND id<\?\)/,
+    ],
+    [
+      'failed runs of an automation, few failed',
+      workflowRuns,
+      statusFirst({ automationId: 1, status: 'FAILED' }),
+      /workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\? AND id<\?\)/,
+    ],
     ['runs of an automation', workflowRuns, runs({ automationId: 1 }), /workflow_runs_automation_idx \(automation_id=\? AND id<\?\)/],
     ['runs of a contact', workflowRuns, runs({ contactId: 1, status: 'COMPLETED' }), /workflow_runs_contact_idx \(contact_id=\? AND id<\?\)/],
     [
@@ -254,6 +273,12 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
       /delivery_attempts_status_idx \(workspace_id=\? AND status=\? AND rowid<\?\)/,
     ],
   ];
+  // Whether a status has fewer than LIST_SCAN_ROWS runs below the cursor (runs.ts, fewInStatus):
+  // one walk along the status's index, reading no run.
+  for (const cursor of [undefined, 10_000]) {
+    const text = plan(s, windowEndQuery(ctx, workflowRuns, cursor, 'index', eq(workflowRuns.status, 'WAITING'))).join(' | ');
+    assert.match(text, /SEARCH workflow_runs USING COVERING INDEX workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\?/, text);
+  }
   for (const [label, table, { scope, conditions }, uses] of cases) {
     const lines = plan(s, pageQuery(ctx, table as typeof workflowRuns, 10_000, 51, scope, ...conditions));
     const text = lines.join(' | ');
@@ -286,17 +311,29 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
       assert.doesNotMatch(text, /TEMP B-TREE|^SCAN/, `${label}: ${text}`);
     }
   }
-  // A workflow's runs in one status: the workflow's index walks, the status is checked per
-  // run, LIST_SCAN_ROWS a page at most. The two runs WAITING are the oldest of the 20,000:
-  // the first page is empty and goes on, and following nextCursor finds both, newest first.
-  await sqliteStoreOf(s).exclusive((w) =>
-    w.$client.prepare("UPDATE workflow_runs SET status = 'WAITING' WHERE id IN (SELECT id FROM workflow_runs ORDER BY id LIMIT 2)").run(),
-  );
-  const waiting = (s.db.$client.prepare("SELECT id FROM workflow_runs WHERE status = 'WAITING' ORDER BY id DESC").all() as { id: number }[]).map((r) => r.id);
-  const failed = (s.db.$client.prepare("SELECT id FROM workflow_runs WHERE status = 'FAILED' ORDER BY id DESC").all() as { id: number }[]).map((r) => r.id);
-  for (const [status, expected] of [
-    ['WAITING', waiting],
-    ['FAILED', failed],
+  // A workflow's runs in one status. WAITING: the two oldest of the workflow's 20,000 runs,
+  // beside 10,001 runs of a second workflow, all WAITING and newer. With LIST_SCAN_ROWS or more
+  // WAITING runs below the cursor, the workflow's index walks, the status checked per run,
+  // LIST_SCAN_ROWS a page at most: the first page is empty and goes on; below it only the two
+  // are WAITING, so the status's index walks and the next page holds both, and ends.
+  // FAILED (400, one in fifty of the workflow's): the status's index from the first page.
+  const second = await sqliteStoreOf(s).exclusive((w) => {
+    const id = seedWorkflow(w.$client, s.workspaceId);
+    seedActivity(w.$client, s.workspaceId, id, LIST_SCAN_ROWS + 1);
+    w.$client.prepare("UPDATE workflow_runs SET status = 'WAITING' WHERE workflow_id = ?").run(id);
+    w.$client.prepare("UPDATE workflow_runs SET status = 'WAITING' WHERE id IN (SELECT id FROM workflow_runs ORDER BY id LIMIT 2)").run();
+    return id;
+  });
+  const ofStatus = (status: string, workflowId: number) =>
+    (
+      s.db.$client.prepare('SELECT id FROM workflow_runs WHERE status = ? AND workflow_id = ? ORDER BY id DESC').all(status, workflowId) as { id: number }[]
+    ).map((r) => r.id);
+  const waiting = ofStatus('WAITING', wf);
+  const failed = ofStatus('FAILED', wf);
+  assert.deepEqual([waiting.length, failed.length], [2, 400]);
+  for (const [status, expected, pagesExpected] of [
+    ['WAITING', waiting, 2],
+    ['FAILED', failed, 400 / 50],
   ] as const) {
     for (const list of [
       (cursor?: string) => listRuns(ctx, wf, { limit: 50, status, cursor }),
@@ -314,9 +351,18 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
         pages++;
       } while (cursor);
       assert.deepEqual(ids, expected, status);
-      if (status === 'WAITING') assert.equal(pages, Math.ceil(20_000 / LIST_SCAN_ROWS), 'each page examines LIST_SCAN_ROWS runs');
+      assert.equal(pages, pagesExpected, status);
     }
   }
+  // The second workflow's WAITING runs: all of its runs, newest first, in full pages.
+  const theirs: number[] = [];
+  let next: string | undefined;
+  do {
+    const page = await listRuns(ctx, second, { limit: 200, status: 'WAITING', cursor: next });
+    theirs.push(...page.data.map((r) => r.runId));
+    next = page.nextCursor ?? undefined;
+  } while (next);
+  assert.deepEqual(theirs, ofStatus('WAITING', second));
   // Every status listed across the workspace (no workflow named): the pages give exactly the
   // runs a scan finds, newest first; the admin's counts agree.
   await sqliteStoreOf(s).exclusive((w) => {
@@ -343,10 +389,10 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
   assert.ok(counts.QUEUED! > 2000 && counts.RUNNING! > 1000, JSON.stringify(counts));
   assert.deepEqual((await adminStats({ db: s.db })).runs, counts);
 
-  // The month's runs are read from their counter, not counted from the 20,000 rows.
+  // The month's runs are read from their counter, not counted from the 30,001 rows.
   const token = await s.login(s.owner.email, s.owner.password);
   const usage = await s.request('GET', '/billing/plan', { token });
-  assert.equal(usage.body.usage.runsThisMonth, 20_000);
+  assert.equal(usage.body.usage.runsThisMonth, 20_000 + LIST_SCAN_ROWS + 1);
 });
 
 test('the engine, intake, retention and metrics statements on runs read the partial index of their status, never the table', async (t) => {

@@ -1,8 +1,9 @@
-import { eq, type SQL } from 'drizzle-orm';
-import { inWorkspace, selectPage, type PageRequest, type WorkspaceContext } from '../context.js';
+import { eq, sql, type SQL } from 'drizzle-orm';
+import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
+import { inWorkspace, selectPage, windowEnd, type PageRequest, type WorkspaceContext } from '../context.js';
 import { workflowRuns, workflows, type RunStatus, type StepState } from '../db/schema.js';
 import { NotFoundError } from '../errors.js';
-import type { Page } from '../pagination.js';
+import { decodeCursor, type Page } from '../pagination.js';
 
 export interface RunStepView {
   index: number;
@@ -77,8 +78,7 @@ export async function listRuns(
     .from(workflows)
     .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  const filter = { workflowId, status: opts.status };
-  return selectPage(ctx, workflowRuns, { ...opts, workspaceScope: 'row', driver: runDriver(filter) }, runView, ...runFilterConditions(filter));
+  return runPage(ctx, { ...opts, workflowId });
 }
 
 export interface RunFilter extends PageRequest {
@@ -104,7 +104,53 @@ export function runFilterConditions(filter: Omit<RunFilter, 'limit' | 'cursor'>)
  * conditions on this workspace's runs, so nothing about other workspaces can be learnt.
  */
 export async function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<RunView>> {
-  return selectPage(ctx, workflowRuns, { ...filter, workspaceScope: runScope(filter), driver: runDriver(filter) }, runView, ...runFilterConditions(filter));
+  return runPage(ctx, filter);
+}
+
+async function runPage(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<RunView>> {
+  const query = runQuery(filter, await fewInStatus(ctx, filter));
+  return selectPage(ctx, workflowRuns, { ...filter, workspaceScope: query.scope, driver: query.driver }, runView, ...query.conditions);
+}
+
+/** How a page of runs is read: the index that drives it and the conditions checked (exported for tests that EXPLAIN it). */
+export interface RunQuery {
+  scope: PageRequest['workspaceScope'];
+  driver: SQL | undefined;
+  conditions: (SQL | undefined)[];
+}
+
+/**
+ * A status beside a workflow, automation or contact: whichever index reaches the page's runs
+ * sooner drives it. `statusFirst` (fewInStatus): the status has fewer than LIST_SCAN_ROWS runs
+ * below the cursor (as the runs in flight or waiting usually are), so its own index walks them
+ * all, the named id checked on each (a unary + keeps that term out of index selection), and
+ * the page is whole. Otherwise the named id's index drives, the status checked on each run,
+ * LIST_SCAN_ROWS a page at most (runDriver).
+ */
+export function runQuery(filter: Omit<RunFilter, 'limit' | 'cursor'>, statusFirst: boolean): RunQuery {
+  if (!statusFirst || filter.status === undefined) return { scope: runScope(filter), driver: runDriver(filter), conditions: runFilterConditions(filter) };
+  const onEach = (column: SQLiteColumn, value: number | undefined) => (value === undefined ? undefined : sql`+${column} = ${value}`);
+  return {
+    scope: 'index',
+    driver: undefined,
+    conditions: [
+      eq(workflowRuns.status, filter.status),
+      onEach(workflowRuns.workflowId, filter.workflowId),
+      onEach(workflowRuns.automationId, filter.automationId),
+      onEach(workflowRuns.contactId, filter.contactId),
+    ],
+  };
+}
+
+/**
+ * Whether the filter names a status beside a workflow, automation or contact, and the workspace
+ * has fewer than LIST_SCAN_ROWS runs in that status below the cursor: one walk along the
+ * status's index, reading no run (a million runs of one workflow, none WAITING: its WAITING
+ * runs are found at once instead of LIST_SCAN_ROWS runs being read for an empty page).
+ */
+async function fewInStatus(ctx: WorkspaceContext, filter: RunFilter): Promise<boolean> {
+  if (filter.status === undefined || runScope(filter) !== 'row') return false;
+  return (await windowEnd(ctx, workflowRuns, decodeCursor(filter.cursor), 'index', eq(workflowRuns.status, filter.status))) === null;
 }
 
 /**
