@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { desc, eq, like } from 'drizzle-orm';
 import { apiKeys, auditLogs, contacts, contactTags } from '../../src/core/db/schema.js';
+import { FEW_TAGGED } from '../../src/core/services/contacts.js';
 import { type HttpResult, type TestServer, assertProblem, buildAsOwner, seededRandom } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -443,6 +444,46 @@ test('list filters: tag (any case), email (any case), phone (any format), q', as
       assert.match(res.body.errors[0].path, /^\/(q|tag|email|phone)$/);
     });
   }
+});
+
+test('a tag beside a q, with few or many tagged contacts: the same contacts across pages either way, and an unknown tag ends at once', async (t) => {
+  const { s, token } = await setup(t);
+  // 'few': fewer than FEW_TAGGED contacts (read by id, q checked on each); 'many': more (q drives, the tag checked on each).
+  const made: { id: number; name: string; tags: string[] }[] = [];
+  for (let i = 0; i < FEW_TAGGED + 8; i++) {
+    const name = i % 3 === 0 ? `Zed${i}` : `Yan${i}`;
+    const tags = ['many', ...(i % 5 === 0 ? ['Few'] : [])];
+    const c = await create(s, token, { email: `p${i}@example.com`, firstName: name, tags });
+    made.push({ id: c.id, name, tags });
+  }
+  const expect = (tag: string, q: string) =>
+    made
+      .filter((c) => c.tags.includes(tag) && `p${made.indexOf(c)}@example.com ${c.name}`.toLowerCase().includes(q.toLowerCase()))
+      .map((c) => c.id)
+      .reverse();
+  for (const [tag, q] of [
+    ['FEW', 'zed'],
+    ['few', 'example'],
+    ['Many', 'ZED'],
+    ['many', 'yan1'],
+    ['many', 'nobody'],
+  ] as const) {
+    for (const limit of [1, 2, 50]) {
+      const ids: number[] = [];
+      let cursor: string | null = null;
+      let pages = 0;
+      do {
+        const res = await s.request('GET', `/contacts?tag=${tag}&q=${q}&limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`, { token });
+        assert.equal(res.status, 200, res.text);
+        ids.push(...res.body.data.map((c: any) => c.id));
+        cursor = res.body.nextCursor;
+        assert.ok(++pages < 100);
+      } while (cursor);
+      assert.deepEqual(ids, expect(tag.toLowerCase() === 'few' ? 'Few' : 'many', q), `tag=${tag}&q=${q}&limit=${limit}`);
+    }
+  }
+  const none = await s.request('GET', '/contacts?tag=nosuch&q=example', { token });
+  assert.deepEqual(none.body, { data: [], nextCursor: null });
 });
 
 test('q follows every change of a searched field, and an update that writes the same values keeps the contact found', async (t) => {

@@ -13,8 +13,8 @@ import { pageQuery, windowEndQuery, type WorkspaceContext } from '../../src/core
 import { deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { adminStats } from '../../src/core/services/admin.js';
 import { auditPageQuery } from '../../src/core/services/auditLog.js';
-import { contactListQuery, contactTagsQuery, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
-import { LIST_SCAN_ROWS } from '../../src/core/pagination.js';
+import { contactListQuery, contactTagsQuery, FEW_TAGGED, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
+import { encodeCursor, LIST_SCAN_ROWS } from '../../src/core/pagination.js';
 import { listRuns, listWorkspaceRuns, runQuery } from '../../src/core/services/runs.js';
 import { RULES } from '../../src/core/services/retention.js';
 import { FIRST_BY_IDEMPOTENCY_KEY } from '../../src/core/db/intake.js';
@@ -98,6 +98,10 @@ test('contacts on 100,000: list, cursor, tag, email, phone and search queries se
     assertSeeks(lines, label);
     assert.match(lines.join(' | '), uses, `${label}: ${lines.join(' | ')}`);
   }
+  // A few tagged contacts beside a q: read by id, newest first without a sort.
+  const few = plan(s, contactListQuery(ctx, { limit: 50, tag: 'rare', q: 'Smith' }, null, [90, 40, 7]));
+  assertSeeks(few, 'few tagged and q');
+  assert.match(few.join(' | '), /^SEARCH contacts USING INTEGER PRIMARY KEY \(rowid=\?\)/, few.join(' | '));
   // The tags of a page: by the contacts' primary key, never the workspace's tag index.
   const pageTags = plan(
     s,
@@ -148,6 +152,38 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
     assert.deepEqual(await walk(ctx, { limit: 200, q, tag: 'vip' }), bruteForce(s, ctx.workspaceId, `(${like}) AND ${vipKeys}`, p, p, p, p), `q=${q}&tag=vip`);
   }
   assert.deepEqual(await walk(ctx, { limit: 200, q: 'Smith', tag: 'nosuch' }), []);
+  // A tag of FEW_TAGGED contacts or fewer below the cursor beside a q: its contacts are read
+  // by id and q checked on each; the page is whole (no cursor to follow through empty pages).
+  assert.deepEqual(await listContacts(ctx, { limit: 50, q: 'Smith', tag: 'nosuch' }), { data: [], nextCursor: null });
+  const rareIds = bruteForce(s, ctx.workspaceId, 'id % 3001 = 0');
+  assert.ok(rareIds.length > FEW_TAGGED, 'more tagged than FEW_TAGGED, so that the first pages go the other way');
+  await sqliteStoreOf(s).exclusive((w) => {
+    const tag = w.$client.prepare("INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name, created_at) VALUES (?, ?, 'rare', 'Rare', '2026-01-01')");
+    for (const id of rareIds) tag.run(id, ctx.workspaceId);
+  });
+  const rareKeys = "id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'rare')";
+  for (const [q, limit] of [
+    ['Smith', 5],
+    ['Smith', 200],
+    ['smith3', 2],
+    ['Ada1', 50],
+    ['zzzz', 50],
+  ] as const) {
+    const p = `%${q.toLowerCase()}%`;
+    assert.deepEqual(
+      await walk(ctx, { limit, q, tag: 'RARE' }),
+      bruteForce(s, ctx.workspaceId, `(${like}) AND ${rareKeys}`, p, p, p, p),
+      `q=${q}&tag=rare&limit=${limit}`,
+    );
+  }
+  // Below the cursor of the FEW_TAGGED-th newest, only the few remain: one page holds them.
+  const fewBelow = rareIds[rareIds.length - FEW_TAGGED - 1]!;
+  const fewPage = await listContacts(ctx, { limit: 200, q: 'Smith', tag: 'rare', cursor: encodeCursor(fewBelow) });
+  assert.deepEqual(
+    fewPage.data.map((c) => c.id),
+    rareIds.slice(-FEW_TAGGED),
+  );
+  assert.equal(fewPage.nextCursor, null);
   // Combined filters.
   const p = '%smith77%';
   assert.deepEqual(
@@ -168,7 +204,13 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
   assert.equal(plan.status, 200, plan.text);
   assert.equal(plan.body.usage.contacts, N);
   const tags = await s.request('GET', '/tags', { token });
-  assert.deepEqual(tags.body, { data: [{ name: 'vip', count: N / 10 }], nextCursor: null });
+  assert.deepEqual(tags.body, {
+    data: [
+      { name: 'Rare', count: rareIds.length },
+      { name: 'vip', count: N / 10 },
+    ],
+    nextCursor: null,
+  });
   const page = await s.request('GET', '/contacts?q=Smith77&limit=3', { token });
   assert.deepEqual(
     page.body.data.map((c: any) => c.lastName),

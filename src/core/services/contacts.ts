@@ -281,12 +281,15 @@ export const SEARCH_MIN_INDEXED_LENGTH = 3;
  * of ids. The other filters are checked on the driver's rows: a tag and `q` by a lookup per
  * row (the tag's primary key, the trigram index at that rowid), never by a second list.
  */
-export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, beyond: number | null = null) {
-  const { before, take, indexedQ, shortQ, tagKey, alone, driver } = listPlan(filter);
+export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, beyond: number | null = null, tagged?: number[]) {
+  const { before, take, indexedQ, shortQ, tagKey, alone, driver } = listPlan(filter, tagged);
   const conditions: (SQL | undefined)[] = [before ? lt(contacts.id, before) : undefined, beyond !== null ? gt(contacts.id, beyond) : undefined];
   if (filter.email !== undefined) conditions.push(eq(contacts.email, normalizeEmail(filter.email) ?? filter.email.trim().toLowerCase()));
   if (filter.phone !== undefined) conditions.push(eq(contacts.phone, normalizePhone(filter.phone, ctx.config.defaultPhoneRegion) ?? filter.phone.trim()));
-  if (tagKey !== undefined && driver === 'tag') {
+  if (driver === 'tagged') {
+    // The tag's few contacts below the cursor, read by id (fewTagged): they are the tag's.
+    conditions.push(inArray(contacts.id, tagged!));
+  } else if (tagKey !== undefined && driver === 'tag') {
     const tagged = ctx.db
       .select({ id: contactTags.contactId })
       .from(contactTags)
@@ -324,8 +327,11 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
     .limit(take);
 }
 
-/** How a page of GET /contacts is read: which filter drives it through its index, which are checked per row. */
-function listPlan(filter: ContactFilter) {
+/**
+ * How a page of GET /contacts is read: which filter drives it through its index, which are
+ * checked per row. `tagged`: the tag's contacts below the cursor, when they are few (fewTagged).
+ */
+function listPlan(filter: ContactFilter, tagged?: number[]) {
   const before = decodeCursor(filter.cursor);
   const take = filter.limit + 1;
   const q = filter.q?.trim() ?? '';
@@ -333,10 +339,41 @@ function listPlan(filter: ContactFilter) {
   const shortQ = q !== '' && indexedQ === undefined ? q : undefined;
   const tagKey = filter.tag?.trim().toLowerCase();
   const alone = [filter.email, filter.phone, tagKey, indexedQ, shortQ].filter((f) => f !== undefined).length === 1;
-  const driver = filter.email !== undefined || filter.phone !== undefined ? 'unique' : indexedQ !== undefined ? 'q' : tagKey !== undefined ? 'tag' : 'list';
+  const driver =
+    filter.email !== undefined || filter.phone !== undefined
+      ? 'unique'
+      : tagged !== undefined
+        ? 'tagged'
+        : indexedQ !== undefined
+          ? 'q'
+          : tagKey !== undefined
+            ? 'tag'
+            : 'list';
   // Filters checked on each of the driver's rows (a short q is never a driver).
   const perRow = [tagKey, indexedQ, shortQ].filter((f) => f !== undefined).length - (driver === 'list' ? 0 : 1);
-  return { before, take, indexedQ, shortQ, tagKey, alone, driver, windowed: driver !== 'unique' && perRow > 0 };
+  return { before, take, indexedQ, shortQ, tagKey, alone, driver, windowed: driver !== 'unique' && driver !== 'tagged' && perRow > 0 };
+}
+
+/**
+ * A tag beside a `q` this few contacts below the cursor or fewer: the page reads them by id
+ * and checks `q` on each, instead of examining up to LIST_SCAN_ROWS of the search's matches
+ * for the tag (a rare or unknown tag beside a common q read 10,000 matches for an empty page).
+ * Few, because the search checked on one row costs far more than reading one of its matches
+ * (SQLite's FTS5 walks the phrase's postings to that row).
+ */
+export const FEW_TAGGED = 32;
+
+/** The tag's contacts below the cursor, newest first, when a tag and an indexed `q` are filtered and there are at most FEW_TAGGED. */
+async function fewTagged(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
+  const { before, tagKey, driver } = listPlan(filter);
+  if (driver !== 'q' || tagKey === undefined) return undefined;
+  const rows = await ctx.db
+    .select({ id: contactTags.contactId })
+    .from(contactTags)
+    .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey), before ? lt(contactTags.contactId, before) : undefined))
+    .orderBy(desc(contactTags.contactId))
+    .limit(FEW_TAGGED + 1);
+  return rows.length <= FEW_TAGGED ? rows.map((r) => r.id) : undefined;
 }
 
 /**
@@ -366,8 +403,10 @@ export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilte
 }
 
 export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter): Promise<Page<ContactView>> {
-  const beyond = await listScanBeyond(ctx, filter);
-  const rows = await contactListQuery(ctx, filter, beyond);
+  const tagged = await fewTagged(ctx, filter);
+  if (tagged?.length === 0) return { data: [], nextCursor: null };
+  const beyond = tagged ? null : await listScanBeyond(ctx, filter);
+  const rows = await contactListQuery(ctx, filter, beyond, tagged);
   const tags = await tagsFor(
     ctx,
     rows.slice(0, filter.limit).map((r) => r.id),
