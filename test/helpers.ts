@@ -294,12 +294,17 @@ export async function waitForRun(s: Pick<TestServer, 'request'>, token: string, 
  * and creating it when missing; answers its webhook's path.
  */
 export async function webhookWorkflow(s: Pick<TestServer, 'request'>, token: string, name: string, steps: unknown[]): Promise<string> {
+  return (await webhookWorkflowOf(s, token, name, steps)).path;
+}
+
+/** webhookWorkflow's workflow: its id and its webhook's path. */
+export async function webhookWorkflowOf(s: Pick<TestServer, 'request'>, token: string, name: string, steps: unknown[]): Promise<{ id: number; path: string }> {
   const wf = await s.request('POST', '/workflows', {
     token,
     body: { name, triggerSource: 'WEBHOOK', status: 'ACTIVE', steps, webhook: { lookup: 'email', path: 'email', createIfNotFound: true } },
   });
   assert.equal(wf.status, 201, wf.text);
-  return new URL(wf.body.webhook.url).pathname;
+  return { id: wf.body.id, path: new URL(wf.body.webhook.url).pathname };
 }
 
 /** A fresh server (see build) and its OWNER's access token. */

@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { and, count, eq, isNull } from 'drizzle-orm';
 import { workflowRuns } from '../../src/core/db/schema.js';
 import { CASCADE_STEP } from '../../src/core/services/cascade.js';
-import { build, type TestServer } from '../helpers.js';
+import { build, type TestServer, webhookWorkflowOf } from '../helpers.js';
 
 /** Inserts `n` finished runs of one workflow or automation, for one contact, in one transaction. */
 async function seedRuns(
@@ -39,20 +39,7 @@ async function runsWhere(s: TestServer, where: ReturnType<typeof eq>): Promise<n
   return row?.n ?? 0;
 }
 
-async function signupWorkflow(s: TestServer, token: string): Promise<{ id: number; path: string }> {
-  const wf = await s.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'signup',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'add_tags', tags: ['lead'] }],
-      webhook: { lookup: 'email', createIfNotFound: true },
-    },
-  });
-  assert.equal(wf.status, 201, wf.text);
-  return { id: wf.body.id, path: new URL(wf.body.webhook.url).pathname };
-}
+const signupWorkflow = (s: TestServer, token: string) => webhookWorkflowOf(s, token, 'signup', [{ type: 'add_tags', tags: ['lead'] }]);
 
 async function contact(s: TestServer, token: string, email: string): Promise<number> {
   const res = await s.request('POST', '/contacts', { token, body: { email } });

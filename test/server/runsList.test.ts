@@ -6,22 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { assertProblem, build, type TestServer } from '../helpers.js';
+import { assertProblem, build, type TestServer, webhookWorkflowOf } from '../helpers.js';
 
-async function webhookWorkflow(s: TestServer, token: string): Promise<{ id: number; path: string }> {
-  const wf = await s.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'signup',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'add_tags', tags: ['lead'] }],
-      webhook: { lookup: 'email', createIfNotFound: true },
-    },
-  });
-  assert.equal(wf.status, 201, wf.text);
-  return { id: wf.body.id, path: new URL(wf.body.webhook.url).pathname };
-}
+const webhookWorkflow = (s: TestServer, token: string) => webhookWorkflowOf(s, token, 'signup', [{ type: 'add_tags', tags: ['lead'] }]);
 
 async function walk(s: TestServer, token: string, query: string, limit: number): Promise<any[]> {
   const runs: any[] = [];
