@@ -131,6 +131,9 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       const ratio = results[1]![1] / results[0]![1];
       console.log(`${label.padEnd(50)} ${results.map(([a, b]) => `${fmt(a)} / ${fmt(b)}`.padStart(24)).join(' ')}   ${ratio.toFixed(1)}x`);
     }
+    // The super-admin's numbers, over both workspaces (the console's admin page asks every 15 s).
+    const [p50, p99] = await measure(base, big, () => '/admin/stats', 50);
+    console.log(`GET /admin/stats (${(BIG + SMALL).toLocaleString('en')} runs and as many deliveries, 50 requests): p50 ${fmt(p50)} / p99 ${fmt(p99)} ms`);
     const pages = await walkPages(base, big, '', 20);
     const deep = await walkPages(base, big, cursorAt(sizes[1]!.ids.lo + Math.floor(BIG / 2)), 20);
     console.log(

@@ -125,9 +125,41 @@ export async function adminListUsers(ctx: Ctx, page: { limit: number; cursor?: s
   return toPage(rows, page.limit, (r) => ({ ...r, workspaces: byUser.get(r.id) ?? [] }));
 }
 
-function countsBy<S extends string>(statuses: readonly S[], rows: { status: S; n: number }[]): Record<S, number> {
+/**
+ * A table's rows by status without grouping them all: grouping a million runs took 0.3 s
+ * and a million deliveries 0.4 s on the thread that answers every request (SQLite), and the
+ * console's admin page asks every 15 s. Each status but `rest` is counted along the
+ * workspace/status index, one seek per workspace (runs in flight, waiting or failed,
+ * deliveries not yet sent or failed: usually few); `rest` (the finished, commonest one) is
+ * the table's count less those, and SQLite counts a table by its index's pages, not its rows.
+ * Each count reads the store as it is then: a row changing status in between is counted in
+ * its new status, or in `rest` until the next call; never below zero.
+ */
+/** The rows of a table in one status, one seek per workspace (exported for tests that EXPLAIN it). */
+export function statusCountQuery(ctx: Ctx, table: typeof workflowRuns | typeof deliveryAttempts, status: string) {
+  const everyWorkspace = ctx.db.select({ id: workspaces.id }).from(workspaces);
+  return ctx.db
+    .select({ n: count() })
+    .from(table)
+    .where(and(inArray(table.workspaceId, everyWorkspace), sql`${table.status} = ${status}`));
+}
+
+async function countsByStatus<S extends string>(
+  ctx: Ctx,
+  table: typeof workflowRuns | typeof deliveryAttempts,
+  statuses: readonly S[],
+  rest: S,
+): Promise<Record<S, number>> {
   const out = Object.fromEntries(statuses.map((s) => [s, 0])) as Record<S, number>;
-  for (const r of rows) out[r.status] = r.n;
+  let counted = 0;
+  for (const status of statuses) {
+    if (status === rest) continue;
+    const [row] = await statusCountQuery(ctx, table, status);
+    out[status] = row?.n ?? 0;
+    counted += out[status];
+  }
+  const [total] = await ctx.db.select({ n: count() }).from(table);
+  out[rest] = Math.max(0, (total?.n ?? 0) - counted);
   return out;
 }
 
@@ -135,17 +167,14 @@ export async function adminStats(ctx: Ctx, now = new Date()): Promise<AdminStats
   const total = async (table: typeof workspaces | typeof users | typeof workflows) => (await ctx.db.select({ n: count() }).from(table))[0]?.n ?? 0;
   // Contacts from the counters triggers keep per workspace (migration 0008), not a count of the table.
   const [contactTotal] = await ctx.db.select({ n: sql<number>`coalesce(sum(${workspaceCounters.contacts}), 0)`.mapWith(Number) }).from(workspaceCounters);
-  const runs = countsBy(RUN_STATUSES, await ctx.db.select({ status: workflowRuns.status, n: count() }).from(workflowRuns).groupBy(workflowRuns.status));
+  const runs = await countsByStatus(ctx, workflowRuns, RUN_STATUSES, 'COMPLETED');
   const [due] = await ctx.db
     .select({ n: count() })
     .from(workflowRuns)
     // The status as a literal, which the partial index of WAITING runs answers (a parameter would not).
     .where(and(sql`${workflowRuns.status} = 'WAITING'`, lte(workflowRuns.runAt, now.toISOString())));
   const dueWaiting = due?.n ?? 0;
-  const deliveries = countsBy(
-    DELIVERY_STATUSES,
-    await ctx.db.select({ status: deliveryAttempts.status, n: count() }).from(deliveryAttempts).groupBy(deliveryAttempts.status),
-  );
+  const deliveries = await countsByStatus(ctx, deliveryAttempts, DELIVERY_STATUSES, 'SENT');
   return {
     workspaces: await total(workspaces),
     users: await total(users),
