@@ -125,16 +125,6 @@ export async function adminListUsers(ctx: Ctx, page: { limit: number; cursor?: s
   return toPage(rows, page.limit, (r) => ({ ...r, workspaces: byUser.get(r.id) ?? [] }));
 }
 
-/**
- * A table's rows by status without grouping them all: grouping a million runs took 0.3 s
- * and a million deliveries 0.4 s on the thread that answers every request (SQLite), and the
- * console's admin page asks every 15 s. Each status but `rest` is counted along the
- * workspace/status index, one seek per workspace (runs in flight, waiting or failed,
- * deliveries not yet sent or failed: usually few); `rest` (the finished, commonest one) is
- * the table's count less those, and SQLite counts a table by its index's pages, not its rows.
- * Each count reads the store as it is then: a row changing status in between is counted in
- * its new status, or in `rest` until the next call; never below zero.
- */
 /** The rows of a table in one status, one seek per workspace (exported for tests that EXPLAIN it). */
 export function statusCountQuery(ctx: Ctx, table: typeof workflowRuns | typeof deliveryAttempts, status: string) {
   const everyWorkspace = ctx.db.select({ id: workspaces.id }).from(workspaces);
@@ -144,6 +134,17 @@ export function statusCountQuery(ctx: Ctx, table: typeof workflowRuns | typeof d
     .where(and(inArray(table.workspaceId, everyWorkspace), sql`${table.status} = ${status}`));
 }
 
+/**
+ * A table's rows by status without grouping them all: grouping a million runs and as many
+ * deliveries held the thread that answers every request for about half a second (SQLite,
+ * bench:scale), and the console's admin page asks every 15 s. Each status but `rest` is
+ * counted along the workspace/status index, one seek per workspace (runs in flight, waiting
+ * or failed, deliveries not yet sent or failed: usually few); `rest` (the finished, commonest
+ * one) is the table's count less those, and SQLite counts a table by its index's pages, not
+ * its rows.
+ * Each count reads the store as it is then: a row changing status in between is counted in
+ * its new status, or in `rest` until the next call; never below zero.
+ */
 async function countsByStatus<S extends string>(
   ctx: Ctx,
   table: typeof workflowRuns | typeof deliveryAttempts,

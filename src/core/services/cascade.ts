@@ -11,8 +11,8 @@ export const CASCADE_STEP = 1000;
  * delete them with their automation (`ON DELETE CASCADE`). A contact every webhook resolves
  * to, or an automation run for a whole audience, may have millions of runs, and one
  * statement changing them all would hold the store's writer until it is done, every
- * webhook's commit waiting behind it. In steps, other writes
- * take turns between them. The deletion itself then changes only the runs started since.
+ * webhook's commit waiting behind it. In steps, other writes take turns between them. The
+ * deletion itself then changes only the runs started since.
  *
  * A deletion cut short (a crash, a shutdown) leaves what its steps did, which is what the
  * deletion asked for: a DELETE sent again finishes it.
