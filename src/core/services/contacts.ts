@@ -290,20 +290,8 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
     // The tag's few contacts below the cursor, read by id (fewTagged): they are the tag's.
     conditions.push(inArray(contacts.id, tagged!));
   } else if (tagKey !== undefined && driver === 'tag') {
-    const tagged = ctx.db
-      .select({ id: contactTags.contactId })
-      .from(contactTags)
-      .where(
-        inWorkspace(
-          ctx,
-          contactTags.workspaceId,
-          eq(contactTags.tagKey, tagKey),
-          before ? lt(contactTags.contactId, before) : undefined,
-          beyond !== null ? gt(contactTags.contactId, beyond) : undefined,
-        ),
-      )
-      .orderBy(desc(contactTags.contactId));
-    conditions.push(inArray(contacts.id, alone ? tagged.limit(take) : tagged));
+    const rows = tagRows(ctx, tagKey, before, beyond);
+    conditions.push(inArray(contacts.id, alone ? rows.limit(take) : rows));
   } else if (tagKey !== undefined) {
     conditions.push(sql`EXISTS (SELECT 1 FROM ${contactTags} WHERE ${contactTags.contactId} = ${contacts.id} AND ${contactTags.tagKey} = ${tagKey})`);
   }
@@ -367,13 +355,25 @@ export const FEW_TAGGED = 32;
 async function fewTagged(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
   const { before, tagKey, driver } = listPlan(filter);
   if (driver !== 'q' || tagKey === undefined) return undefined;
-  const rows = await ctx.db
+  const rows = await tagRows(ctx, tagKey, before).limit(FEW_TAGGED + 1);
+  return rows.length <= FEW_TAGGED ? rows.map((r) => r.id) : undefined;
+}
+
+/** The ids of a tag's contacts below `before` (and above `beyond`), newest first, along the tag's index. */
+function tagRows(ctx: WorkspaceContext, tagKey: string, before: number | undefined, beyond: number | null = null) {
+  return ctx.db
     .select({ id: contactTags.contactId })
     .from(contactTags)
-    .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey), before ? lt(contactTags.contactId, before) : undefined))
-    .orderBy(desc(contactTags.contactId))
-    .limit(FEW_TAGGED + 1);
-  return rows.length <= FEW_TAGGED ? rows.map((r) => r.id) : undefined;
+    .where(
+      inWorkspace(
+        ctx,
+        contactTags.workspaceId,
+        eq(contactTags.tagKey, tagKey),
+        before ? lt(contactTags.contactId, before) : undefined,
+        beyond !== null ? gt(contactTags.contactId, beyond) : undefined,
+      ),
+    )
+    .orderBy(desc(contactTags.contactId));
 }
 
 /**
@@ -392,13 +392,7 @@ export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilte
   }
   const contactsBeyond = await windowEnd(ctx, contacts, before, 'index');
   if (driver !== 'tag' || contactsBeyond === null) return contactsBeyond;
-  const [tagRow] = await ctx.db
-    .select({ id: contactTags.contactId })
-    .from(contactTags)
-    .where(inWorkspace(ctx, contactTags.workspaceId, eq(contactTags.tagKey, tagKey!), before ? lt(contactTags.contactId, before) : undefined))
-    .orderBy(desc(contactTags.contactId))
-    .limit(1)
-    .offset(LIST_SCAN_ROWS);
+  const [tagRow] = await tagRows(ctx, tagKey!, before).limit(1).offset(LIST_SCAN_ROWS);
   return tagRow ? Math.max(Number(tagRow.id), contactsBeyond) : contactsBeyond;
 }
 
