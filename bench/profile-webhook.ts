@@ -77,7 +77,12 @@ try {
 }
 // One file per thread: CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile; thread 0 is the main one.
 const files = readdirSync(dir).filter((f) => f.includes(`.${pid}.`) && f.endsWith('.cpuprofile'));
-const main = files.find((f) => f.split('.')[4] === '0');
+// The launcher (bin/svc) may replace itself with the pinned Node (execve, same pid): its own
+// short profile is written too, so the main thread's is the last one written.
+const main = files
+  .filter((f) => f.split('.')[4] === '0')
+  .sort()
+  .at(-1);
 console.log(`profiles (one per thread) in ${dir}: ${files.join(', ')}`);
 if (main) {
   const { self, inclusive } = summarise(join(dir, main));
