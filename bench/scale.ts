@@ -3,9 +3,9 @@
 // workspace of 1,000, each with as many runs, webhook events, delivery attempts and audit
 // entries as it has contacts, seeded by plain SQL (bench/seed.ts). The built server (bin/svc,
 // engine off: only reads are measured) answers each read of the table in turn, one request
-// at a time; p50/p99 are measured by the client over BENCH_READS requests (default 200),
-// from a child process of its own: this one, having seeded millions of rows, went on running
-// a major garbage collection every few hundred milliseconds, whose pauses the timings caught.
+// at a time; p50/p99 are measured by the client over BENCH_READS requests (default 200) after
+// BENCH_WARMUP more (default 100), from a child process of its own that drops each body as it
+// streams (see measure: the client's own garbage collection must not be in the timings).
 // Then a fresh server imports an NDJSON file of `contacts` contacts through
 // POST /contacts/import, and its time to COMPLETED and the server's peak RSS are printed.
 // BENCH_SKIP_IMPORT=1 or BENCH_SKIP_READS=1 leave a part out.
@@ -23,6 +23,14 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const BIG = Number(process.argv[2] ?? process.env.BENCH_CONTACTS ?? 1_000_000);
 const SMALL = 1_000;
 const READS = Number(process.env.BENCH_READS ?? 200);
+/**
+ * Requests of each read sent before it is timed. A perf profile of the server showed its
+ * optimising compiler (two V8 threads at once, about 90 ms) at its 500th request or so, and
+ * again as later reads' code turned hot: on two cores that starves both processes, and the
+ * requests it met came out at 20-50 ms, whichever read was being timed. Steady state is what
+ * the table compares, so each read runs warm first.
+ */
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 100);
 const PASSWORD = 'bench-password-123';
 
 if (!Number.isInteger(BIG) || BIG < SMALL) {
@@ -44,13 +52,13 @@ async function measure(base: string, token: string, paths: () => string, n = REA
   const pool = new Pool(new URL(base).origin, { connections: 1 });
   const times: number[] = [];
   try {
-    for (let i = 0; i < n + 10; i++) {
+    for (let i = 0; i < n + WARMUP; i++) {
       const url = new URL(base + paths());
       const t0 = performance.now();
       const res = await pool.request({ method: 'GET', path: url.pathname + url.search, headers: { authorization: `Bearer ${token}` } });
       for await (const _ of res.body);
       if (res.statusCode !== 200) throw new Error(`GET ${url.pathname}${url.search}: ${res.statusCode}`);
-      if (i >= 10) times.push(performance.now() - t0); // the first ten warm up
+      if (i >= WARMUP) times.push(performance.now() - t0);
     }
   } finally {
     await pool.close();
