@@ -24,11 +24,11 @@ const BIG = Number(process.argv[2] ?? process.env.BENCH_CONTACTS ?? 1_000_000);
 const SMALL = 1_000;
 const READS = Number(process.env.BENCH_READS ?? 200);
 /**
- * Requests of each read sent before it is timed. A perf profile of the server showed its
- * optimising compiler (two V8 threads at once, about 90 ms) at its 500th request or so, and
- * again as later reads' code turned hot: on two cores that starves both processes, and the
- * requests it met came out at 20-50 ms, whichever read was being timed. Steady state is what
- * the table compares, so each read runs warm first.
+ * Requests of each read sent before it is timed. A perf profile of a fresh server showed V8's
+ * optimising compiler busy on its threads at the same request early in its life, and again as
+ * later reads' code turned hot: on two cores that starves both processes, and the requests it
+ * met came out slow whichever read was being timed. Steady state is what the table compares,
+ * so each read runs warm first.
  */
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 100);
 const PASSWORD = 'bench-password-123';
