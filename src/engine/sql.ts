@@ -327,7 +327,7 @@ export const SQLITE_SCHEDULER_STATEMENTS = {
   // A claim reads the runs it takes (the oldest QUEUED of the workspace, through the ready
   // index), then takes each by its id. One UPDATE of many rows with RETURNING made SQLite keep
   // a statement journal of every page it changed, in case the statement had to be undone
-  // alone (npm run bench:batch, README: Benchmark); an UPDATE of one row needs none.
+  // alone (npm run bench:batch; docs/benchmark-history.md, Webhook ingest); an UPDATE of one row needs none.
   claimable: `SELECT id FROM workflow_runs WHERE status = 'QUEUED' AND workspace_id = @workspaceId ORDER BY run_at, id LIMIT @limit`,
   claimOne: `UPDATE workflow_runs SET status = 'RUNNING', lease_owner = @token, lease_until = @until, updated_at = @now WHERE id = @id AND status = 'QUEUED'`,
   renew: `UPDATE workflow_runs SET lease_until = @until WHERE id = @id AND lease_owner = @token AND status = 'RUNNING'`,
