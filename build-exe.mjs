@@ -213,20 +213,19 @@ try {
   const blob = join(stage, 'sea-prep.blob');
   writeFileSync(
     join(stage, 'sea-config.json'),
-    // No copy of V8's builtins per thread (short builtin calls) and no young-generation
-    // collection as a task before it is full, as bin/svc runs serve: see there.
+    // No copy of V8's builtins per thread (short builtin calls), as bin/svc runs serve: see there.
     JSON.stringify({
       main: join(stage, 'svc.cjs'),
       output: blob,
       disableExperimentalSEAWarning: true,
       useCodeCache: true,
-      execArgv: ['--no-short-builtin-calls', '--no-minor-gc-task'],
+      execArgv: ['--no-short-builtin-calls'],
       assets,
     }),
   );
   // The code cache is made under the flags the executable runs with (V8 rejects, with a
   // warning on every start, a cache made under other flags).
-  run(node.path, ['--no-short-builtin-calls', '--no-minor-gc-task', '--experimental-sea-config', join(stage, 'sea-config.json')]);
+  run(node.path, ['--no-short-builtin-calls', '--experimental-sea-config', join(stage, 'sea-config.json')]);
 
   // The executable: a copy of that Node, without its debug symbols, with the blob injected.
   const exe = join(stage, 'svc');

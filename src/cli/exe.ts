@@ -4,9 +4,8 @@
 // `svc serve` runs with 4 MB semi-spaces (16 MB with SVC_ENGINE=false) and one malloc arena whose large blocks are mapped apart (see bin/svc). Inside the executable, arguments
 // are all the program's, never Node options, but Node still reads NODE_OPTIONS: the process
 // re-executes itself in place (same pid, same standard streams) with the flag added there.
-// Short builtin calls and the young generation's collection task are off for every command:
-// build-exe.mjs puts those V8 flags in the executable's own execArgv (NODE_OPTIONS may not
-// carry them).
+// Short builtin calls are off for every command: build-exe.mjs puts the V8 flag in the
+// executable's own execArgv (NODE_OPTIONS may not carry it).
 // The program itself is imported only after that, so the first image loads nothing.
 const SEMI_SPACE = '--max-semi-space-size';
 const nodeOptions = process.env.NODE_OPTIONS ?? '';
