@@ -19,7 +19,9 @@ import { build, type TestServer } from '../helpers.js';
 const TWILIO_TOKEN = 'twilio-token-Rt5sX8qZ';
 const WA_TOKEN = 'wa-token-Mn4bV7cX';
 // The stand-ins listen on 127.0.0.1, which the outbound policy refuses unless allowed.
-const FAST = { SVC_DELIVERY_RETRY_BASE_MS: '10', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_TIMEOUT_MS: '300', SVC_HTTP_ALLOW_PRIVATE: '1' };
+// A generous HTTP timeout: the stand-ins answer at once, and a pause of the loaded machine must
+// not turn an answer into a timed-out attempt. The test of the timeout sets a short one itself.
+const FAST = { SVC_DELIVERY_RETRY_BASE_MS: '10', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_TIMEOUT_MS: '5000', SVC_HTTP_ALLOW_PRIVATE: '1' };
 
 interface Seen {
   method: string;
@@ -193,7 +195,7 @@ test('twilio: a 400 is permanent and carries the provider message; 429 and timeo
   const slow = await apiServer(t, () => 'hang');
   await useTwilio(s, token, slow.url);
   const started = Date.now();
-  const timedOut = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 });
+  const timedOut = await deliverOnce({ db: s.db, store: s.store, config: { ...s.config, httpTimeoutMs: 300 } }, { ...sms(s), attempt: 1 });
   assert.deepEqual([timedOut.status, timedOut.transient], ['FAILED', true]);
   assert.match(timedOut.error ?? '', /timed out/);
   assert.ok(Date.now() - started < 5_000, 'bounded by httpTimeoutMs');
