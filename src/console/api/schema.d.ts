@@ -410,7 +410,7 @@ export interface paths {
         };
         /**
          * List export
-         * @description The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object), gzip-compressed (`Content-Encoding: gzip`) when the request Accept-Encoding takes it. Both import back.
+         * @description The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object; a cell a spreadsheet would run as a formula, one starting with `=`, `+`, `-`, `@`, a tab or a carriage return other than a signed number, is written after an apostrophe, which the import takes off), gzip-compressed (`Content-Encoding: gzip`) when the request Accept-Encoding takes it. Both import back.
          */
         get: operations["getContactsExport"];
         put?: never;

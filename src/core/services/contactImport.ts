@@ -378,7 +378,9 @@ function csvRow(line: number, header: { name: string; kind: string }[], cells: s
   let hasAttributes = false;
   for (let i = 0; i < cells.length; i++) {
     const { name, kind } = header[i]!;
-    const cell = cells[i]!;
+    // `'=...`, `'+...`: a value kept as text against spreadsheet formulas (defuse, or a
+    // spreadsheet's user): the value is what follows the first apostrophe.
+    const cell = FORMULA_ESCAPED.test(cells[i]!) ? cells[i]!.slice(1) : cells[i]!;
     if (cell === '' || kind === 'skip') continue;
     if (kind === 'tags')
       input.tags = cell
@@ -924,6 +926,24 @@ export type ExportFormat = 'ndjson' | 'csv';
 
 export const EXPORT_CSV_COLUMNS = ['id', 'email', 'phone', 'firstName', 'lastName', 'tags', 'attributes', 'createdAt', 'updatedAt'] as const;
 
+/**
+ * Spreadsheets run a cell that starts with `=`, `+`, `-`, `@`, a tab or a carriage return as a
+ * formula (CSV injection): a contact's name or email can come from a webhook's sender, and
+ * `=HYPERLINK(...)` would run on the machine of whoever opens the export. Such a cell is written
+ * with a leading `'`, which spreadsheets take as "text" and do not show. A plain signed number
+ * (an E.164 phone) is left as it is: as a formula it is only that number. A cell of apostrophes
+ * then one of those characters gets one more `'`, so that the import, which takes one `'` off
+ * such a cell (csvRow), gives back exactly what was stored.
+ */
+const FORMULA_START = /^'*[=+\-@\t\r]/;
+const SIGNED_NUMBER = /^[+-]\d+$/;
+/** A cell written by defuse (or by hand in a spreadsheet) to keep a leading formula character as text. */
+const FORMULA_ESCAPED = /^'+[=+\-@\t\r]/;
+
+function defuse(value: string | null): string | null {
+  return value !== null && FORMULA_START.test(value) && !SIGNED_NUMBER.test(value) ? `'${value}` : value;
+}
+
 function csvCell(value: string | null): string {
   if (value === null) return '';
   return /[",\r\n]/.test(value) || value !== value.trim() ? `"${value.replace(/"/g, '""')}"` : value;
@@ -932,11 +952,11 @@ function csvCell(value: string | null): string {
 function csvLine(c: ContactView): string {
   return [
     String(c.id),
-    csvCell(c.email),
-    csvCell(c.phone),
-    csvCell(c.firstName),
-    csvCell(c.lastName),
-    csvCell(c.tags.join(';')),
+    csvCell(defuse(c.email)),
+    csvCell(defuse(c.phone)),
+    csvCell(defuse(c.firstName)),
+    csvCell(defuse(c.lastName)),
+    csvCell(defuse(c.tags.join(';'))),
     csvCell(Object.keys(c.attributes).length ? JSON.stringify(c.attributes) : ''),
     c.createdAt,
     c.updatedAt,

@@ -182,7 +182,7 @@ export async function contactImportRoutes(app: App): Promise<void> {
       config: { access: read },
       schema: {
         description:
-          'The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object), gzip-compressed (`Content-Encoding: gzip`) when the request Accept-Encoding takes it. Both import back.',
+          'The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object; a cell a spreadsheet would run as a formula, one starting with `=`, `+`, `-`, `@`, a tab or a carriage return other than a signed number, is written after an apostrophe, which the import takes off), gzip-compressed (`Content-Encoding: gzip`) when the request Accept-Encoding takes it. Both import back.',
         produces: ['application/x-ndjson', 'text/csv'],
         querystring: Type.Object(
           {
