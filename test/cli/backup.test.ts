@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, createHmac, randomBytes } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -135,7 +135,9 @@ describe('svc backup and restore', { concurrency: true }, () => {
     assert.deepEqual(readdirSync(join(backupFile, '..')), ['live.svcbackup'], 'no partial file is left beside it');
     await server.stop();
 
-    // Moving machines: a folder that does not exist yet.
+    // Moving machines: a folder that does not exist yet, the backup copied over with a mode
+    // anyone may read (`cp` under a umask of 022): the restored database is still 0600.
+    chmodSync(backupFile, 0o644);
     const target = join(tempDir(t, 'svc-backup-dst-'), 'data');
     const restore = await runCli(target, ['restore', backupFile, '--json']);
     assert.equal(restore.code, 0, show(restore));

@@ -1,4 +1,5 @@
 import {
+  chmodSync,
   closeSync,
   copyFileSync,
   existsSync,
@@ -349,6 +350,9 @@ export function restoreBackup(
     removeQuietly(staged);
     closeSync(openSync(staged, 'wx', 0o600));
     copyFileSync(from, staged);
+    // copyFile gives the copy the backup's mode (0644 after a `cp`, say): the database is the
+    // owner's alone, whatever the file it came from.
+    chmodSync(staged, 0o600);
     let info: BackupInfo;
     let pending: string[];
     let client: Database.Database | undefined;
