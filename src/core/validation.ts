@@ -146,5 +146,8 @@ export function prototypeKeyPointer(value: unknown): string | undefined {
  * make each of those cost a million rows.
  */
 export const MAX_TAGS_PER_CONTACT = 1000;
+
+/** A contact's attributes, as JSON, at most: on every path that writes them (the API, imports, update_contact steps). */
+export const ATTRIBUTES_MAX_BYTES = 64 * 1024;
 /** Why a write that would take a contact past MAX_TAGS_PER_CONTACT is refused. */
 export const TOO_MANY_TAGS = `a contact has at most ${MAX_TAGS_PER_CONTACT} tags`;

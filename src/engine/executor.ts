@@ -4,7 +4,7 @@ import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
-import { MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone, TOO_MANY_TAGS } from '../core/validation.js';
+import { ATTRIBUTES_MAX_BYTES, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone, TOO_MANY_TAGS } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
 import type { LeasedRun, RunCommits } from './committer.js';
 import type { AttemptMark, ContactRow, EngineOp, EngineSql, RunRow } from './sql.js';
@@ -287,6 +287,10 @@ export class RunExecutor {
       else if (field === 'lastName') next.last_name = value === '' ? null : value.slice(0, 200);
     }
     if (!next.email && !next.phone) return { kind: 'failed', error: 'update_contact: a contact needs an email or a phone number' };
+    // As the API and imports hold them: a webhook's sender must not grow a contact past it.
+    const attributesJson = JSON.stringify(attributes);
+    if (Buffer.byteLength(attributesJson) > ATTRIBUTES_MAX_BYTES)
+      return { kind: 'failed', error: `update_contact: the attributes would be more than ${ATTRIBUTES_MAX_BYTES} bytes of JSON` };
     if (next.email && next.email !== c.email && (await this.sql.emailTaken(workspaceId, next.email, c.id))) {
       return { kind: 'failed', error: 'update_contact: another contact already has this email' };
     }
@@ -300,7 +304,7 @@ export class RunExecutor {
       phone: next.phone,
       firstName: next.first_name,
       lastName: next.last_name,
-      attributes: JSON.stringify(attributes),
+      attributes: attributesJson,
       now: isoNow(),
       id: c.id,
       workspaceId,

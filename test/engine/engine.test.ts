@@ -136,6 +136,22 @@ test('update_contact with a value holding U+0000 (a webhook may send one) fails 
   assert.deepEqual(contact.tags, []);
 });
 
+test('update_contact cannot grow a contact past the 64 KiB of attributes the API allows: the step fails, the contact stays', async (t) => {
+  const { s, token, post } = await setUp(t, [
+    { type: 'update_contact', set: { 'attributes.a': '{{ trigger.note }}', 'attributes.b': '{{ trigger.note }}' } },
+    { type: 'add_tags', tags: ['never'] },
+  ]);
+  // Each value alone is well under the bound; together they are over it.
+  const { runId, contactId } = await post({ ...BODY, note: 'x'.repeat(40_000) });
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'FAILED');
+  assert.match(run.steps[0].error, /attributes would be more than 65536 bytes of JSON/);
+  assert.equal(run.steps[1].status, 'PENDING');
+  const contact = (await s.request('GET', `/contacts/${contactId}`, { token })).body;
+  assert.deepEqual(contact.attributes, {});
+  assert.deepEqual(contact.tags, []);
+});
+
 test('http_request to a loopback address is refused and fails the step', async (t) => {
   const { s, token, post } = await setUp(t, [{ type: 'http_request', method: 'POST', url: 'http://127.0.0.1:9/hook', body: { id: '{{ trigger.order.id }}' } }]);
   const { runId } = await post(BODY);

@@ -7,7 +7,7 @@ import { contacts, contactTags, tagCounts, workflowRuns } from '../db/schema.js'
 import { changeRunsInSteps } from './cascade.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { decodeCursor, LIST_SCAN_ROWS, toPage, type Page } from '../pagination.js';
-import { jsonDepthExceeds, MAX_JSON_DEPTH, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone } from '../validation.js';
+import { ATTRIBUTES_MAX_BYTES, jsonDepthExceeds, MAX_JSON_DEPTH, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone } from '../validation.js';
 
 export interface ContactView {
   id: number;
@@ -31,7 +31,7 @@ export interface ContactInput {
 }
 
 export const TAG_MAX_LENGTH = 64;
-export const ATTRIBUTES_MAX_BYTES = 64 * 1024;
+export { ATTRIBUTES_MAX_BYTES };
 
 type ContactRow = typeof contacts.$inferSelect;
 
