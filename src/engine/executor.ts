@@ -14,7 +14,7 @@ import { retryDelayMs } from './deliver.js';
 import { HttpRequestError, httpPolicyFrom, safeRequest, type HttpPolicy } from './http.js';
 import { outboundPolicyFrom, type OutboundPolicy } from './outbound.js';
 import { providerFor, type SendResult } from './providers/index.js';
-import { evaluateCondition, renderContent, renderString, type RenderContext } from './render.js';
+import { evaluateCondition, renderContent, renderString, RUN_RENDER_BUDGET_MS, type RenderBudget, type RenderContext } from './render.js';
 
 /**
  * Executes runs inside a worker thread with its own connection, many at once: each run is
@@ -139,6 +139,9 @@ export class RunExecutor {
     let runAt = isoNow();
     let lastIndex = -1;
 
+    // Every template this execution renders shares one budget (a hostile workflow of many
+    // slow fields must not hold the thread for a render limit per string).
+    const budget: RenderBudget = { remainingMs: RUN_RENDER_BUDGET_MS };
     // Walk the program from its entry, past the steps already done, following each step's
     // next (a condition's branch); stop at a wait, a failure or the end.
     let index: number | null = steps.length ? 0 : null;
@@ -156,7 +159,7 @@ export class RunExecutor {
       lastIndex = index;
       let outcome: Outcome;
       try {
-        const ctx: RenderContext = { contact: contact ? contactView(contact) : {}, trigger, workspace, run: runCtx };
+        const ctx: RenderContext = { contact: contact ? contactView(contact) : {}, trigger, workspace, run: runCtx, budget };
         outcome = await this.executeStep(exec, index, step, state, ctx, contact);
       } catch (err) {
         if (err instanceof RunStopped) return err.outcome;

@@ -10,6 +10,17 @@ export interface RenderContext {
   run: Record<string, unknown> | null;
   /** Extra top-level variables (test emails expose their `data` here). */
   extra?: Record<string, unknown>;
+  /**
+   * What is left of the render time of one run's execution (RUN_RENDER_BUDGET_MS), spent by
+   * every render made with this context: each string has its own limit, and without this a
+   * run of many steps and fields could hold its thread for a limit per string.
+   */
+  budget?: RenderBudget;
+}
+
+/** Milliseconds of rendering a run's execution may spend, over all its templates. */
+export interface RenderBudget {
+  remainingMs: number;
 }
 
 /** A template that could not be rendered: an error in it, or a time, memory or size limit. */
@@ -88,6 +99,13 @@ function renderingLiquid(opts: { escapeHtml: boolean }): Liquid {
 const engines = { text: renderingLiquid({ escapeHtml: false }), html: renderingLiquid({ escapeHtml: true }) } as const;
 type Mode = keyof typeof engines;
 const renderLimitMs: number = engines.text.options.renderLimit;
+/**
+ * A run's execution (to its next resting point) renders for this long at most, all its
+ * templates together: as long as one template may, so a run holds its thread no longer than
+ * one render could, however many steps and fields it has. Real templates take milliseconds.
+ */
+export const RUN_RENDER_BUDGET_MS = renderLimitMs;
+const BUDGET_SPENT = `the run's templates took more than their ${RUN_RENDER_BUDGET_MS} ms of rendering`;
 
 /** Parsed templates by mode and source, least recently used first. */
 const parsed = new Map<string, Template[]>();
@@ -127,14 +145,19 @@ function firstLine(err: unknown): string {
 /** Renders one parsed source within a deadline (performance.now() milliseconds). */
 async function renderBefore(source: string, ctx: RenderContext, deadline: number, mode: Mode = 'text'): Promise<string> {
   const templates = parse(source, mode);
-  const remaining = Math.floor(deadline - performance.now());
+  const started = performance.now();
+  const { budget } = ctx;
+  if (budget && budget.remainingMs <= 0) throw new RenderError(BUDGET_SPENT);
+  const remaining = Math.floor(Math.min(deadline - started, budget?.remainingMs ?? Number.POSITIVE_INFINITY));
   if (remaining <= 0) throw new RenderError('template render limit exceeded');
   const scope = { ...ctx.extra, contact: ctx.contact, trigger: ctx.trigger, workspace: ctx.workspace, run: ctx.run };
   let out: string;
   try {
     out = (await engines[mode].render(templates, scope, { renderLimit: remaining })) as string;
   } catch (err) {
-    throw new RenderError(firstLine(err));
+    throw new RenderError(budget && budget.remainingMs - (performance.now() - started) <= 0 ? BUDGET_SPENT : firstLine(err));
+  } finally {
+    if (budget) budget.remainingMs -= performance.now() - started;
   }
   if (Buffer.byteLength(out) > MAX_RENDERED_BYTES) throw new RenderError(new OutputTooLarge().message);
   return out;

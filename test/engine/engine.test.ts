@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { build, waitForRun, rowsOf } from '../helpers.js';
 import { sql } from 'drizzle-orm';
+import { RUN_RENDER_BUDGET_MS } from '../../src/engine/render.js';
 
 async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: Record<string, unknown> = {}) {
   const s = await build(t, { engine: { pollMs: 50 } });
@@ -150,6 +151,20 @@ test('update_contact cannot grow a contact past the 64 KiB of attributes the API
   const contact = (await s.request('GET', `/contacts/${contactId}`, { token })).body;
   assert.deepEqual(contact.attributes, {});
   assert.deepEqual(contact.tags, []);
+});
+
+test("a run's templates share one render budget: a run of many slow fields holds the engine's thread no longer than one template may", async (t) => {
+  // Each field alone runs into the render limit of a string (1 s); without a budget for the
+  // whole run, fifty such fields in each of many steps would hold the thread a second each.
+  const slow = '{% for i in (1..3000) %}{% for j in (1..3000) %}{% endfor %}{% endfor %}';
+  const step = { type: 'update_contact', set: Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`attributes.f${i}`, slow])) };
+  const { s, token, post } = await setUp(t, [step, step, { type: 'add_tags', tags: ['never'] }]);
+  const { runId, contactId } = await post(BODY);
+  const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED'], 30_000);
+  assert.equal(run.status, 'FAILED', JSON.stringify(run.steps));
+  assert.match(run.steps[0].error, new RegExp(`the run's templates took more than their ${RUN_RENDER_BUDGET_MS} ms of rendering`));
+  assert.deepEqual([run.steps[1].status, run.steps[2].status], ['PENDING', 'PENDING']);
+  assert.deepEqual((await s.request('GET', `/contacts/${contactId}`, { token })).body.attributes, {});
 });
 
 test('http_request to a loopback address is refused and fails the step', async (t) => {

@@ -187,6 +187,21 @@ test(`output over MAX_RENDERED_BYTES (${MAX_RENDERED_BYTES}) fails; output at th
   await assertRenderError(() => renderString('{{ trigger.s }}', { ...ctx, trigger: { s: 'é'.repeat(150_000) } }), 2000, /larger than/);
 });
 
+test("a run's renders share one budget: once it is spent, the next render fails at once", async () => {
+  const slow = '{% for i in (1..3000) %}{% for j in (1..3000) %}{% endfor %}{% endfor %}';
+  const budget = { remainingMs: 150 };
+  await assertRenderError(() => renderString(slow, { ...ctx, budget }), 2000, /took more than their 1000 ms of rendering/);
+  assert.ok(budget.remainingMs <= 0, `left: ${budget.remainingMs}`);
+  const started = performance.now();
+  await assertRenderError(() => renderString('{{ run.id }}', { ...ctx, budget }), 2000, /took more than their 1000 ms of rendering/);
+  await assertRenderError(() => evaluateCondition('run.id == 99', { ...ctx, budget }), 2000, /took more than/);
+  assert.ok(performance.now() - started < 200, 'refused before rendering');
+  // A budget with time left renders as usual and is spent by what the render took.
+  const fresh = { remainingMs: 1000 };
+  assert.equal(await renderString('{{ run.id }}', { ...ctx, budget: fresh }), '99');
+  assert.ok(fresh.remainingMs < 1000 && fresh.remainingMs > 500, `left: ${fresh.remainingMs}`);
+});
+
 test('the strings of one content share one time budget', async () => {
   const slow = '{% for i in (1..3000) %}{% for j in (1..3000) %}{% endfor %}{% endfor %}';
   const started = performance.now();
