@@ -9,6 +9,8 @@ import { and, eq, isNotNull } from 'drizzle-orm';
 import { SignJWT } from 'jose';
 import { randomBytes } from 'node:crypto';
 import { memberships, sessions, users } from '../../src/core/db/schema.js';
+import { PASSWORD_HASH_COST, setPasswordHashCost } from '../../src/core/crypto.js';
+import { MAX_CHECKS_PER_ADDRESS } from '../../src/core/services/auth.js';
 import { createUser } from '../../src/core/services/users.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
 import { build, type HttpResult, type TestServer, assertProblem } from '../helpers.js';
@@ -279,6 +281,26 @@ test('the default login throttle allows 10 failures in the window, then answers 
   const limited = await loginRequest(s, { email: 'ghost@acme.test', password: 'guess-11-password' });
   assertProblem(limited, 429);
   assert.ok(Number(limited.headers.get('retry-after')) >= 1, `Retry-After: ${limited.headers.get('retry-after')}`);
+});
+
+test('a burst of concurrent failed logins from one address is throttled as it goes: checks are counted before more start', async (t) => {
+  const s = await build(t, { env: { SVC_LOGIN_RATE_LIMIT: '3' } });
+  // The product's scrypt cost (tens of milliseconds a check), not the suite's cheap one: an
+  // unknown email is checked against a dummy hash made at that cost.
+  setPasswordHashCost(PASSWORD_HASH_COST);
+  t.after(() => setPasswordHashCost(1024));
+  // Failures are counted as each check ends: without a bound on checks under way, all 200
+  // would pass the throttle's check before the first failure was counted.
+  const answers = await Promise.all(Array.from({ length: 200 }, (_, i) => loginRequest(s, { email: 'burst@acme.test', password: `burst-guess-${i}` })));
+  const checked = answers.filter((r) => r.status === 401);
+  const refused = answers.filter((r) => r.status === 429);
+  assert.equal(checked.length + refused.length, 200, JSON.stringify(answers.map((r) => r.status)));
+  // At most the limit counted, plus MAX_CHECKS_PER_ADDRESS already under way when it was reached.
+  assert.ok(checked.length <= 3 + MAX_CHECKS_PER_ADDRESS, `${checked.length} passwords were checked`);
+  for (const r of refused) {
+    assertProblem(r, 429, 'too_many_login_attempts');
+    assert.ok(Number(r.headers.get('retry-after')) >= 1, `Retry-After: ${r.headers.get('retry-after')}`);
+  }
 });
 
 // ---------------------------------------------------------------------------------------

@@ -51,6 +51,11 @@ interface ThrottleRule extends WindowRule {
   prefix: string;
 }
 
+/** Password checks under way at once from one address (LoginThrottle.begin). */
+export const MAX_CHECKS_PER_ADDRESS = 4;
+/** Password checks under way at once on a node: a queue of a few per thread of the pool that runs scrypt. */
+const MAX_CHECKS_IN_ALL = 64;
+
 /**
  * Counts failed logins in sliding windows, by three keys: the pair (email, source address),
  * which slows one guesser at once (`maxFailures` per window); the email alone with a
@@ -63,6 +68,9 @@ interface ThrottleRule extends WindowRule {
  */
 export class LoginThrottle {
   private readonly failures: Windows;
+  /** Password checks under way on this node, by source address and in all (see begin). */
+  private readonly checking = new Map<string, number>();
+  private checkingTotal = 0;
   private readonly rules: { pair: ThrottleRule; email: ThrottleRule; address: ThrottleRule };
 
   constructor(maxFailures: number, windowMs = 15 * 60_000, opts: { maxEntries?: number; windows?: Windows } = {}) {
@@ -97,6 +105,31 @@ export class LoginThrottle {
 
   async fail(email: string, ip: string | null, now = Date.now()): Promise<void> {
     await Promise.all(this.keys(email, ip).map(({ key, rule }) => this.failures.add(key, rule, now)));
+  }
+
+  /**
+   * Takes a place for one password check, or refuses (429) when this address already has
+   * MAX_CHECKS_PER_ADDRESS under way, or the node MAX_CHECKS_IN_ALL: failures are counted when
+   * a check ends, so without this one address could start any number of checks at once, all
+   * let through by check() before the first failed, each an scrypt of 32 MiB on the shared
+   * thread pool. Answers the release, called once the attempt's outcome is counted.
+   */
+  begin(ip: string | null): () => void {
+    const key = ip ?? '';
+    const mine = this.checking.get(key) ?? 0;
+    if (mine >= MAX_CHECKS_PER_ADDRESS || this.checkingTotal >= MAX_CHECKS_IN_ALL)
+      throw new RateLimitError('too_many_login_attempts', 'Too many logins at once; try again in a moment', 1);
+    this.checking.set(key, mine + 1);
+    this.checkingTotal++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.checkingTotal--;
+      const left = (this.checking.get(key) ?? 1) - 1;
+      if (left > 0) this.checking.set(key, left);
+      else this.checking.delete(key);
+    };
   }
 
   /** A successful login clears its (email, address) count; the email's count runs out by itself. */
@@ -205,21 +238,28 @@ export async function login(
 ): Promise<LoginResult> {
   const email = normalizeEmail(input.email) ?? input.email.trim().toLowerCase();
   await throttle.check(email, ctx.ip);
-  const [user] = await ctx.db.select().from(users).where(eq(users.email, email));
-  // Always verify, against a dummy hash for unknown users, so both failures take the same time.
-  const ok = await verifyPassword(input.password, user?.passwordHash);
-  if (!user || !ok) {
-    await throttle.fail(email, ctx.ip);
-    throw invalidCredentials();
+  const release = throttle.begin(ctx.ip);
+  let user: typeof users.$inferSelect | undefined;
+  let chosen: MembershipRow | undefined;
+  try {
+    [user] = await ctx.db.select().from(users).where(eq(users.email, email));
+    // Always verify, against a dummy hash for unknown users, so both failures take the same time.
+    const ok = await verifyPassword(input.password, user?.passwordHash);
+    if (!user || !ok) {
+      await throttle.fail(email, ctx.ip);
+      throw invalidCredentials();
+    }
+    chosen = input.workspaceId === undefined ? (await membershipsOf(ctx, user.id))[0] : await membershipIn(ctx, user.id, input.workspaceId);
+    if (!chosen) {
+      await throttle.fail(email, ctx.ip);
+      throw input.workspaceId === undefined
+        ? new AppError(403, 'no_workspace', 'This user belongs to no workspace')
+        : new AppError(403, 'not_a_member', `This user is not a member of workspace ${input.workspaceId}`);
+    }
+    await throttle.succeed(email, ctx.ip);
+  } finally {
+    release();
   }
-  const chosen = input.workspaceId === undefined ? (await membershipsOf(ctx, user.id))[0] : await membershipIn(ctx, user.id, input.workspaceId);
-  if (!chosen) {
-    await throttle.fail(email, ctx.ip);
-    throw input.workspaceId === undefined
-      ? new AppError(403, 'no_workspace', 'This user belongs to no workspace')
-      : new AppError(403, 'not_a_member', `This user is not a member of workspace ${input.workspaceId}`);
-  }
-  await throttle.succeed(email, ctx.ip);
   return openSession(ctx, user, chosen, newSessionEnd(ctx), (tx) =>
     recordAudit(
       { ...tx, actor: { type: 'USER', id: user.id, label: user.email } },
