@@ -8,7 +8,23 @@ import type { Engine } from '../engine/scheduler.js';
 import type { App } from './app.js';
 import { problem, sendProblem } from './plugins/errors.js';
 
-const TOUCH = 'UPDATE svc_migrations SET applied_at = applied_at WHERE id = (SELECT max(id) FROM svc_migrations)';
+/**
+ * The write check: the newest migration's row changed and changed back, in one transaction.
+ * Setting a value to itself is no write on SQLite (it leaves a page that did not change alone,
+ * and commits nothing); this dirties the page, so the commit writes it as any write would.
+ */
+const LAST_MIGRATION = 'WHERE id = (SELECT max(id) FROM svc_migrations)';
+const TOUCH = [
+  `UPDATE svc_migrations SET applied_at = applied_at || '~' ${LAST_MIGRATION}`,
+  `UPDATE svc_migrations SET applied_at = substr(applied_at, 1, length(applied_at) - 1) ${LAST_MIGRATION}`,
+];
+/**
+ * A write check that succeeded this recently answers for the probes that follow, and probes
+ * arriving while one is under way wait for it: /readyz is public, and a flood of it must not
+ * be a flood of writes (on PostgreSQL, serializable transactions on one row, each holding a
+ * connection of the pool). A failed check is not reused: the next probe writes again.
+ */
+const WRITE_CHECK_REUSE_MS = 1_000;
 
 export interface ReadinessReport {
   ready: boolean;
@@ -36,7 +52,10 @@ export class Readiness {
   private batcher: WriteBatcher | undefined;
   private engine: Engine | undefined;
   private attached = false;
-  private touch: { run(): unknown } | undefined;
+  private touch: { run(): unknown }[] | undefined;
+  /** When a write check last succeeded (performance.now()), and the one under way. */
+  private wroteAt = Number.NEGATIVE_INFINITY;
+  private writing: Promise<boolean> | undefined;
 
   constructor(
     private readonly store: Store,
@@ -72,18 +91,32 @@ export class Readiness {
     }
   }
 
-  private async writeCheck(): Promise<boolean> {
-    if (!this.attached) return false;
+  private writeCheck(): Promise<boolean> {
+    if (!this.attached) return Promise.resolve(false);
+    if (performance.now() - this.wroteAt < WRITE_CHECK_REUSE_MS) return Promise.resolve(true);
+    this.writing ??= this.write().finally(() => {
+      this.writing = undefined;
+    });
+    return this.writing;
+  }
+
+  private async write(): Promise<boolean> {
     try {
-      // A real write (the row is rewritten as it is), so a full disk or a read-only file fails it.
+      // A real write (the row changed and changed back), so a full disk or a read-only file fails it.
       if (isSqliteStore(this.store) && this.batcher) {
         // Prepared on the writer connection, on which the group commit runs its jobs.
-        this.touch ??= this.store.writer.$client.prepare(TOUCH);
+        const writer = this.store.writer.$client;
+        this.touch ??= TOUCH.map((text) => writer.prepare(text));
         const touch = this.touch;
-        await this.batcher.run(() => touch.run());
+        await this.batcher.run(() => {
+          for (const statement of touch) statement.run();
+        });
       } else {
-        await this.store.transaction((tx) => execute(this.store, tx, sql.raw(TOUCH)));
+        await this.store.transaction(async (tx) => {
+          for (const text of TOUCH) await execute(this.store, tx, sql.raw(text));
+        });
       }
+      this.wroteAt = performance.now();
       return true;
     } catch {
       return false;

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import Database from 'better-sqlite3';
 import { test } from 'node:test';
 import { VERSION } from '../../src/core/version.js';
 import { sql } from 'drizzle-orm';
@@ -36,6 +37,30 @@ test('readyz: 200 with the checks once the engine is up; engine "off" on a node 
   assert.equal(res2.body.checks.engine, 'off');
   // Public: no token needed, and a token does not change the answer.
   assert.equal((await apiOnly.request('GET', '/readyz', { token: 'not-a-token' })).status, 200);
+});
+
+test('readyz: a flood of probes is not a flood of writes: a write check that succeeded answers for a second', async (t) => {
+  const s = await build(t, { store: 'sqlite' });
+  // Another connection sees whether anything was committed since it last looked.
+  const observer = new Database(s.config.dbFile, { readonly: true });
+  t.after(() => observer.close());
+  const version = () => observer.pragma('data_version', { simple: true }) as number;
+  assert.equal((await s.request('GET', '/readyz')).status, 200);
+  const afterFirst = version();
+  const started = performance.now();
+  let probes = 0;
+  while (performance.now() - started < 500) {
+    const res = await s.request('GET', '/readyz');
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.body.checks.storage, 'ok');
+    probes++;
+  }
+  assert.ok(probes >= 5, `${probes} probes`);
+  assert.equal(version(), afterFirst, `${probes} probes within the second wrote nothing`);
+  // After it, the next probe writes again (a disk that filled meanwhile is found).
+  await new Promise((r) => setTimeout(r, 1_100));
+  assert.equal((await s.request('GET', '/readyz')).status, 200);
+  assert.notEqual(version(), afterFirst, 'the write check ran again');
 });
 
 test('readyz: 503 starting while a migration this binary carries is not applied', async (t) => {
