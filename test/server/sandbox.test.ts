@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { sql } from 'drizzle-orm';
 import { generateApiKey, hashApiKey } from '../../src/core/services/apiKeys.js';
 import { apiKeys } from '../../src/core/db/schema.js';
 import { setWorkspacePlan } from '../../src/core/services/workspaces.js';
 import { loadConfig } from '../../src/core/config.js';
-import { assertProblem, build, type HttpResult, type TestServer } from '../helpers.js';
+import { assertProblem, build, rowsOf, type HttpResult, type TestServer } from '../helpers.js';
 import { postToMintedUrl, viaHost } from '../hostRequest.js';
 
 const SANDBOX_URL = 'http://sandbox.test:8443';
@@ -272,6 +273,12 @@ test('the sandbox address takes only sandbox credentials; users reach the sandbo
   assert.ok(mine, memberships.text);
   assert.equal((await s.request('DELETE', `/memberships/${mine.id}`, { token: owner })).status, 204);
   assertProblem(await s.request('GET', '/contacts', { token: inSandbox }), 401);
+  // Its sandbox session is ended too, not only refused for now: added back, it stays ended.
+  const open = await rowsOf<{ n: number }>(
+    s,
+    sql`SELECT count(*) AS n FROM sessions WHERE user_id = ${member.id} AND workspace_id = ${sandboxId} AND revoked_at IS NULL`,
+  );
+  assert.equal(Number(open[0]!.n), 0, 'the sandbox session was ended with the membership');
 });
 
 test('a reset deletes the sandbox data, keeps its id and keys, and leaves the live workspace alone', async (t) => {

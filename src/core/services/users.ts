@@ -1,7 +1,7 @@
-import { and, eq, isNull, ne, type SQL } from 'drizzle-orm';
+import { and, eq, inArray, isNull, ne, type SQL } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { nowIso, withTransaction, type SystemContext } from '../context.js';
-import { memberships, sessions, users, type Role } from '../db/schema.js';
+import { memberships, sessions, users, workspaces, type Role } from '../db/schema.js';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.js';
 import { hashPassword } from '../crypto.js';
 import { normalizeEmail, passwordProblem } from '../validation.js';
@@ -99,7 +99,13 @@ export async function endSessions(
   opts: { workspaceId?: number; exceptFamily?: string | null } = {},
 ): Promise<number> {
   const conditions: SQL[] = [eq(sessions.userId, userId), isNull(sessions.revokedAt)];
-  if (opts.workspaceId !== undefined) conditions.push(eq(sessions.workspaceId, opts.workspaceId));
+  if (opts.workspaceId !== undefined) {
+    // A workspace's sessions include those switched into its sandbox (a session there is
+    // stored under the sandbox's id): they end with it, or a refresh would revive them once
+    // the user is added back.
+    const [sandbox] = await ctx.db.select({ id: workspaces.id }).from(workspaces).where(eq(workspaces.sandboxOf, opts.workspaceId));
+    conditions.push(sandbox ? inArray(sessions.workspaceId, [opts.workspaceId, sandbox.id]) : eq(sessions.workspaceId, opts.workspaceId));
+  }
   if (opts.exceptFamily) conditions.push(ne(sessions.familyId, opts.exceptFamily));
   const ended = await ctx.db
     .update(sessions)
