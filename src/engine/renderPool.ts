@@ -7,6 +7,12 @@ import type { RenderAnswer, RenderTask } from './worker.js';
 
 /** Renders waiting for the thread before more are refused (429, checked before each run): a queue, not a backlog. */
 const MAX_QUEUE = 64;
+/**
+ * Renders of one workspace queued or under way at once: each may take the whole render limit
+ * (1 s), so without this one workspace's slow templates, within its callers' rate limits, could
+ * fill the queue and keep every other workspace's previews waiting a minute.
+ */
+export const MAX_RENDERS_PER_WORKSPACE = 4;
 
 /**
  * Renders templates for the API (previews, test emails) in a worker thread of its own, with
@@ -16,11 +22,25 @@ const MAX_QUEUE = 64;
  */
 export class RenderPool {
   private pool: Piscina | undefined;
+  /** Renders queued or under way, by workspace. */
+  private readonly byWorkspace = new Map<string, number>();
 
   async render(content: Record<string, unknown>, ctx: RenderContext): Promise<Record<string, unknown>> {
     this.pool ??= new Piscina({ filename: workerFile(), minThreads: 0, maxThreads: 1, idleTimeout: 60_000 });
     if (this.pool.queueSize >= MAX_QUEUE) throw new RateLimitError('rate_limited', 'Too many templates are being rendered; retry in a second', 1);
-    const answer = (await this.pool.run({ content, ctx } satisfies RenderTask, { name: 'render' })) as RenderAnswer;
+    const key = String(ctx.workspace.id ?? '');
+    const mine = this.byWorkspace.get(key) ?? 0;
+    if (mine >= MAX_RENDERS_PER_WORKSPACE)
+      throw new RateLimitError('rate_limited', `This workspace has ${MAX_RENDERS_PER_WORKSPACE} templates being rendered already; retry in a second`, 1);
+    this.byWorkspace.set(key, mine + 1);
+    let answer: RenderAnswer;
+    try {
+      answer = (await this.pool.run({ content, ctx } satisfies RenderTask, { name: 'render' })) as RenderAnswer;
+    } finally {
+      const left = (this.byWorkspace.get(key) ?? 1) - 1;
+      if (left > 0) this.byWorkspace.set(key, left);
+      else this.byWorkspace.delete(key);
+    }
     if ('error' in answer) throw new RenderError(answer.error.message, answer.error.path);
     return answer.rendered;
   }
