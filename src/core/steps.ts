@@ -159,3 +159,17 @@ export function validateSteps(steps: unknown, base = '/steps'): StepDefinition[]
   if (errors.length) throw new ValidationError('invalid_steps', 'Some steps are invalid', errors);
   return steps as StepDefinition[];
 }
+
+/** What a read-only role sees in place of a secret it may not read. */
+export const MASKED = '••••';
+
+/**
+ * A step's fields as a read-only role (VIEWER) sees them: the values of an http_request's
+ * headers (an `Authorization: Bearer …` for the API it calls) are masked, their names kept;
+ * everything else is as stored. Those who may edit the step (MEMBER and above) see it whole.
+ */
+export function maskStepSecrets<T extends Record<string, unknown>>(type: unknown, fields: T): T {
+  if (type !== 'http_request' || !fields.headers || typeof fields.headers !== 'object') return fields;
+  const headers = Object.fromEntries(Object.keys(fields.headers as Record<string, unknown>).map((name) => [name, MASKED]));
+  return { ...fields, headers };
+}

@@ -52,6 +52,29 @@ test('automations: create, read, list, update, delete', async (t) => {
   );
 });
 
+test('http_request nodes: header values whole for MEMBER and above, masked for VIEWER (user or key)', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const call = { id: 'call', type: 'http_request', data: { method: 'GET', url: 'https://api.example.com/x', headers: { 'X-Api-Key': 'key_live_Zx81' } } };
+  const graph = { nodes: [trigger, call], edges: [{ from: 't', to: 'call' }] };
+  const created = await s.request('POST', '/automations', { token, body: { name: 'Calls', graph } });
+  assert.equal(created.status, 201, created.text);
+  const viewer = await s.userWithRole('VIEWER');
+  for (const vt of [viewer.token, await s.mintKey('VIEWER')]) {
+    const one = await s.request('GET', `/automations/${created.body.id}`, { token: vt });
+    assert.equal(one.status, 200, one.text);
+    assert.deepEqual(one.body.graph.nodes[1], { ...call, data: { ...call.data, headers: { 'X-Api-Key': '••••' } } });
+    const list = await s.request('GET', '/automations', { token: vt });
+    assert.equal(list.status, 200, list.text);
+    for (const r of [one, list]) assert.ok(!r.text.includes('key_live_'), 'a VIEWER never sees the header values');
+  }
+  const member = await s.userWithRole('MEMBER');
+  for (const mt of [member.token, await s.mintKey('MEMBER'), token]) {
+    assert.deepEqual((await s.request('GET', `/automations/${created.body.id}`, { token: mt })).body.graph, graph);
+    assert.ok((await s.request('GET', '/automations', { token: mt })).text.includes('key_live_'));
+  }
+});
+
 test('graph validation failures, one by one, name the offending node or edge', async (t) => {
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);

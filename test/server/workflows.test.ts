@@ -868,6 +868,34 @@ test('webhook.url is whole for MEMBER and above and masked for VIEWER (user or k
   assertProblem(await s.request('POST', new URL(masked).pathname, { body: { email: 'x@example.com' } }), 404);
 });
 
+test('the header values of http_request steps are whole for MEMBER and above and masked for VIEWER (user or key)', async (t) => {
+  const { s, token } = await setup(t);
+  const secret = 'Bearer sk_live_4eC39HqLyjWDarjtT1zdp7dc';
+  const call = {
+    type: 'http_request',
+    method: 'POST',
+    url: 'https://api.example.com/hook',
+    headers: { Authorization: secret, 'X-Trace': 'keep-{{ run.id }}' },
+  };
+  const w = await createWorkflow(s, token, { name: 'calls out', triggerSource: 'MANUAL', steps: [{ type: 'add_tags', tags: ['x'] }, call] });
+  const viewer = await s.userWithRole('VIEWER');
+  for (const vt of [viewer.token, await s.mintKey('VIEWER')]) {
+    const one = await s.request('GET', `/workflows/${w.id}`, { token: vt });
+    assert.equal(one.status, 200, one.text);
+    assert.deepEqual(one.body.steps, [
+      { type: 'add_tags', tags: ['x'] },
+      { ...call, headers: { Authorization: '••••', 'X-Trace': '••••' } },
+    ]);
+    const list = await s.request('GET', '/workflows', { token: vt });
+    for (const r of [one, list]) assert.ok(!r.text.includes('sk_live_'), 'a VIEWER never sees the header values');
+  }
+  const member = await s.userWithRole('MEMBER');
+  for (const mt of [member.token, await s.mintKey('MEMBER'), token]) {
+    assert.deepEqual((await s.request('GET', `/workflows/${w.id}`, { token: mt })).body.steps[1], call);
+    assert.ok((await s.request('GET', '/workflows', { token: mt })).text.includes('sk_live_'));
+  }
+});
+
 test('a signing secret has at least 16 characters (422 at /webhook/signingSecret), on POST and PATCH', async (t) => {
   const { s, token } = await setup(t);
   for (const short of ['x', 'fifteen-chars-!', ' '.repeat(15)]) {

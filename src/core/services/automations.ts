@@ -7,7 +7,7 @@ import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import type { Page } from '../pagination.js';
 import { changeRunsInSteps } from './cascade.js';
 import { compileGraph } from '../program.js';
-import { checkStepFields, conditionProblem, isStepType, newStepChecker } from '../steps.js';
+import { checkStepFields, conditionProblem, isStepType, maskStepSecrets, newStepChecker } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 
 export const MAX_NODES = 200;
@@ -125,12 +125,19 @@ function checkName(name: string): string {
   return trimmed;
 }
 
-export async function getAutomation(ctx: WorkspaceContext, id: number): Promise<AutomationView> {
-  return view(await findRow(ctx, id));
+/** An automation as a read-only role (VIEWER) sees it: its http_request nodes' header values masked (maskStepSecrets). */
+function maskedView(row: AutomationRow): AutomationView {
+  const v = view(row);
+  return { ...v, graph: { ...v.graph, nodes: v.graph.nodes.map((node) => ({ ...node, data: maskStepSecrets(node.type, node.data) })) } };
 }
 
-export async function listAutomations(ctx: WorkspaceContext, page: PageRequest): Promise<Page<AutomationView>> {
-  return selectPage(ctx, automations, page, view);
+/** `opts.masked`: the caller may read but not write automations (VIEWER). */
+export async function getAutomation(ctx: WorkspaceContext, id: number, opts: { masked?: boolean } = {}): Promise<AutomationView> {
+  return (opts.masked ? maskedView : view)(await findRow(ctx, id));
+}
+
+export async function listAutomations(ctx: WorkspaceContext, page: PageRequest, opts: { masked?: boolean } = {}): Promise<Page<AutomationView>> {
+  return selectPage(ctx, automations, page, opts.masked ? maskedView : view);
 }
 
 export async function createAutomation(

@@ -7,7 +7,7 @@ import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { parsePath } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
 import { encryptSecret } from '../secrets.js';
-import { validateSteps } from '../steps.js';
+import { maskStepSecrets, validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 import { normalizeTags } from './contacts.js';
 import { baseUrlOf } from './sandbox.js';
@@ -82,9 +82,11 @@ export function workflowView(row: WorkflowRow, publicUrl: string): WorkflowView 
  * enough to tell URLs apart. MEMBER and above see it whole.
  */
 export function maskWebhookUrl(view: WorkflowView, publicUrl: string): WorkflowView {
+  // The header values of its http_request steps too: they hold the keys of the APIs it calls.
+  const steps = view.steps.map((step) => maskStepSecrets(step.type, step));
   const url = view.webhook.url;
-  if (!url) return view;
-  return { ...view, webhook: { ...view.webhook, url: `${publicUrl}${WEBHOOK_PATH_PREFIX}••••${url.slice(-4)}` } };
+  if (!url) return { ...view, steps };
+  return { ...view, steps, webhook: { ...view.webhook, url: `${publicUrl}${WEBHOOK_PATH_PREFIX}••••${url.slice(-4)}` } };
 }
 
 /** 30 base62 characters from a CSPRNG: about 178 bits, unguessable and URL-safe. */
