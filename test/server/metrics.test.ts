@@ -123,7 +123,7 @@ test('webhooks, runs and deliveries move the counters; labels are route patterns
   await waitForRun(s, token, replay.body.runId, ['COMPLETED']);
   // The worker threads report in batches on the engine's channel: allow them a moment.
   let after = await scrape(s);
-  for (let i = 0; i < 40 && (completed(after) < completed(before) + 2 || sent(after) < sent(before) + 2); i++) {
+  for (const until = Date.now() + 15_000; (completed(after) < completed(before) + 2 || sent(after) < sent(before) + 2) && Date.now() < until; ) {
     await new Promise((r) => setTimeout(r, 50));
     after = await scrape(s);
   }
