@@ -303,6 +303,20 @@ test('a burst of concurrent failed logins from one address is throttled as it go
   }
 });
 
+test('concurrent logins that are right all succeed, from one address: they wait for a place, none is refused', async (t) => {
+  const s = await build(t);
+  // Hashes at the product's cost, so that checks overlap as they do in use.
+  setPasswordHashCost(PASSWORD_HASH_COST);
+  t.after(() => setPasswordHashCost(1024));
+  const people = await Promise.all(Array.from({ length: 3 }, () => s.userWithRole('MEMBER')));
+  const tries = Array.from({ length: 4 * MAX_CHECKS_PER_ADDRESS }, (_, i) => people[i % people.length]!);
+  const answers = await Promise.all(tries.map((p) => loginRequest(s, { email: p.email, password: p.password })));
+  assert.deepEqual(
+    answers.map((r) => r.status),
+    tries.map(() => 200),
+  );
+});
+
 // ---------------------------------------------------------------------------------------
 // refresh and logout
 

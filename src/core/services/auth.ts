@@ -53,8 +53,43 @@ interface ThrottleRule extends WindowRule {
 
 /** Password checks under way at once from one address (LoginThrottle.begin). */
 export const MAX_CHECKS_PER_ADDRESS = 4;
-/** Password checks under way at once on a node: a queue of a few per thread of the pool that runs scrypt. */
-const MAX_CHECKS_IN_ALL = 64;
+/** Logins of one address waiting for a place; one more is refused (429) at once. */
+export const MAX_WAITING_PER_ADDRESS = 100;
+/** Password checks under way at once on a node: a few per thread of the pool that runs scrypt. */
+const MAX_CHECKS_IN_ALL = 16;
+/** Logins of all addresses waiting for a place on the node; one more is refused (429). */
+const MAX_WAITING_IN_ALL = 1_000;
+
+/** At most `limit` holders at once; others wait in order, at most `maxWaiting` of them. */
+class Places {
+  private held = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(
+    private readonly limit: number,
+    private readonly maxWaiting: number,
+  ) {}
+
+  get idle(): boolean {
+    return this.held === 0 && this.waiting.length === 0;
+  }
+
+  /** Resolves once a place is held; undefined (nothing held) when too many wait already. */
+  take(): Promise<void> | undefined {
+    if (this.held < this.limit) {
+      this.held++;
+      return Promise.resolve();
+    }
+    if (this.waiting.length >= this.maxWaiting) return undefined;
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  give(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.held--;
+  }
+}
 
 /**
  * Counts failed logins in sliding windows, by three keys: the pair (email, source address),
@@ -68,9 +103,9 @@ const MAX_CHECKS_IN_ALL = 64;
  */
 export class LoginThrottle {
   private readonly failures: Windows;
-  /** Password checks under way on this node, by source address and in all (see begin). */
-  private readonly checking = new Map<string, number>();
-  private checkingTotal = 0;
+  /** Places for password checks on this node, by source address and in all (see begin). */
+  private readonly byAddress = new Map<string, Places>();
+  private readonly inAll = new Places(MAX_CHECKS_IN_ALL, MAX_WAITING_IN_ALL);
   private readonly rules: { pair: ThrottleRule; email: ThrottleRule; address: ThrottleRule };
 
   constructor(maxFailures: number, windowMs = 15 * 60_000, opts: { maxEntries?: number; windows?: Windows } = {}) {
@@ -108,28 +143,43 @@ export class LoginThrottle {
   }
 
   /**
-   * Takes a place for one password check, or refuses (429) when this address already has
-   * MAX_CHECKS_PER_ADDRESS under way, or the node MAX_CHECKS_IN_ALL: failures are counted when
-   * a check ends, so without this one address could start any number of checks at once, all
-   * let through by check() before the first failed, each an scrypt of 32 MiB on the shared
-   * thread pool. Answers the release, called once the attempt's outcome is counted.
+   * Waits for a place for one login's password check: MAX_CHECKS_PER_ADDRESS at once from one
+   * address and MAX_CHECKS_IN_ALL on the node, the others waiting in order (refused, 429, only
+   * past MAX_WAITING_PER_ADDRESS or MAX_WAITING_IN_ALL waiting). The failure counts are read
+   * (check) once the place is held, and a failure is counted before it is given back: so a
+   * burst of concurrent guesses is counted as it goes, at most the limit plus the places of
+   * its address slipping past, where without places every one of them would pass check()
+   * before the first failure was counted, each an scrypt of 32 MiB on Node's shared thread
+   * pool. Answers the release.
    */
-  begin(ip: string | null): () => void {
+  async begin(ip: string | null): Promise<() => void> {
     const key = ip ?? '';
-    const mine = this.checking.get(key) ?? 0;
-    if (mine >= MAX_CHECKS_PER_ADDRESS || this.checkingTotal >= MAX_CHECKS_IN_ALL)
+    let mine = this.byAddress.get(key);
+    if (!mine) {
+      mine = new Places(MAX_CHECKS_PER_ADDRESS, MAX_WAITING_PER_ADDRESS);
+      this.byAddress.set(key, mine);
+    }
+    const waitMine = mine.take();
+    if (!waitMine) throw new RateLimitError('too_many_login_attempts', 'Too many logins at once from this address; try again in a moment', 1);
+    await waitMine;
+    const waitAll = this.inAll.take();
+    if (!waitAll) {
+      this.giveBack(key, mine);
       throw new RateLimitError('too_many_login_attempts', 'Too many logins at once; try again in a moment', 1);
-    this.checking.set(key, mine + 1);
-    this.checkingTotal++;
+    }
+    await waitAll;
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      this.checkingTotal--;
-      const left = (this.checking.get(key) ?? 1) - 1;
-      if (left > 0) this.checking.set(key, left);
-      else this.checking.delete(key);
+      this.inAll.give();
+      this.giveBack(key, mine);
     };
+  }
+
+  private giveBack(key: string, places: Places): void {
+    places.give();
+    if (places.idle) this.byAddress.delete(key);
   }
 
   /** A successful login clears its (email, address) count; the email's count runs out by itself. */
@@ -237,11 +287,11 @@ export async function login(
   input: { email: string; password: string; workspaceId?: number | undefined },
 ): Promise<LoginResult> {
   const email = normalizeEmail(input.email) ?? input.email.trim().toLowerCase();
-  await throttle.check(email, ctx.ip);
-  const release = throttle.begin(ctx.ip);
+  const release = await throttle.begin(ctx.ip);
   let user: typeof users.$inferSelect | undefined;
   let chosen: MembershipRow | undefined;
   try {
+    await throttle.check(email, ctx.ip);
     [user] = await ctx.db.select().from(users).where(eq(users.email, email));
     // Always verify, against a dummy hash for unknown users, so both failures take the same time.
     const ok = await verifyPassword(input.password, user?.passwordHash);
