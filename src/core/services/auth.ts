@@ -9,6 +9,7 @@ import { findApiKey, isTestKey, isWellFormedApiKey, looksLikeApiKey, touchApiKey
 import { minimumPlanForKeyRole, planAtLeast } from '../roles.js';
 import { normalizeEmail, passwordProblem } from '../validation.js';
 import { LocalWindows, WindowCounter, type WindowRule, type Windows } from '../rateLimit.js';
+import { Places, PlacesByKey } from '../places.js';
 import { endSessions, type UserView } from './users.js';
 
 export const ACCESS_TOKEN_SECONDS = 15 * 60;
@@ -60,37 +61,6 @@ const MAX_CHECKS_IN_ALL = 16;
 /** Logins of all addresses waiting for a place on the node; one more is refused (429). */
 const MAX_WAITING_IN_ALL = 1_000;
 
-/** At most `limit` holders at once; others wait in order, at most `maxWaiting` of them. */
-class Places {
-  private held = 0;
-  private readonly waiting: (() => void)[] = [];
-
-  constructor(
-    private readonly limit: number,
-    private readonly maxWaiting: number,
-  ) {}
-
-  get idle(): boolean {
-    return this.held === 0 && this.waiting.length === 0;
-  }
-
-  /** Resolves once a place is held; undefined (nothing held) when too many wait already. */
-  take(): Promise<void> | undefined {
-    if (this.held < this.limit) {
-      this.held++;
-      return Promise.resolve();
-    }
-    if (this.waiting.length >= this.maxWaiting) return undefined;
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  give(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.held--;
-  }
-}
-
 /**
  * Counts failed logins in sliding windows, by three keys: the pair (email, source address),
  * which slows one guesser at once (`maxFailures` per window); the email alone with a
@@ -104,7 +74,7 @@ class Places {
 export class LoginThrottle {
   private readonly failures: Windows;
   /** Places for password checks on this node, by source address and in all (see begin). */
-  private readonly byAddress = new Map<string, Places>();
+  private readonly byAddress = new PlacesByKey(MAX_CHECKS_PER_ADDRESS, MAX_WAITING_PER_ADDRESS);
   private readonly inAll = new Places(MAX_CHECKS_IN_ALL, MAX_WAITING_IN_ALL);
   private readonly rules: { pair: ThrottleRule; email: ThrottleRule; address: ThrottleRule };
 
@@ -153,33 +123,22 @@ export class LoginThrottle {
    * pool. Answers the release.
    */
   async begin(ip: string | null): Promise<() => void> {
-    const key = ip ?? '';
-    let mine = this.byAddress.get(key);
-    if (!mine) {
-      mine = new Places(MAX_CHECKS_PER_ADDRESS, MAX_WAITING_PER_ADDRESS);
-      this.byAddress.set(key, mine);
-    }
-    const waitMine = mine.take();
-    if (!waitMine) throw new RateLimitError('too_many_login_attempts', 'Too many logins at once from this address; try again in a moment', 1);
-    await waitMine;
-    const waitAll = this.inAll.take();
-    if (!waitAll) {
-      this.giveBack(key, mine);
+    const turn = this.byAddress.take(ip ?? '');
+    if (!turn) throw new RateLimitError('too_many_login_attempts', 'Too many logins at once from this address; try again in a moment', 1);
+    const releaseMine = await turn;
+    const turnInAll = this.inAll.take();
+    if (!turnInAll) {
+      releaseMine();
       throw new RateLimitError('too_many_login_attempts', 'Too many logins at once; try again in a moment', 1);
     }
-    await waitAll;
+    await turnInAll;
     let released = false;
     return () => {
       if (released) return;
       released = true;
       this.inAll.give();
-      this.giveBack(key, mine);
+      releaseMine();
     };
-  }
-
-  private giveBack(key: string, places: Places): void {
-    places.give();
-    if (places.idle) this.byAddress.delete(key);
   }
 
   /** A successful login clears its (email, address) count; the email's count runs out by itself. */
