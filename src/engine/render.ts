@@ -155,7 +155,10 @@ async function renderBefore(source: string, ctx: RenderContext, deadline: number
   try {
     out = (await engines[mode].render(templates, scope, { renderLimit: remaining })) as string;
   } catch (err) {
-    throw new RenderError(budget && budget.remainingMs - (performance.now() - started) <= 0 ? BUDGET_SPENT : firstLine(err));
+    // In a run the budget never exceeds a string's own limit (it starts equal to it), so a
+    // time limit met there is the run's budget, whichever of the two clocks noticed first.
+    const message = firstLine(err);
+    throw new RenderError(budget && message.startsWith('template render limit exceeded') ? BUDGET_SPENT : message);
   } finally {
     if (budget) budget.remainingMs -= performance.now() - started;
   }
