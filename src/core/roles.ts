@@ -4,6 +4,15 @@ export function roleAtLeast(role: Role, min: Role): boolean {
   return ROLES.indexOf(role) >= ROLES.indexOf(min);
 }
 
+/**
+ * Whether a role reads secrets masked: a VIEWER may read workflows, automations and what a
+ * sandbox recorded, but not the webhook URLs and the keys in them (MEMBER and above, who may
+ * edit them, see them whole).
+ */
+export function readsMasked(role: Role): boolean {
+  return !roleAtLeast(role, 'MEMBER');
+}
+
 export function planAtLeast(plan: Plan, min: Plan): boolean {
   return PLANS.indexOf(plan) >= PLANS.indexOf(min);
 }

@@ -170,6 +170,10 @@ export const MASKED = '••••';
  */
 export function maskStepSecrets<T extends Record<string, unknown>>(type: unknown, fields: T): T {
   if (type !== 'http_request' || !fields.headers || typeof fields.headers !== 'object') return fields;
-  const headers = Object.fromEntries(Object.keys(fields.headers as Record<string, unknown>).map((name) => [name, MASKED]));
-  return { ...fields, headers };
+  return { ...fields, headers: maskHeaderValues(fields.headers as Record<string, unknown>) };
+}
+
+/** Headers with their names kept and their values masked. */
+export function maskHeaderValues(headers: Record<string, unknown>): Record<string, string> {
+  return Object.fromEntries(Object.keys(headers).map((name) => [name, MASKED]));
 }

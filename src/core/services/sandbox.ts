@@ -7,7 +7,7 @@ import { execute, tablesWithWorkspaceId } from '../db/dialect.js';
 import { sandboxRequests, workspaces, type Plan } from '../db/schema.js';
 import { AppError, NotFoundError } from '../errors.js';
 import type { Page } from '../pagination.js';
-import { maskStepSecrets } from '../steps.js';
+import { maskHeaderValues } from '../steps.js';
 
 /**
  * The sandbox: each live workspace may have one twin workspace (`workspaces.sandbox_of`)
@@ -187,7 +187,7 @@ export interface SandboxRequestView {
 /**
  * The http_request steps the workspace's sandbox runs recorded instead of sending, newest
  * first. `opts.masked`: the caller may only read (VIEWER), so header values are masked, as in
- * the steps that sent them (maskStepSecrets).
+ * the steps that sent them.
  */
 export async function listSandboxRequests(ctx: WorkspaceContext, page: PageRequest, opts: { masked?: boolean } = {}): Promise<Page<SandboxRequestView>> {
   return selectPage(ctx, sandboxRequests, page, (r) => ({
@@ -196,7 +196,7 @@ export async function listSandboxRequests(ctx: WorkspaceContext, page: PageReque
     stepIndex: r.stepIndex,
     method: r.method,
     url: r.url,
-    headers: opts.masked ? maskStepSecrets('http_request', { headers: r.headers }).headers : r.headers,
+    headers: opts.masked ? maskHeaderValues(r.headers) : r.headers,
     body: r.body,
     createdAt: r.createdAt,
   }));

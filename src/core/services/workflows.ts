@@ -7,7 +7,7 @@ import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { parsePath } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
 import { encryptSecret } from '../secrets.js';
-import { maskStepSecrets, validateSteps } from '../steps.js';
+import { MASKED, maskStepSecrets, validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 import { normalizeTags } from './contacts.js';
 import { baseUrlOf } from './sandbox.js';
@@ -86,7 +86,7 @@ export function maskWebhookUrl(view: WorkflowView, publicUrl: string): WorkflowV
   const steps = view.steps.map((step) => maskStepSecrets(step.type, step));
   const url = view.webhook.url;
   if (!url) return { ...view, steps };
-  return { ...view, steps, webhook: { ...view.webhook, url: `${publicUrl}${WEBHOOK_PATH_PREFIX}••••${url.slice(-4)}` } };
+  return { ...view, steps, webhook: { ...view.webhook, url: `${publicUrl}${WEBHOOK_PATH_PREFIX}${MASKED}${url.slice(-4)}` } };
 }
 
 /** 30 base62 characters from a CSPRNG: about 178 bits, unguessable and URL-safe. */

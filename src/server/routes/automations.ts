@@ -1,14 +1,11 @@
 import { Type } from '@sinclair/typebox';
 import { createAutomation, deleteAutomation, getAutomation, listAutomations, startAutomationRun, updateAutomation } from '../../core/services/automations.js';
-import type { Role } from '../../core/db/schema.js';
-import { roleAtLeast } from '../../core/roles.js';
+import { readsMasked } from '../../core/roles.js';
 import type { App } from '../app.js';
 import { FreeObject, IdParams, ListQuery, pageOf, RunStarted, WorkflowStatus } from '../schemas.js';
 
 const read = { role: 'VIEWER' as const };
 const write = { role: 'MEMBER' as const };
-/** Whether a role sees http_request header values whole (MEMBER and above; a VIEWER sees them masked). */
-const mayWrite = (role: Role) => roleAtLeast(role, write.role);
 
 /** Where the console's editor drew a node; finite numbers within a generous canvas. */
 const Coordinate = Type.Number({ minimum: -1e6, maximum: 1e6 });
@@ -53,7 +50,7 @@ export const Automation = Type.Object({
 
 export async function automationRoutes(app: App): Promise<void> {
   app.get('/automations', { config: { access: read }, schema: { querystring: ListQuery, response: { 200: pageOf(Automation) } } }, async (req) =>
-    listAutomations(req.workspaceCtx(), req.query, { masked: !mayWrite(req.principal!.role) }),
+    listAutomations(req.workspaceCtx(), req.query, { masked: readsMasked(req.principal!.role) }),
   );
 
   app.post(
@@ -72,7 +69,7 @@ export async function automationRoutes(app: App): Promise<void> {
   );
 
   app.get('/automations/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Automation } } }, async (req) =>
-    getAutomation(req.workspaceCtx(), req.params.id, { masked: !mayWrite(req.principal!.role) }),
+    getAutomation(req.workspaceCtx(), req.params.id, { masked: readsMasked(req.principal!.role) }),
   );
 
   app.patch(

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import { ensureSandbox, getSandbox, listSandboxRequests } from '../../core/services/sandbox.js';
-import { roleAtLeast } from '../../core/roles.js';
+import { readsMasked } from '../../core/roles.js';
 import type { App } from '../app.js';
 import { ListQuery, pageOf, Plan } from '../schemas.js';
 
@@ -74,6 +74,6 @@ export async function sandboxRoutes(app: App): Promise<void> {
         response: { 200: pageOf(SandboxRequest) },
       },
     },
-    async (req) => listSandboxRequests(req.workspaceCtx(), req.query, { masked: !roleAtLeast(req.principal!.role, 'MEMBER') }),
+    async (req) => listSandboxRequests(req.workspaceCtx(), req.query, { masked: readsMasked(req.principal!.role) }),
   );
 }

@@ -1,6 +1,5 @@
 import { Type } from '@sinclair/typebox';
-import type { Role } from '../../core/db/schema.js';
-import { roleAtLeast } from '../../core/roles.js';
+import { readsMasked } from '../../core/roles.js';
 import { getRun, listRuns, listWorkspaceRuns } from '../../core/services/runs.js';
 import { listWebhookEvents, replayWebhookEvent } from '../../core/services/webhooks.js';
 import { createWorkflow, getWorkflow, listWorkflows, updateWorkflow } from '../../core/services/workflows.js';
@@ -44,14 +43,11 @@ const workflowFields = {
   webhook: Type.Optional(WebhookInput),
 };
 
-/** Whether a role sees webhook URLs whole (MEMBER and above; a VIEWER sees them masked). */
-const mayWrite = (role: Role) => roleAtLeast(role, write.role);
-
 const RunParams = Type.Object({ runId: IdParams.properties.id });
 
 export async function workflowRoutes(app: App): Promise<void> {
   app.get('/workflows', { config: { access: read }, schema: { querystring: ListQuery, response: { 200: pageOf(Workflow) } } }, async (req) =>
-    listWorkflows(req.workspaceCtx(), req.query, { maskUrl: !mayWrite(req.principal!.role) }),
+    listWorkflows(req.workspaceCtx(), req.query, { maskUrl: readsMasked(req.principal!.role) }),
   );
 
   app.post(
@@ -67,7 +63,7 @@ export async function workflowRoutes(app: App): Promise<void> {
   );
 
   app.get('/workflows/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Workflow } } }, async (req) =>
-    getWorkflow(req.workspaceCtx(), req.params.id, { maskUrl: !mayWrite(req.principal!.role) }),
+    getWorkflow(req.workspaceCtx(), req.params.id, { maskUrl: readsMasked(req.principal!.role) }),
   );
 
   app.patch(
