@@ -92,8 +92,8 @@ export async function selectPage<T extends PagedTable, R>(
 }
 
 /**
- * The id of the driver's row LIST_SCAN_ROWS below the cursor (one seek and a skip along its
- * index; no driver: the workspace's rows), or null when fewer remain.
+ * The id of the driver's row `rows` (LIST_SCAN_ROWS) below the cursor (one seek and a skip
+ * along its index; no driver: the workspace's rows), or null when fewer remain.
  */
 export async function windowEnd<T extends PagedTable>(
   ctx: WorkspaceContext,
@@ -101,8 +101,9 @@ export async function windowEnd<T extends PagedTable>(
   cursor: number | undefined,
   workspaceScope: PageRequest['workspaceScope'],
   driver?: SQL,
+  rows = LIST_SCAN_ROWS,
 ): Promise<number | null> {
-  const [row] = await windowEndQuery(ctx, table, cursor, workspaceScope, driver);
+  const [row] = await windowEndQuery(ctx, table, cursor, workspaceScope, driver, rows);
   return (row?.id as number | undefined) ?? null;
 }
 
@@ -113,6 +114,7 @@ export function windowEndQuery<T extends PagedTable>(
   cursor: number | undefined,
   workspaceScope: PageRequest['workspaceScope'],
   driver?: SQL,
+  rows = LIST_SCAN_ROWS,
 ) {
   return ctx.db
     .select({ id: table.id })
@@ -120,7 +122,7 @@ export function windowEndQuery<T extends PagedTable>(
     .where(pageWhere(ctx, table, cursor, workspaceScope, [driver]))
     .orderBy(desc(table.id))
     .limit(1)
-    .offset(LIST_SCAN_ROWS);
+    .offset(rows);
 }
 
 /**

@@ -13,7 +13,15 @@ import { pageQuery, windowEndQuery, type WorkspaceContext } from '../../src/core
 import { deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { adminStats, statusCountQuery } from '../../src/core/services/admin.js';
 import { auditPageQuery } from '../../src/core/services/auditLog.js';
-import { contactListQuery, contactTagsQuery, FEW_TAGGED, listContacts, tagListQuery, type ContactFilter } from '../../src/core/services/contacts.js';
+import {
+  contactListQuery,
+  contactTagsQuery,
+  FEW_TAGGED,
+  listContacts,
+  SHORT_Q_SCAN_ROWS,
+  tagListQuery,
+  type ContactFilter,
+} from '../../src/core/services/contacts.js';
 import { encodeCursor, LIST_SCAN_ROWS } from '../../src/core/pagination.js';
 import { listRuns, listWorkspaceRuns, runQuery } from '../../src/core/services/runs.js';
 import { RULES } from '../../src/core/services/retention.js';
@@ -133,18 +141,19 @@ test('contacts on 100,000: the indexed reads give the rows a scan gives, every o
     const p = `%${q.toLowerCase()}%`;
     assert.deepEqual(await walk(ctx, { limit: 200, q }), bruteForce(s, ctx.workspaceId, like, p, p, p, p), `q=${q}`);
   }
-  // Shorter than a trigram: matched by LIKE over the workspace, LIST_SCAN_ROWS rows a page at
-  // most, the same rows across the pages; a rare one in short or empty pages.
-  for (const q of ['7', '77', 'zq']) {
+  // Shorter than a trigram: matched by LIKE over the workspace, SHORT_Q_SCAN_ROWS rows a page
+  // at most, the same rows across the pages (whatever the case of q's letters); a rare one
+  // in short or empty pages.
+  for (const q of ['7', '77', 'zq', 'SM', 'mI']) {
     const p = `%${q}%`;
     assert.deepEqual(await walk(ctx, { limit: 200, q }), bruteForce(s, ctx.workspaceId, like, p, p, p, p), `q=${q}`);
   }
   const none = await listContacts(ctx, { limit: 50, q: 'zq' });
   assert.deepEqual(none.data, []);
-  assert.ok(none.nextCursor, 'no match among the first LIST_SCAN_ROWS rows: an empty page that goes on');
+  assert.ok(none.nextCursor, 'no match among the first SHORT_Q_SCAN_ROWS rows: an empty page that goes on');
   let pages = 1;
   for (let page = none; page.nextCursor; pages++) page = await listContacts(ctx, { limit: 50, q: 'zq', cursor: page.nextCursor });
-  assert.equal(pages, Math.ceil(N / LIST_SCAN_ROWS), 'each page examines LIST_SCAN_ROWS contacts');
+  assert.equal(pages, Math.ceil(N / SHORT_Q_SCAN_ROWS), 'each page examines SHORT_Q_SCAN_ROWS contacts');
   // A tag beside a q is checked per row too, each way round.
   const vipKeys = "id IN (SELECT contact_id FROM contact_tags WHERE tag_key = 'vip')";
   for (const q of ['zq', '77', 'Smith', 'zzzz']) {
