@@ -446,6 +446,33 @@ test('list filters: tag (any case), email (any case), phone (any format), q', as
   }
 });
 
+test('q ignores the case of every letter, not only ASCII, whatever its length (one or two characters are not indexed)', async (t) => {
+  const { s, token } = await setup(t);
+  const elodie = await create(s, token, { email: 'elodie@example.fr', firstName: 'Élodie', lastName: 'ÖZTÜRK' });
+  const other = await create(s, token, { email: 'eve@example.org', firstName: 'Eve', lastName: 'Oz' });
+  const cases: [string, number[]][] = [
+    ['él', [elodie.id]],
+    ['ÉL', [elodie.id]],
+    ['É', [elodie.id]],
+    ['élo', [elodie.id]],
+    ['ÉLODIE', [elodie.id]],
+    ['öz', [elodie.id]],
+    ['ÖzT', [elodie.id]],
+    ['oz', [other.id]],
+    ['OZ', [other.id]],
+    ['ü', [elodie.id]],
+  ];
+  for (const [q, expected] of cases) {
+    const res = await s.request('GET', `/contacts?q=${encodeURIComponent(q)}`, { token });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(
+      res.body.data.map((c: { id: number }) => c.id),
+      expected,
+      `q=${q}`,
+    );
+  }
+});
+
 test('a tag beside a q, with few or many tagged contacts: the same contacts across pages either way, and an unknown tag ends at once', async (t) => {
   const { s, token } = await setup(t);
   // 'few': fewer than FEW_TAGGED contacts (read by id, q checked on each); 'many': more (q drives, the tag checked on each).

@@ -62,6 +62,9 @@ export function openDatabase(file: string, opts: { synchronous?: SynchronousLeve
   });
   client.pragma(`synchronous = ${opts.synchronous ?? 'FULL'}`);
   client.pragma('foreign_keys = ON');
+  // SQLite's own lower() (and LIKE) fold ASCII letters only; this one folds every letter, as
+  // the trigram search and PostgreSQL's lower() do. For what SQLite cannot fold itself.
+  client.function('svc_lower', { deterministic: true }, (text: unknown) => (typeof text === 'string' ? text.toLowerCase() : text));
   return drizzle(client, { schema }) as Db;
 }
 

@@ -313,13 +313,17 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
   }
   if (shortQ !== undefined) {
     const pattern = `%${escapeLike(shortQ.toLowerCase())}%`;
-    // SQLite's LIKE already ignores case as its lower() folds it (ASCII letters, and no
-    // others): lower() on each field of each row scanned only doubled the cost of the scan
-    // (bench:scale, q=zq at a million contacts). PostgreSQL's LIKE is case-sensitive.
+    // SQLite's LIKE ignores the case of ASCII letters by itself (lower() on each field of
+    // each row scanned doubled the cost of the scan: bench:scale, q=zq at a million
+    // contacts), but not of others: a q with any is matched on each field folded by
+    // svc_lower (connection.ts), like the trigram index folds them. PostgreSQL's LIKE is
+    // case-sensitive, its lower() folds every letter.
     const likeEsc =
       ctx.store.dialect === 'pg'
         ? (col: SQLiteColumn) => sql`lower(${col}) LIKE ${pattern} ESCAPE '\\'`
-        : (col: SQLiteColumn) => sql`${col} LIKE ${pattern} ESCAPE '\\'`;
+        : /[^\u0000-\u007f]/.test(shortQ)
+          ? (col: SQLiteColumn) => sql`svc_lower(${col}) LIKE ${pattern} ESCAPE '\\'`
+          : (col: SQLiteColumn) => sql`${col} LIKE ${pattern} ESCAPE '\\'`;
     conditions.push(or(likeEsc(contacts.email), likeEsc(contacts.phone), likeEsc(contacts.firstName), likeEsc(contacts.lastName)));
   }
   return ctx.db
