@@ -321,7 +321,7 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
     const likeEsc =
       ctx.store.dialect === 'pg'
         ? (col: SQLiteColumn) => sql`lower(${col}) LIKE ${pattern} ESCAPE '\\'`
-        : /[^\u0000-\u007f]/.test(shortQ)
+        : [...shortQ].some((c) => c.charCodeAt(0) > 0x7f)
           ? (col: SQLiteColumn) => sql`svc_lower(${col}) LIKE ${pattern} ESCAPE '\\'`
           : (col: SQLiteColumn) => sql`${col} LIKE ${pattern} ESCAPE '\\'`;
     conditions.push(or(likeEsc(contacts.email), likeEsc(contacts.phone), likeEsc(contacts.firstName), likeEsc(contacts.lastName)));
