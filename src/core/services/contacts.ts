@@ -274,11 +274,11 @@ export interface ContactFilter {
 export const SEARCH_MIN_INDEXED_LENGTH = 3;
 
 /**
- * How many contacts a page of a short `q` alone examines at most (other per-row checks:
- * LIST_SCAN_ROWS). Matching four fields of each row read costs more than a tag's lookup, so
- * its window is narrower, for a page at a million contacts to cost about what the whole
- * of a small workspace does; a rare pair of characters then takes more (short or empty)
- * pages to walk, each as quick.
+ * How many contacts' ids a page with a short `q` spans at most (alone or beside a tag; other
+ * per-row checks: LIST_SCAN_ROWS). Matching four fields of each row read costs more than a
+ * tag's lookup, so its window is narrower, for a page at a million contacts to cost about
+ * what the whole of a small workspace does; a rare pair of characters then takes more
+ * (short or empty) pages to walk, each as quick.
  */
 export const SHORT_Q_SCAN_ROWS = 2_500;
 
@@ -409,14 +409,7 @@ export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilte
     const [row] = await queryRows(ctx.store, ctx.db, contactSearch.ids(ctx.store, ctx.workspaceId, indexedQ!, before, 1, LIST_SCAN_ROWS));
     return row ? Number(Object.values(row)[0]) : null;
   }
-  const contactsBeyond = await windowEnd(
-    ctx,
-    contacts,
-    before,
-    'index',
-    undefined,
-    driver === 'list' && shortQ !== undefined ? SHORT_Q_SCAN_ROWS : LIST_SCAN_ROWS,
-  );
+  const contactsBeyond = await windowEnd(ctx, contacts, before, 'index', undefined, shortQ !== undefined ? SHORT_Q_SCAN_ROWS : LIST_SCAN_ROWS);
   if (driver !== 'tag' || contactsBeyond === null) return contactsBeyond;
   const [tagRow] = await tagRows(ctx, tagKey!, before).limit(1).offset(LIST_SCAN_ROWS);
   return tagRow ? Math.max(Number(tagRow.id), contactsBeyond) : contactsBeyond;
