@@ -79,10 +79,10 @@ export function workflowView(row: WorkflowRow, publicUrl: string): WorkflowView 
 /**
  * The view a VIEWER gets: the webhook URL alone lets anyone post (when no secret is set),
  * so a read-only role sees only its last 4 characters (`…/v1/webhooks/in/••••Ab3x`),
- * enough to tell URLs apart. MEMBER and above see it whole.
+ * enough to tell URLs apart; and the header values of its http_request steps, which hold
+ * the keys of the APIs it calls, masked. MEMBER and above see it whole.
  */
-export function maskWebhookUrl(view: WorkflowView, publicUrl: string): WorkflowView {
-  // The header values of its http_request steps too: they hold the keys of the APIs it calls.
+export function maskedWorkflowView(view: WorkflowView, publicUrl: string): WorkflowView {
   const steps = view.steps.map((step) => maskStepSecrets(step.type, step));
   const url = view.webhook.url;
   if (!url) return { ...view, steps };
@@ -103,18 +103,18 @@ async function findRow(ctx: WorkspaceContext, id: number): Promise<WorkflowRow> 
   return row;
 }
 
-/** `opts.maskUrl`: the caller may read but not write workflows (VIEWER); see maskWebhookUrl. */
-export async function getWorkflow(ctx: WorkspaceContext, id: number, opts: { maskUrl?: boolean } = {}): Promise<WorkflowView> {
+/** `opts.masked`: the caller may read but not write workflows (VIEWER); see maskedWorkflowView. */
+export async function getWorkflow(ctx: WorkspaceContext, id: number, opts: { masked?: boolean } = {}): Promise<WorkflowView> {
   const baseUrl = await baseUrlOf(ctx);
   const view = workflowView(await findRow(ctx, id), baseUrl);
-  return opts.maskUrl ? maskWebhookUrl(view, baseUrl) : view;
+  return opts.masked ? maskedWorkflowView(view, baseUrl) : view;
 }
 
-export async function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { maskUrl?: boolean } = {}): Promise<Page<WorkflowView>> {
+export async function listWorkflows(ctx: WorkspaceContext, page: PageRequest, opts: { masked?: boolean } = {}): Promise<Page<WorkflowView>> {
   const baseUrl = await baseUrlOf(ctx);
   return selectPage(ctx, workflows, page, (r) => {
     const view = workflowView(r, baseUrl);
-    return opts.maskUrl ? maskWebhookUrl(view, baseUrl) : view;
+    return opts.masked ? maskedWorkflowView(view, baseUrl) : view;
   });
 }
 

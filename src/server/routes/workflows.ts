@@ -47,7 +47,7 @@ const RunParams = Type.Object({ runId: IdParams.properties.id });
 
 export async function workflowRoutes(app: App): Promise<void> {
   app.get('/workflows', { config: { access: read }, schema: { querystring: ListQuery, response: { 200: pageOf(Workflow) } } }, async (req) =>
-    listWorkflows(req.workspaceCtx(), req.query, { maskUrl: readsMasked(req.principal!.role) }),
+    listWorkflows(req.workspaceCtx(), req.query, { masked: readsMasked(req.principal!.role) }),
   );
 
   app.post(
@@ -63,7 +63,7 @@ export async function workflowRoutes(app: App): Promise<void> {
   );
 
   app.get('/workflows/:id', { config: { access: read }, schema: { params: IdParams, response: { 200: Workflow } } }, async (req) =>
-    getWorkflow(req.workspaceCtx(), req.params.id, { maskUrl: readsMasked(req.principal!.role) }),
+    getWorkflow(req.workspaceCtx(), req.params.id, { masked: readsMasked(req.principal!.role) }),
   );
 
   app.patch(
