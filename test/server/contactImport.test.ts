@@ -157,6 +157,9 @@ test('keys the API refuses in a body (__proto__, constructor.prototype) are refu
     '{"email":"p1@example.com","attributes":{"__proto__":{"polluted":true},"plan":"gold"}}',
     '{"email":"p2@example.com","attributes":{"deep":{"constructor":{"prototype":{"polluted":true}}}}}',
     '{"email":"p3@example.com","attributes":{"constructor":"kept","plan":"gold"}}',
+    // The same keys spelled with escapes: the line's text does not show them, the parsed row does.
+    '{"email":"p4@example.com","attributes":{"\\u005f_proto__":{"polluted":true}}}',
+    '{"email":"p5@example.com","attributes":{"\\u0063onstructor":{"prototype":{"polluted":true}}}}',
   ].join('\n');
   const res = await importText(s, token, ndjson, NDJSON);
   assert.equal(res.status, 200, res.text);
@@ -165,6 +168,8 @@ test('keys the API refuses in a body (__proto__, constructor.prototype) are refu
     [
       [1, 'attributes', 'must not have a key named "__proto__"'],
       [2, 'attributes', 'must not have a key named "constructor" holding "prototype"'],
+      [4, 'attributes', 'must not have a key named "__proto__"'],
+      [5, 'attributes', 'must not have a key named "constructor" holding "prototype"'],
     ],
   );
   const csv = await importText(
