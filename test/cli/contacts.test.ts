@@ -9,6 +9,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { test } from 'node:test';
+import { normalizePhone } from '../../src/core/validation.js';
 import { CLI_COMMAND, cliEnv, runCli, show, tempDir } from './helpers.js';
 
 const PASSWORD = 'contacts-cli-pass-1';
@@ -208,4 +209,91 @@ test('on a terminal, an import and an export into a file show a progress line th
   const some = await onTerminal(dataDir, ['contacts', 'export', '--workspace', ws, '--q', 'p14', '--out', join(dataDir, 'some.ndjson')]);
   assert.match(some, /^\r?\d+ contacts written\r?\n/m);
   assert.match(some, /11111 contacts written to /);
+});
+
+test('phone numbers are checked and normalised by the built program exactly as by libphonenumber-js itself (the bundle compiles its patterns once)', async (t) => {
+  const dataDir = tempDir(t);
+  const init = await runCli(dataDir, ['init', '--yes', '--plan', 'PRO', '--email', 'ops@example.com', '--password-stdin', '--json'], { stdin: PASSWORD });
+  assert.equal(init.code, 0, show(init));
+  const ws = String(init.json().workspace.id);
+  // Numbers of calling codes several countries share (+1, +7, +39, +44, +47, +262, +590), of
+  // single countries, national ones read in the default region (US), and invalid ones; then
+  // numbers made of random digits behind common calling codes, most of them invalid.
+  const inputs = [
+    '+1 613 555 0138',
+    '+14155552671',
+    '+1 242 357 1234',
+    '+1 876 927 1234',
+    '+1 000 000 0000',
+    '+1 784 457 1234',
+    '+44 7911 123456',
+    '+44 1534 123456',
+    '+44 1624 123456',
+    '+44 20 1234',
+    '+33 6 12 34 56 78',
+    '+49 30 123456',
+    '+81 3-1234-5678',
+    '+61 2 9876 5432',
+    '+7 912 345 67 89',
+    '+7 701 234 5678',
+    '+39 06 1234 5678',
+    '+39 06 698 12345',
+    '+47 22 12 34 56',
+    '+47 79 12 34 56',
+    '+262 262 12 34 56',
+    '+262 269 61 23 45',
+    '+590 590 12 34 56',
+    '+590 690 00 12 34',
+    '(415) 555-2671',
+    '415.555.2671',
+    '212 555 0100',
+    '555-0100',
+    '12',
+    '+999 123',
+    'abc',
+    '+800 1234 5678',
+    '+882 1234 5678',
+  ];
+  let seed = 7;
+  const random = () => {
+    seed = (seed * 48271) % 2147483647;
+    return seed / 2147483647;
+  };
+  for (const code of ['1', '7', '33', '44', '49', '52', '55', '61', '86', '91', '234', '262', '590']) {
+    for (let i = 0; i < 25; i++) {
+      const length = 6 + Math.floor(random() * 7);
+      inputs.push(`+${code}${Array.from({ length }, () => Math.floor(random() * 10)).join('')}`);
+    }
+  }
+  // What the library answers, unbundled (this test process runs the sources); a number two
+  // inputs share is kept once, since the second row would be refused as another contact's.
+  const cases: { email: string; input: string; phone: string | undefined }[] = [];
+  const seen = new Set<string>();
+  for (const input of inputs) {
+    const phone = normalizePhone(input, 'US');
+    if (phone !== undefined && seen.has(phone)) continue;
+    if (phone !== undefined) seen.add(phone);
+    cases.push({ email: `p${cases.length}@example.com`, input, phone });
+  }
+  const valid = cases.filter((c) => c.phone !== undefined).length;
+  assert.ok(valid >= 30 && cases.length - valid >= 100, `${valid} valid numbers of ${cases.length}`);
+  const file = join(dataDir, 'phones.ndjson');
+  writeFileSync(file, cases.map((c) => JSON.stringify({ email: c.email, phone: c.input })).join('\n'));
+  const imported = await runCli(dataDir, ['contacts', 'import', file, '--workspace', ws, '--json']);
+  assert.equal(imported.code, 0, show(imported));
+  assert.deepEqual([imported.json().created, imported.json().errorCount], [valid, cases.length - valid]);
+  const exported = await runCli(dataDir, ['contacts', 'export', '--workspace', ws]);
+  assert.equal(exported.code, 0, show(exported));
+  const stored = new Map(
+    exported.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { email: string; phone: string | null })
+      .map((c) => [c.email, c.phone ?? undefined]),
+  );
+  // A refused number leaves no contact; an accepted one is stored as the library wrote it.
+  assert.deepEqual(
+    cases.map((c) => [c.input, stored.get(c.email)]),
+    cases.map((c) => [c.input, c.phone]),
+  );
 });
