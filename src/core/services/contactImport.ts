@@ -176,10 +176,10 @@ export async function startImport(ctx: WorkspaceContext, opts: ImportOptions): P
   return jobView(row);
 }
 
-/** A row as read from the file, before normalisation: the fields, or why it could not be read. */
 /**
- * A row as its source read it. `screened`: its text proved it holds no U+0000 and no key
- * named `__proto__` or `constructor` (normalizeRow then skips walking it for them).
+ * A row as read from the file, before normalisation: the fields, or why it could not be read.
+ * `screened`: its text proved it holds no U+0000 and no key named `__proto__` or
+ * `constructor` (normalizeRow then skips walking it for them).
  */
 type SourceRow = { line: number; input: ContactInput; screened?: boolean } | { line: number; error: ImportRowError };
 
