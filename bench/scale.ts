@@ -9,7 +9,8 @@
 // Then a fresh server imports an NDJSON file of `contacts` contacts through
 // POST /contacts/import, and its time to COMPLETED and the server's peak RSS are printed.
 // BENCH_SKIP_IMPORT=1 or BENCH_SKIP_READS=1 leave a part out. BENCH_PHONE_EVERY=n gives the
-// imported contacts a phone number on one row in n (default 10; 1: every row, as a list for SMS).
+// imported contacts a phone number on one row in n (default 10; 1: every row, as a list for SMS);
+// BENCH_IMPORT_FORMAT=csv imports the same contacts as CSV (header row; plan as a column).
 import { execFileSync, spawn } from 'node:child_process';
 import { createWriteStream, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
@@ -41,6 +42,8 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 100);
 const PASSWORD = 'bench-password-123';
 /** One imported row in this many has a phone number (checked and normalised: the dearest field). */
 const PHONE_EVERY = Math.max(1, Number(process.env.BENCH_PHONE_EVERY ?? 10));
+/** The imported file's format: NDJSON (default) or CSV. */
+const IMPORT_FORMAT = process.env.BENCH_IMPORT_FORMAT === 'csv' ? 'csv' : 'ndjson';
 
 if (!Number.isInteger(BIG) || BIG < SMALL) {
   console.error('usage: npm run bench:scale [contacts]   (default 1000000, at least 1000)');
@@ -178,10 +181,14 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
 /** An NDJSON file of n contacts: email, names, 10% vip, a phone on 10%, one attribute. */
 async function writeImportFile(file: string, n: number): Promise<void> {
   const out = createWriteStream(file);
-  let chunk = '';
+  let chunk = IMPORT_FORMAT === 'csv' ? 'email,phone,firstName,lastName,tags,plan\n' : '';
   for (let i = 1; i <= n; i++) {
-    const phone = i % PHONE_EVERY === 0 ? `,"phone":"+1613${String(2_000_000 + (i % 7_000_000)).padStart(7, '0')}"` : '';
-    chunk += `{"email":"import${i}@example.org"${phone},"firstName":"Grace${i}","lastName":"Hopper${i}","tags":${i % 10 === 0 ? '["vip"]' : '[]'},"attributes":{"plan":"p${i % 7}"}}\n`;
+    const phone = i % PHONE_EVERY === 0 ? `+1613${String(2_000_000 + (i % 7_000_000)).padStart(7, '0')}` : '';
+    const vip = i % 10 === 0;
+    chunk +=
+      IMPORT_FORMAT === 'csv'
+        ? `import${i}@example.org,${phone},Grace${i},Hopper${i},${vip ? 'vip' : ''},p${i % 7}\n`
+        : `{"email":"import${i}@example.org"${phone ? `,"phone":"${phone}"` : ''},"firstName":"Grace${i}","lastName":"Hopper${i}","tags":${vip ? '["vip"]' : '[]'},"attributes":{"plan":"p${i % 7}"}}\n`;
     if (chunk.length > 1 << 20) {
       if (!out.write(chunk)) await new Promise<void>((r) => out.once('drain', () => r()));
       chunk = '';
@@ -192,7 +199,7 @@ async function writeImportFile(file: string, n: number): Promise<void> {
 }
 
 async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: string, workspaceId: number): Promise<void> {
-  const file = join(dataDir, 'import.ndjson');
+  const file = join(dataDir, `import.${IMPORT_FORMAT}`);
   await writeImportFile(file, BIG);
   const size = statSync(file).size;
   const server = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
@@ -214,7 +221,7 @@ async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: strin
         '-H',
         `authorization: Bearer ${token}`,
         '-H',
-        'content-type: application/x-ndjson',
+        `content-type: ${IMPORT_FORMAT === 'csv' ? 'text/csv' : 'application/x-ndjson'}`,
         '-T',
         file,
         `${base}/contacts/import`,
@@ -237,7 +244,7 @@ async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: strin
     }
     const seconds = (performance.now() - started) / 1000;
     console.log(
-      `\nimport of ${BIG.toLocaleString('en')} contacts (NDJSON, ${(size / 1e6).toFixed(0)} MB, a phone on one row in ${PHONE_EVERY}, POST /contacts/import): ${job.status}, ${job.created} created, ${job.errorCount} refused, ${seconds.toFixed(1)} s, server peak RSS ${peakRssMb(server.child.pid!)} MB`,
+      `\nimport of ${BIG.toLocaleString('en')} contacts (${IMPORT_FORMAT.toUpperCase()}, ${(size / 1e6).toFixed(0)} MB, a phone on one row in ${PHONE_EVERY}, POST /contacts/import): ${job.status}, ${job.created} created, ${job.errorCount} refused, ${seconds.toFixed(1)} s, server peak RSS ${peakRssMb(server.child.pid!)} MB`,
     );
     if (job.failure) console.log(JSON.stringify(job.failure));
     if (job.status === 'COMPLETED') for (const format of ['ndjson', 'csv'] as const) await bulkExport(server.child.pid!, base, token, format, job.created);

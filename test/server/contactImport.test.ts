@@ -186,8 +186,28 @@ test('keys the API refuses in a body (__proto__, constructor.prototype) are refu
       [4, 'attributes'],
     ],
   );
+  // Under a header without such names, the keys of an attributes cell: plain or with escapes.
+  const escaped = await importText(
+    s,
+    token,
+    'email,attributes\nd1@example.com,"{""\\u005f_proto__"":{""polluted"":true}}"\nd2@example.com,"{""c\\u006fnstructor"":{""prototype"":{}}}"\nd3@example.com,"{""k"":""v""}"\n',
+    CSV,
+  );
+  assert.equal(escaped.status, 200, escaped.text);
+  assert.deepEqual(
+    escaped.body.errors.map((e: any) => [e.line, e.field]),
+    [
+      [2, 'attributes'],
+      [3, 'attributes'],
+    ],
+  );
+  assert.equal(escaped.body.created, 1);
   const byEmail = new Map((await contactsOf(s, token)).map((c) => [c.email, c.attributes]));
-  assert.deepEqual(Object.fromEntries(byEmail), { 'p3@example.com': { constructor: 'kept', plan: 'gold' }, 'c1@example.com': { constructor: 'b' } });
+  assert.deepEqual(Object.fromEntries(byEmail), {
+    'p3@example.com': { constructor: 'kept', plan: 'gold' },
+    'c1@example.com': { constructor: 'b' },
+    'd3@example.com': { k: 'v' },
+  });
   assert.equal(({} as { polluted?: boolean }).polluted, undefined);
   // The API refuses the same keys in a body.
   const api = await s.request('POST', '/contacts', {

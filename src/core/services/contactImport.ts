@@ -232,10 +232,11 @@ function ndjsonRow(line: number, text: string): SourceRow {
 }
 
 /**
- * True when a line of JSON text cannot hold U+0000 or a key `__proto__` or `constructor`:
- * without a backslash it has no escapes, so every key appears in it as it is, and a string can
- * hold U+0000 only as the escape (JSON.parse refuses the character itself). Two scans of a
- * line instead of two walks of every object of every row (a million in an import).
+ * True when a row's text (a line of JSON, or a CSV record's) cannot give it U+0000 or a key
+ * `__proto__` or `constructor`: without a backslash it has no escapes, so every key appears in
+ * it as it is, and a JSON string can hold U+0000 only as the escape (JSON.parse refuses the
+ * character itself; a CSV record is also checked for the character). Scans of a row's text
+ * instead of two walks of every object of every row (a million in an import).
  */
 function screened(text: string): boolean {
   return !text.includes('\\') && !text.includes('__proto__') && !text.includes('constructor');
@@ -316,15 +317,24 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
   const feeding = pipeline(source, parser);
   feeding.catch(() => undefined); // its error reaches the loop below through the parser
   let header: { name: string; kind: string }[] | undefined;
+  // An attribute takes its name from the header: a row is screened only under a header whose
+  // names hold none of what normalizeRow looks for.
+  let headerScreened = false;
   try {
     for await (const item of parser as AsyncIterable<{ record: string[]; info: { lines: number }; raw: string }>) {
       const breaks = (item.raw.replace(/\r?\n$/, '').match(/\n/g) ?? []).length;
       const line = item.info.lines - breaks;
       if (!header) {
         header = csvHeader(item.record);
+        headerScreened = header.every((c) => !c.name.includes('\u0000') && screened(c.name));
         continue;
       }
-      yield csvRow(line, header, item.record);
+      // Every value of a row is a piece of its text (unquoting drops a field's enclosing quotes
+      // and halves doubled ones, so it joins nothing), and so is every key of its JSON
+      // attributes cell when the text has no backslash.
+      const row = csvRow(line, header, item.record);
+      if (headerScreened && 'input' in row && !item.raw.includes('\u0000') && screened(item.raw)) row.screened = true;
+      yield row;
     }
     await feeding;
   } catch (err) {
