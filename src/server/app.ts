@@ -42,6 +42,7 @@ import { WriteBatcher } from '../core/db/batcher.js';
 import { Engine, type EngineOptions } from '../engine/scheduler.js';
 import { WebhookReceiver } from '../core/services/webhooks.js';
 import { pruneAll, pruneAllPg, Pruner } from '../core/services/retention.js';
+import { compactSearchIndex } from '../core/db/searchIndex.js';
 import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
 import { Readiness, registerReadiness } from './readiness.js';
@@ -390,13 +391,22 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(consoleRoutes, config.consoleDir ? { files: readConsoleFiles(config.consoleDir) } : {});
 
   // What the retention settings no longer keep is pruned at start and every 10 minutes, in
-  // small batches through the group commit, so requests go on between batches.
+  // small batches through the group commit, so requests go on between batches. On SQLite the
+  // contact search index is then compacted when changed and deleted contacts left it many
+  // tombstones (searchIndex.ts), also in small steps.
   const pruner = sqlite && batcher ? new Pruner(sqlite, config) : undefined;
   let pruning: Promise<void> | undefined;
+  let closing = false;
+  const compact = async () => {
+    if (!sqlite) return;
+    const { steps } = await compactSearchIndex(sqlite, { stop: () => closing });
+    if (steps > 0) app.log.info({ steps }, 'compacted the contact search index');
+  };
   const prune = () => {
     pruning ??= (pruner && batcher ? pruneAll(pruner, (work) => batcher.run(work)) : pruneAllPg(deps.store, config))
-      .then((deleted) => {
+      .then(async (deleted) => {
         if (Object.values(deleted).some((n) => n > 0)) app.log.info({ deleted }, 'pruned what the retention settings no longer keep');
+        await compact().catch((err: unknown) => app.log.warn({ err }, 'compacting the contact search index failed; it is tried again in 10 minutes'));
       })
       .catch((err: unknown) => app.log.warn({ err }, 'pruning failed; it is tried again in 10 minutes'))
       .finally(() => (pruning = undefined));
@@ -408,6 +418,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   app.addHook('onClose', async () => {
     clearInterval(pruneTimer);
+    closing = true;
     await pruning;
     await engine?.stop();
     await batcher?.close();

@@ -7,6 +7,7 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
 import { rawSql } from '../db/dialect.js';
 import { isSqliteStore, isWriteConflict } from '../db/store.js';
+import { compactSearchIndex } from '../db/searchIndex.js';
 import { MAX_TAGS_PER_CONTACT, nulPointer, prototypeKeyPointer, TOO_MANY_TAGS } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
@@ -844,6 +845,16 @@ export async function runImport(
     }
   } finally {
     clearInterval(heartbeat);
+    // Rows changed by the import (names, emails, phones) left tombstones in the search index:
+    // many of them are compacted away before the job is reported done, so that searches are
+    // as fast as before it (searchIndex.ts). Also after a failure: what was committed stays.
+    if (sqlite && !hooks.signal?.aborted) {
+      try {
+        await compactSearchIndex(sqlite, { stop: () => hooks.signal?.aborted === true });
+      } catch (err) {
+        hooks.onError?.(err);
+      }
+    }
     await sqlite?.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
   }
   return finish(ctx, jobId, failure, bytes.bytes);
