@@ -81,6 +81,41 @@ async function serveFlags(t: TestContext, env: NodeJS.ProcessEnv): Promise<strin
     .filter((a) => a.startsWith('--'));
 }
 
+test('bin/svc contacts import and export re-execute with 16 MB semi-spaces (a million rows peaked over 300 MB without)', {
+  skip: process.platform === 'linux' ? false : skipOutsideCI('reads /proc, which only Linux has'),
+}, async (t) => {
+  const dataDir = tempDir(t);
+  const init = spawnSync(process.execPath, [BIN, '--data-dir', dataDir, 'init', '--yes', '--email', 'owner@example.com', '--json'], {
+    encoding: 'utf8',
+    env: cliEnv(),
+    timeout: 60_000,
+  });
+  assert.equal(init.status, 0, init.stderr);
+  // Reading standard input, which stays open until the flags were read.
+  const child = spawn(process.execPath, [BIN, '--data-dir', dataDir, 'contacts', 'import', '-', '--format', 'ndjson', '--workspace', '1', '--json'], {
+    env: cliEnv(),
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  t.after(() => child.kill('SIGKILL'));
+  let output = '';
+  child.stdout.setEncoding('utf8').on('data', (d: string) => (output += d));
+  child.stderr.setEncoding('utf8').on('data', (d: string) => (output += d));
+  const flags = () =>
+    readFileSync(`/proc/${child.pid}/cmdline`, 'utf8')
+      .split('\0')
+      .filter((a) => a.startsWith('--max-semi-space-size'));
+  const until = Date.now() + 30_000;
+  while (flags().length === 0) {
+    assert.ok(Date.now() < until && child.exitCode === null, `no re-execution:\n${output}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.deepEqual(flags(), ['--max-semi-space-size=16']);
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+  child.stdin.end('{"email":"ada@example.com"}\n');
+  assert.equal(await exited, 0, output);
+  assert.equal(JSON.parse(output).created, 1);
+});
+
 test('bin/svc serve re-executes with 4 MB semi-spaces, 16 MB on an ingest-only node', {
   skip: process.platform === 'linux' ? false : skipOutsideCI('reads /proc, which only Linux has'),
 }, async (t) => {
