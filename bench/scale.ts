@@ -7,7 +7,9 @@
 // BENCH_WARMUP more (default 100), from a child process of its own that drops each body as it
 // streams (see measure: the client's own garbage collection must not be in the timings).
 // Then a fresh server imports an NDJSON file of `contacts` contacts through
-// POST /contacts/import, and its time to COMPLETED and the server's peak RSS are printed.
+// POST /contacts/import, and its time to COMPLETED and the server's peak RSS are printed; it
+// exports them back, then imports the same contacts again, each renamed (every row an update
+// and a rewrite in the search index), timed the same way, and times a search for a new name.
 // BENCH_SKIP_IMPORT=1 or BENCH_SKIP_READS=1 leave a part out. BENCH_PHONE_EVERY=n gives the
 // imported contacts a phone number on one row in n (default 10; 1: every row, as a list for SMS);
 // BENCH_IMPORT_FORMAT=csv imports the same contacts as CSV (header row; plan as a column).
@@ -178,15 +180,24 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
   }
 }
 
-/** An NDJSON file of n contacts: email, names, 10% vip, a phone on 10%, one attribute. */
-async function writeImportFile(file: string, n: number): Promise<void> {
+/**
+ * A file of n contacts: email, names, 10% vip, a phone on one in PHONE_EVERY, one attribute.
+ * `rename`: the same contacts again, each with a new last name, a new tag and its attribute
+ * changed (an upsert that updates every one of them, and rewrites its row in the search index).
+ */
+async function writeImportFile(file: string, n: number, rename = false): Promise<void> {
   const out = createWriteStream(file);
-  let chunk = IMPORT_FORMAT === 'csv' ? 'email,phone,firstName,lastName,tags,plan\n' : '';
+  const csv = IMPORT_FORMAT === 'csv';
+  let chunk = csv ? (rename ? 'email,lastName,tags,plan\n' : 'email,phone,firstName,lastName,tags,plan\n') : '';
   for (let i = 1; i <= n; i++) {
     const phone = i % PHONE_EVERY === 0 ? `+1613${String(2_000_000 + (i % 7_000_000)).padStart(7, '0')}` : '';
     const vip = i % 10 === 0;
-    chunk +=
-      IMPORT_FORMAT === 'csv'
+    if (rename)
+      chunk += csv
+        ? `import${i}@example.org,Lovelace${i},renamed,q${i % 7}\n`
+        : `{"email":"import${i}@example.org","lastName":"Lovelace${i}","tags":["renamed"],"attributes":{"plan":"q${i % 7}"}}\n`;
+    else
+      chunk += csv
         ? `import${i}@example.org,${phone},Grace${i},Hopper${i},${vip ? 'vip' : ''},p${i % 7}\n`
         : `{"email":"import${i}@example.org"${phone ? `,"phone":"${phone}"` : ''},"firstName":"Grace${i}","lastName":"Hopper${i}","tags":${vip ? '["vip"]' : '[]'},"attributes":{"plan":"p${i % 7}"}}\n`;
     if (chunk.length > 1 << 20) {
@@ -198,56 +209,93 @@ async function writeImportFile(file: string, n: number): Promise<void> {
   await new Promise<void>((r) => out.once('finish', () => r()));
 }
 
+interface ImportJob {
+  status: string;
+  created: number;
+  updated: number;
+  errorCount: number;
+  lines: number;
+  failure: unknown;
+}
+
+/** POSTs `file` to /contacts/import with curl and waits for its job: the job and the seconds from the first byte to its end. */
+async function uploadImport(base: string, token: string, file: string): Promise<{ job: ImportJob; seconds: number; afterRows: number }> {
+  const started = performance.now();
+  // curl keeps sending after the early 202 (Node's http client stops writing once it has
+  // a complete answer); it streams the file from disk with its declared length.
+  const accepted = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const curl = spawn('curl', [
+      '-sS',
+      '-w',
+      '\n%{http_code}',
+      '-X',
+      'POST',
+      '-H',
+      `authorization: Bearer ${token}`,
+      '-H',
+      `content-type: ${IMPORT_FORMAT === 'csv' ? 'text/csv' : 'application/x-ndjson'}`,
+      '-T',
+      file,
+      `${base}/contacts/import`,
+    ]);
+    let out = '';
+    curl.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    curl.on('error', reject);
+    curl.on('exit', () => {
+      const cut = out.lastIndexOf('\n');
+      resolve({ status: Number(out.slice(cut + 1)), body: out.slice(0, cut) });
+    });
+  });
+  if (accepted.status !== 202) throw new Error(`import answered ${accepted.status}: ${accepted.body}`);
+  const id = JSON.parse(accepted.body).id as number;
+  let job: ImportJob;
+  // When each count of lines was first seen: the job's last stretch, after its last row was
+  // committed, is the search index's compaction (SQLite).
+  const seen = new Map<number, number>();
+  for (;;) {
+    job = await json(`${base}/contacts/imports/${id}`, 'GET', undefined, token);
+    if (!seen.has(job.lines)) seen.set(job.lines, performance.now());
+    if (job.status !== 'RUNNING') break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const end = performance.now();
+  return { job, seconds: (end - started) / 1000, afterRows: (end - seen.get(job.lines)!) / 1000 };
+}
+
 async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: string, workspaceId: number): Promise<void> {
   const file = join(dataDir, `import.${IMPORT_FORMAT}`);
   await writeImportFile(file, BIG);
   const size = statSync(file).size;
   const server = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
   const base = server.match[1]!;
+  const pid = server.child.pid!;
   try {
     const token = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId })).token as string;
     // The import's peak RSS, not the login's (scrypt takes 32 MiB for a moment).
-    resetPeakRss(server.child.pid!);
-    const started = performance.now();
-    // curl keeps sending after the early 202 (Node's http client stops writing once it has
-    // a complete answer); it streams the file from disk with its declared length.
-    const accepted = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const curl = spawn('curl', [
-        '-sS',
-        '-w',
-        '\n%{http_code}',
-        '-X',
-        'POST',
-        '-H',
-        `authorization: Bearer ${token}`,
-        '-H',
-        `content-type: ${IMPORT_FORMAT === 'csv' ? 'text/csv' : 'application/x-ndjson'}`,
-        '-T',
-        file,
-        `${base}/contacts/import`,
-      ]);
-      let out = '';
-      curl.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-      curl.on('error', reject);
-      curl.on('exit', () => {
-        const cut = out.lastIndexOf('\n');
-        resolve({ status: Number(out.slice(cut + 1)), body: out.slice(0, cut) });
-      });
-    });
-    if (accepted.status !== 202) throw new Error(`import answered ${accepted.status}: ${accepted.body}`);
-    const id = JSON.parse(accepted.body).id as number;
-    let job: { status: string; created: number; errorCount: number; failure: unknown };
-    for (;;) {
-      job = await json(`${base}/contacts/imports/${id}`, 'GET', undefined, token);
-      if (job.status !== 'RUNNING') break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    const seconds = (performance.now() - started) / 1000;
+    resetPeakRss(pid);
+    const { job, seconds } = await uploadImport(base, token, file);
     console.log(
-      `\nimport of ${BIG.toLocaleString('en')} contacts (${IMPORT_FORMAT.toUpperCase()}, ${(size / 1e6).toFixed(0)} MB, a phone on one row in ${PHONE_EVERY}, POST /contacts/import): ${job.status}, ${job.created} created, ${job.errorCount} refused, ${seconds.toFixed(1)} s, server peak RSS ${peakRssMb(server.child.pid!)} MB`,
+      `\nimport of ${BIG.toLocaleString('en')} contacts (${IMPORT_FORMAT.toUpperCase()}, ${(size / 1e6).toFixed(0)} MB, a phone on one row in ${PHONE_EVERY}, POST /contacts/import): ${job.status}, ${job.created} created, ${job.errorCount} refused, ${seconds.toFixed(1)} s, server peak RSS ${peakRssMb(pid)} MB`,
     );
     if (job.failure) console.log(JSON.stringify(job.failure));
-    if (job.status === 'COMPLETED') for (const format of ['ndjson', 'csv'] as const) await bulkExport(server.child.pid!, base, token, format, job.created);
+    if (job.status !== 'COMPLETED') return;
+    for (const format of ['ndjson', 'csv'] as const) await bulkExport(pid, base, token, format, job.created);
+    // The same contacts again, each renamed: every row an update, and a rewrite in the search
+    // index, which is compacted before the job completes; then a search for a new name.
+    const renames = join(dataDir, `rename.${IMPORT_FORMAT}`);
+    await writeImportFile(renames, BIG, true);
+    resetPeakRss(pid);
+    const again = await uploadImport(base, token, renames);
+    console.log(
+      `re-import renaming them all (upsert, ${(statSync(renames).size / 1e6).toFixed(0)} MB): ${again.job.status}, ${again.job.updated} updated, ${again.job.errorCount} refused, ${again.seconds.toFixed(1)} s (the last ${again.afterRows.toFixed(1)} s after its last row: the search index compacted), server peak RSS ${peakRssMb(pid)} MB`,
+    );
+    if (again.job.failure) console.log(JSON.stringify(again.job.failure));
+    let k = 0;
+    const [p50, p99] = await measure(base, token, () => `/contacts?q=Lovelace${(k++ % BIG) + 1}`, 200);
+    const [c50, c99] = await measure(base, token, () => '/contacts?q=Lovelace77', 200);
+    console.log(
+      `after it, GET /contacts?q=Lovelace<n> (one match) p50 ${p50.toFixed(1)} / p99 ${p99.toFixed(1)} ms; q=Lovelace77 p50 ${c50.toFixed(1)} / p99 ${c99.toFixed(1)} ms`,
+    );
   } finally {
     await stop(server.child);
   }
