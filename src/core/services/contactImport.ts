@@ -844,10 +844,11 @@ export async function runImport(
       hooks.onError?.(err);
     }
   } finally {
-    clearInterval(heartbeat);
     // Rows changed by the import (names, emails, phones) left tombstones in the search index:
     // many of them are compacted away before the job is reported done, so that searches are
     // as fast as before it (searchIndex.ts). Also after a failure: what was committed stays.
+    // The job goes on beating meanwhile (a large index takes a while), so it is never taken
+    // for one whose process stopped.
     if (sqlite && !hooks.signal?.aborted) {
       try {
         await compactSearchIndex(sqlite, { stop: () => hooks.signal?.aborted === true });
@@ -855,6 +856,7 @@ export async function runImport(
         hooks.onError?.(err);
       }
     }
+    clearInterval(heartbeat);
     await sqlite?.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
   }
   return finish(ctx, jobId, failure, bytes.bytes);
