@@ -1,8 +1,9 @@
 // npm run bench:search [contacts]: what renaming contacts costs SQLite's search index (FTS5),
 // as svc has it and as it could be. For each variant, a fresh migrated database gets two
 // workspaces of `contacts` contacts (default 1,000,000; bench/seed.ts), then every contact of
-// the second is renamed by single-row UPDATEs, 2,000 to a transaction (as an import writes
-// them; the triggers rewrite each one's index entry); then the index is compacted
+// the second is renamed by single-row UPDATEs, 2,000 to a transaction (as the API's and the
+// engine's updates write, and imports did before 4847d86; the triggers rewrite each one's
+// index entry, a new index segment per statement); then the index is compacted
 // (src/core/db/searchIndex.ts; not before-0017, which had no compaction) and a search for one renamed contact is timed, newest first as
 // svc lists contacts and, for comparison, oldest first. BENCH_VARIANTS picks among:
 // - `svc`: the index as migrated (contentless_delete; tombstones, which FTS5 leaves to svc's
