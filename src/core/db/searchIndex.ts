@@ -27,7 +27,7 @@ const TOMBSTONE_PAGES = 'SELECT block FROM contacts_fts_data WHERE id >= 9007199
  */
 const MIN_TOMBSTONES = 1_000;
 const TOMBSTONE_SHARE = 0.1;
-/** Pages written per step: 20-80 ms of work on a million contacts (2 vCPUs). */
+/** Pages written per step: about 50 ms of work each on two million contacts (`npm run bench:search`, 2 vCPUs). */
 const MERGE_PAGES = 500;
 /** A stop for a loop that never finishes (new segments keep arriving): far above any index's needs. */
 const MAX_STEPS = 100_000;

@@ -865,8 +865,9 @@ export async function runImport(
     }
   } finally {
     // Rows changed by the import (names, emails, phones) left tombstones in the search index:
-    // many of them are compacted away before the job is reported done, so that searches are
-    // as fast as before it (searchIndex.ts). Also after a failure: what was committed stays.
+    // many of them are compacted away before the job is reported done, so that searches do
+    // not step over one for every contact it changed (searchIndex.ts). Also after a failure:
+    // what was committed stays.
     // The job goes on beating meanwhile (a large index takes a while), so it is never taken
     // for one whose process stopped.
     if (sqlite && !hooks.signal?.aborted) {
