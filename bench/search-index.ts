@@ -24,6 +24,11 @@ const N = Number(process.argv[2] ?? process.env.BENCH_CONTACTS ?? 1_000_000);
 const VARIANTS = (process.env.BENCH_VARIANTS ?? 'svc,before-0017,no-tombstones').split(',');
 const BATCH = 2_000;
 
+if (!Number.isInteger(N) || N < BATCH) {
+  console.error(`usage: npm run bench:search [contacts]   (default 1000000, at least ${BATCH})`);
+  process.exit(2);
+}
+
 /** The candidate's index and triggers, in place of migration 0008/0013's (same columns, same rows). */
 const NO_TOMBSTONES = `
 DROP TRIGGER contacts_after_insert; DROP TRIGGER contacts_after_update; DROP TRIGGER contacts_after_delete; DROP TABLE contacts_fts;
