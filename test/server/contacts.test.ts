@@ -473,6 +473,38 @@ test('q ignores the case of every letter, not only ASCII, whatever its length (o
   }
 });
 
+test('q alone pages through its matches newest first, whether they fit in a page (read oldest first, turned round) or not', async (t) => {
+  const { s, token } = await setup(t);
+  const made: number[] = [];
+  for (let i = 0; i < 12; i++) made.push((await create(s, token, { email: `m${i}@example.com`, firstName: i % 4 === 0 ? `Quill${i}` : `Other${i}` })).id);
+  const quills = made.filter((_, i) => i % 4 === 0).reverse();
+  const all = [...made].reverse();
+  for (const [q, expected] of [
+    ['quill', quills],
+    ['example.com', all],
+    ['other1', [made[11]!, made[10]!, made[1]!]],
+    ['nobody', []],
+  ] as const) {
+    // Limits below, at and above the number of matches: the page's one more (limit + 1) too.
+    for (const limit of [1, 2, expected.length - 1, expected.length, expected.length + 1, 50].filter((l) => l >= 1)) {
+      const ids: number[] = [];
+      let cursor: string | null = null;
+      let pages = 0;
+      do {
+        const res = await s.request('GET', `/contacts?q=${q}&limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`, { token });
+        assert.equal(res.status, 200, res.text);
+        assert.ok(res.body.data.length <= limit);
+        ids.push(...res.body.data.map((c: { id: number }) => c.id));
+        cursor = res.body.nextCursor;
+        assert.ok(++pages < 100);
+      } while (cursor);
+      assert.deepEqual(ids, expected, `q=${q}&limit=${limit}`);
+      // A page that holds every match says there is no next one.
+      if (limit >= expected.length) assert.equal(pages, 1, `q=${q}&limit=${limit}`);
+    }
+  }
+});
+
 test('a tag beside a q, with few or many tagged contacts: the same contacts across pages either way, and an unknown tag ends at once', async (t) => {
   const { s, token } = await setup(t);
   // 'few': fewer than FEW_TAGGED contacts (read by id, q checked on each); 'many': more (q drives, the tag checked on each).

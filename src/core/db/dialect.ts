@@ -71,6 +71,17 @@ export const contactSearch = {
     const below = before ? sql` AND rowid < ${before}` : sql``;
     return sql`SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)}${below} ORDER BY rowid DESC${limitSql}`;
   },
+  /**
+   * SQLite: the ids of matching contacts below the cursor, oldest first, at most `limit`. FTS5
+   * walks its lists forward several times faster than backward: at a million contacts a
+   * search with one match took 1-4 ms oldest first and 12-16 ms newest first (`npm run
+   * bench:search`). A search with at most a page of matches is read this way, in full, and
+   * turned round (contacts.ts, fewMatches).
+   */
+  oldestIds(workspaceId: number, q: string, before: number | undefined, limit: number): SQL {
+    const below = before ? sql` AND rowid < ${before}` : sql``;
+    return sql`SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)}${below} ORDER BY rowid LIMIT ${limit}`;
+  },
   /** A condition on the row `contacts.id = idColumn`: whether it matches (checked per row, for a list driven by another filter). */
   matches(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, id: unknown): SQL {
     if (store.dialect === 'pg') return pgMatch(q);
