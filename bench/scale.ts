@@ -96,6 +96,8 @@ async function walkPages(base: string, token: string, start: string, pages: numb
 }
 
 const cursorAt = (id: number) => Buffer.from(`v1:${id}`).toString('base64url');
+/** A cursor at a contact picked at random among a workspace's. */
+const anywhere = (ids: { lo: number; hi: number }) => cursorAt(ids.lo + Math.floor(Math.random() * (ids.hi - ids.lo)) + 1);
 const fmt = (n: number) => n.toFixed(1).padStart(6);
 
 async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, bigWs: number, smallWs: number): Promise<void> {
@@ -134,14 +136,11 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       ['GET /contacts?tag=nosuch&q=Smith (no match)', () => '/contacts?tag=nosuch&q=Smith'],
       ['GET /contacts?tag=vip', () => '/contacts?tag=vip'],
       ['GET /contacts?email=...', (s) => `/contacts?email=user${(++k % s.n) + 1}@${s.prefix}.example`],
-      [
-        'GET /contacts?limit=200&cursor=<anywhere>',
-        (s) => `/contacts?limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`,
-      ],
-      [
-        'GET /contacts?tag=vip&limit=200&cursor=<anywhere>',
-        (s) => `/contacts?tag=vip&limit=200&cursor=${cursorAt(s.ids.lo + Math.floor(Math.random() * (s.ids.hi - s.ids.lo)) + 1)}`,
-      ],
+      ['GET /contacts?limit=200&cursor=<anywhere>', (s) => `/contacts?limit=200&cursor=${anywhere(s.ids)}`],
+      ['GET /contacts?tag=vip&limit=200&cursor=<anywhere>', (s) => `/contacts?tag=vip&limit=200&cursor=${anywhere(s.ids)}`],
+      // Every contact's email ends so: a q whose matches are the whole workspace, and one of a ninth.
+      ['GET /contacts?q=.example&limit=200&cursor=<anywhere>', (s) => `/contacts?q=.example&limit=200&cursor=${anywhere(s.ids)}`],
+      ['GET /contacts?q=Smith7&cursor=<anywhere>', (s) => `/contacts?q=Smith7&cursor=${anywhere(s.ids)}`],
       ['GET /tags', () => '/tags'],
       ['GET /billing/plan', () => '/billing/plan'],
       ['GET /runs?limit=50', () => '/runs?limit=50'],

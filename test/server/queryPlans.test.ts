@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { eq } from 'drizzle-orm';
+import { eq, type SQL, sql } from 'drizzle-orm';
 import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
 import { pageQuery, windowEndQuery, type WorkspaceContext } from '../../src/core/context.js';
 import { deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
@@ -26,6 +26,7 @@ import { encodeCursor, LIST_SCAN_ROWS } from '../../src/core/pagination.js';
 import { listRuns, listWorkspaceRuns, runQuery } from '../../src/core/services/runs.js';
 import { RULES } from '../../src/core/services/retention.js';
 import { FIRST_BY_IDEMPOTENCY_KEY } from '../../src/core/db/intake.js';
+import { ftsRowid, queryRows } from '../../src/core/db/dialect.js';
 import { SQLITE_SCHEDULER_STATEMENTS } from '../../src/engine/sql.js';
 import { createWorkspace } from '../../src/core/services/workspaces.js';
 import { build, type TestServer, sqliteStoreOf } from '../helpers.js';
@@ -106,6 +107,18 @@ test('contacts on 100,000: list, cursor, tag, email, phone and search queries se
     assertSeeks(lines, label);
     assert.match(lines.join(' | '), uses, `${label}: ${lines.join(' | ')}`);
   }
+  // The cursor's bound reaches the search index: FTS5 takes a rowid constraint only when its
+  // value is an INTEGER, and better-sqlite3 binds a JavaScript number as a REAL. Asked for
+  // rowid = a value, FTS5 answers the one row when it took the bound and every match when it
+  // ignored it (a bound on `<` it ignored, SQLite checked on every match above the cursor).
+  const match = `ws : "w${ctx.workspaceId}w" AND {email phone first_name last_name} : "big.example"`;
+  const id = (await listContacts(ctx, { limit: 1 })).data[0]!.id;
+  const equal = async (bound: SQL) =>
+    Number(
+      Object.values((await queryRows(s.store, s.db, sql`SELECT count(*) FROM contacts_fts WHERE contacts_fts MATCH ${match} AND rowid = ${bound}`))[0]!)[0],
+    );
+  assert.equal(await equal(sql`${id}`), N, 'a number bound as it is: ignored by FTS5');
+  assert.equal(await equal(ftsRowid(id)), 1, 'ftsRowid: taken by FTS5');
   // A few tagged contacts beside a q: read by id, newest first without a sort.
   const few = plan(s, contactListQuery(ctx, { limit: 50, tag: 'rare', q: 'Smith' }, null, [90, 40, 7]));
   assertSeeks(few, 'few tagged and q');
