@@ -141,6 +141,7 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       // Every contact's email ends so: a q whose matches are the whole workspace, and one of a ninth.
       ['GET /contacts?q=.example&limit=200&cursor=<anywhere>', (s) => `/contacts?q=.example&limit=200&cursor=${anywhere(s.ids)}`],
       ['GET /contacts?q=Smith7&cursor=<anywhere>', (s) => `/contacts?q=Smith7&cursor=${anywhere(s.ids)}`],
+      ['GET /contacts?tag=vip&q=Smith7&cursor=<anywhere>', (s) => `/contacts?tag=vip&q=Smith7&cursor=${anywhere(s.ids)}`],
       ['GET /tags', () => '/tags'],
       ['GET /billing/plan', () => '/billing/plan'],
       ['GET /runs?limit=50', () => '/runs?limit=50'],
