@@ -96,7 +96,7 @@ async function walkPages(base: string, token: string, start: string, pages: numb
 }
 
 const cursorAt = (id: number) => Buffer.from(`v1:${id}`).toString('base64url');
-/** A cursor at a contact picked at random among a workspace's. */
+/** A cursor at a row picked at random among a workspace's ids (contacts', runs', ...). */
 const anywhere = (ids: { lo: number; hi: number }) => cursorAt(ids.lo + Math.floor(Math.random() * (ids.hi - ids.lo)) + 1);
 const fmt = (n: number) => n.toFixed(1).padStart(6);
 
@@ -107,7 +107,9 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
     const big = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: bigWs })).token as string;
     const small = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: smallWs })).token as string;
     const db = new Database(dbFile, { readonly: true });
-    const ids = (ws: number) => db.prepare('SELECT min(id) AS lo, max(id) AS hi FROM contacts WHERE workspace_id = ?').get(ws) as { lo: number; hi: number };
+    const ids = (ws: number, table = 'contacts') =>
+      db.prepare(`SELECT min(id) AS lo, max(id) AS hi FROM ${table} WHERE workspace_id = ?`).get(ws) as { lo: number; hi: number };
+    const rangesOf = (ws: number) => ({ runs: ids(ws, 'workflow_runs'), events: ids(ws, 'webhook_events'), attempts: ids(ws, 'delivery_attempts') });
     const wf = (ws: number) => (db.prepare('SELECT id FROM workflows WHERE workspace_id = ?').get(ws) as { id: number }).id;
     // Entries of the workspace to start pages below (its ids interleave with the other's: logins).
     const auditIds = (ws: number) =>
@@ -120,10 +122,21 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
         n: SMALL,
         prefix: 'small',
         ids: ids(smallWs),
+        ranges: rangesOf(smallWs),
         wf: wf(smallWs),
         audit: auditIds(smallWs),
       },
-      { name: `${BIG.toLocaleString('en')}`, token: big, ws: bigWs, n: BIG, prefix: 'big', ids: ids(bigWs), wf: wf(bigWs), audit: auditIds(bigWs) },
+      {
+        name: `${BIG.toLocaleString('en')}`,
+        token: big,
+        ws: bigWs,
+        n: BIG,
+        prefix: 'big',
+        ids: ids(bigWs),
+        ranges: rangesOf(bigWs),
+        wf: wf(bigWs),
+        audit: auditIds(bigWs),
+      },
     ];
     db.close();
     let k = 0;
@@ -152,6 +165,10 @@ async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, big
       ['GET /messages/delivery-attempts?status=FAILED', () => '/messages/delivery-attempts?status=FAILED'],
       ['GET /workflows/:id/webhook-events', (s) => `/workflows/${s.wf}/webhook-events`],
       ['GET /messages/delivery-attempts', () => '/messages/delivery-attempts'],
+      ['GET /runs?limit=200&cursor=<anywhere>', (s) => `/runs?limit=200&cursor=${anywhere(s.ranges.runs)}`],
+      ['GET /runs?status=FAILED&cursor=<anywhere>', (s) => `/runs?status=FAILED&cursor=${anywhere(s.ranges.runs)}`],
+      ['GET /workflows/:id/webhook-events?cursor=<anywhere>', (s) => `/workflows/${s.wf}/webhook-events?cursor=${anywhere(s.ranges.events)}`],
+      ['GET /messages/delivery-attempts?cursor=<anywhere>', (s) => `/messages/delivery-attempts?cursor=${anywhere(s.ranges.attempts)}`],
       ['GET /audit-logs', () => '/audit-logs'],
       ['GET /audit-logs?action=contact.updated', () => '/audit-logs?action=contact.updated'],
       ['GET /audit-logs?actorType=USER', () => '/audit-logs?actorType=USER'],
