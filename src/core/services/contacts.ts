@@ -384,7 +384,8 @@ async function fewTagged(ctx: WorkspaceContext, filter: ContactFilter): Promise<
  * page's worth (`take`), read oldest first in full (FTS5's quick direction: contactSearch.oldestIds)
  * with one more to tell; undefined when there are more (the page is then read newest first
  * from the cursor, a walk that stops after the page). A search for one contact by name or
- * address, the commonest, is then 4-10x cheaper at a million contacts.
+ * address, the commonest, is then several times cheaper at a million contacts (README,
+ * Reads at scale).
  */
 async function fewMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
   if (ctx.store.dialect !== 'sqlite') return undefined;
