@@ -13,6 +13,7 @@
 // BENCH_SKIP_IMPORT=1 or BENCH_SKIP_READS=1 leave a part out. BENCH_PHONE_EVERY=n gives the
 // imported contacts a phone number on one row in n (default 10; 1: every row, as a list for SMS);
 // BENCH_IMPORT_FORMAT=csv imports the same contacts as CSV (header row; plan as a column).
+// BENCH_DATABASE_URL=postgres://... runs it all on PostgreSQL, in a database of its own.
 import { execFileSync, spawn } from 'node:child_process';
 import { createWriteStream, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
@@ -21,7 +22,8 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { Pool } from 'undici';
 import { json, peakRssMb, resetPeakRss, startProcess, stop } from './lib.js';
-import { seedActivity, seedContacts, seedWorkflow } from './seed.js';
+import pg from 'pg';
+import { pgSeedActivity, pgSeedContacts, pgSeedCounters, seedActivity, seedContacts, type SeedContactsOptions } from './seed.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const BIG = Number(process.argv[2] ?? process.env.BENCH_CONTACTS ?? 1_000_000);
@@ -100,45 +102,43 @@ const cursorAt = (id: number) => Buffer.from(`v1:${id}`).toString('base64url');
 const anywhere = (ids: { lo: number; hi: number }) => cursorAt(ids.lo + Math.floor(Math.random() * (ids.hi - ids.lo)) + 1);
 const fmt = (n: number) => n.toFixed(1).padStart(6);
 
-async function reads(svcBin: string, env: NodeJS.ProcessEnv, dbFile: string, bigWs: number, smallWs: number): Promise<void> {
+/** What the reads need to know of each seeded workspace: its contacts' and activity's id ranges, its workflow, audit entries to start pages below. */
+interface Seeded {
+  ws: number;
+  ids: IdRange;
+  ranges: { runs: IdRange; events: IdRange; attempts: IdRange };
+  wf: number;
+  audit: number[];
+}
+type IdRange = { lo: number; hi: number };
+
+async function seededOf(db: BenchDb, ws: number): Promise<Seeded> {
+  const ids = async (table: string): Promise<IdRange> => {
+    const r = await db.get<{ lo: unknown; hi: unknown }>(`SELECT min(id) AS lo, max(id) AS hi FROM ${table} WHERE workspace_id = ?`, [ws]);
+    return { lo: Number(r.lo), hi: Number(r.hi) };
+  };
+  return {
+    ws,
+    ids: await ids('contacts'),
+    ranges: { runs: await ids('workflow_runs'), events: await ids('webhook_events'), attempts: await ids('delivery_attempts') },
+    wf: Number((await db.get<{ id: unknown }>('SELECT id FROM workflows WHERE workspace_id = ?', [ws])).id),
+    // Entries of the workspace to start pages below (its ids interleave with the other's: logins).
+    audit: (await db.all<{ id: unknown }>('SELECT id FROM audit_logs WHERE workspace_id = ? ORDER BY random() LIMIT 500', [ws])).map((r) => Number(r.id)),
+  };
+}
+
+async function reads(svcBin: string, env: NodeJS.ProcessEnv, bigSeeded: Seeded, smallSeeded: Seeded): Promise<void> {
   const server = await startProcess(svcBin, ['serve', '--port', '0'], env, /svc listening on (\S+)/);
   const base = server.match[1]!;
   try {
-    const big = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: bigWs })).token as string;
-    const small = (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: smallWs })).token as string;
-    const db = new Database(dbFile, { readonly: true });
-    const ids = (ws: number, table = 'contacts') =>
-      db.prepare(`SELECT min(id) AS lo, max(id) AS hi FROM ${table} WHERE workspace_id = ?`).get(ws) as { lo: number; hi: number };
-    const rangesOf = (ws: number) => ({ runs: ids(ws, 'workflow_runs'), events: ids(ws, 'webhook_events'), attempts: ids(ws, 'delivery_attempts') });
-    const wf = (ws: number) => (db.prepare('SELECT id FROM workflows WHERE workspace_id = ?').get(ws) as { id: number }).id;
-    // Entries of the workspace to start pages below (its ids interleave with the other's: logins).
-    const auditIds = (ws: number) =>
-      (db.prepare('SELECT id FROM audit_logs WHERE workspace_id = ? ORDER BY random() LIMIT 500').all(ws) as { id: number }[]).map((r) => r.id);
+    const login = async (ws: number) =>
+      (await json(`${base}/auth/login`, 'POST', { email: 'bench@example.com', password: PASSWORD, workspaceId: ws })).token as string;
+    const big = await login(bigSeeded.ws);
+    const small = await login(smallSeeded.ws);
     const sizes = [
-      {
-        name: `${SMALL.toLocaleString('en')}`,
-        token: small,
-        ws: smallWs,
-        n: SMALL,
-        prefix: 'small',
-        ids: ids(smallWs),
-        ranges: rangesOf(smallWs),
-        wf: wf(smallWs),
-        audit: auditIds(smallWs),
-      },
-      {
-        name: `${BIG.toLocaleString('en')}`,
-        token: big,
-        ws: bigWs,
-        n: BIG,
-        prefix: 'big',
-        ids: ids(bigWs),
-        ranges: rangesOf(bigWs),
-        wf: wf(bigWs),
-        audit: auditIds(bigWs),
-      },
+      { name: `${SMALL.toLocaleString('en')}`, token: small, n: SMALL, prefix: 'small', ...smallSeeded },
+      { name: `${BIG.toLocaleString('en')}`, token: big, n: BIG, prefix: 'big', ...bigSeeded },
     ];
-    db.close();
     let k = 0;
     const rows: [string, (s: (typeof sizes)[number]) => string][] = [
       ['GET /contacts?limit=50 (first page)', () => '/contacts?limit=50'],
@@ -361,11 +361,74 @@ async function bulkExport(pid: number, base: string, token: string, format: 'ndj
   );
 }
 
+/** The seeding's and the id ranges' connection to the database svc serves: its SQLite file, or PostgreSQL. */
+interface BenchDb {
+  get<T>(text: string, params: unknown[]): Promise<T>;
+  all<T>(text: string, params: unknown[]): Promise<T[]>;
+  close(): Promise<void>;
+}
+
+function sqliteDb(file: string): BenchDb & { client: Database.Database } {
+  const client = new Database(file);
+  client.pragma('journal_mode = WAL');
+  client.pragma('cache_size = -262144');
+  return {
+    client,
+    get: async <T>(text: string, params: unknown[]) => client.prepare(text).get(...params) as T,
+    all: async <T>(text: string, params: unknown[]) => client.prepare(text).all(...params) as T[],
+    close: async () => {
+      client.pragma('wal_checkpoint(TRUNCATE)');
+      client.close();
+    },
+  };
+}
+
+async function postgresDb(url: string): Promise<BenchDb & { client: pg.Client }> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  // Triggers off for the seeding (pgSeedContacts says why); the counters are written after it.
+  await client.query('SET session_replication_role = replica');
+  const numbered = (text: string) => {
+    let n = 0;
+    return text.replace(/\?/g, () => `$${++n}`);
+  };
+  return {
+    client,
+    get: async <T>(text: string, params: unknown[]) => (await client.query(numbered(text), params)).rows[0] as T,
+    all: async <T>(text: string, params: unknown[]) => (await client.query(numbered(text), params)).rows as T[],
+    close: () => client.end(),
+  };
+}
+
+/**
+ * BENCH_DATABASE_URL (a PostgreSQL server's URL whose user may create databases): the same
+ * benchmark on PostgreSQL, in a database of its own (svc_bench_scale, dropped first and after).
+ */
+const PG_URL = process.env.BENCH_DATABASE_URL;
+const PG_DATABASE = 'svc_bench_scale';
+
+async function pgAdmin(action: 'create' | 'drop'): Promise<string> {
+  const admin = new pg.Client({ connectionString: PG_URL });
+  await admin.connect();
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${PG_DATABASE} WITH (FORCE)`);
+    if (action === 'create') await admin.query(`CREATE DATABASE ${PG_DATABASE}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(PG_URL!);
+  url.pathname = `/${PG_DATABASE}`;
+  return url.toString();
+}
+
 async function main(): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'svc-bench-scale-'));
-  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_ENGINE: 'false' };
+  const databaseUrl = PG_URL ? await pgAdmin('create') : undefined;
+  const env = { ...process.env, SVC_DATA_DIR: dataDir, SVC_LOG_LEVEL: 'warn', SVC_ENGINE: 'false', ...(databaseUrl ? { SVC_DATABASE_URL: databaseUrl } : {}) };
   const svcBin = join(root, 'bin', 'svc');
-  console.log(`bench:scale on ${cpus().length} CPUs (${cpus()[0]?.model.trim()}), ${(totalmem() / 2 ** 30).toFixed(0)} GB; Node ${process.version}`);
+  console.log(
+    `bench:scale on ${cpus().length} CPUs (${cpus()[0]?.model.trim()}), ${(totalmem() / 2 ** 30).toFixed(0)} GB; Node ${process.version}; ${databaseUrl ? 'PostgreSQL' : 'SQLite'}`,
+  );
   try {
     const init = JSON.parse(
       execFileSync(svcBin, ['init', '--yes', '--plan', 'PRO', '--email', 'bench@example.com', '--password-stdin', '--json'], {
@@ -379,42 +442,60 @@ async function main(): Promise<void> {
       (JSON.parse(execFileSync(svcBin, ['workspace', 'create', '--name', name, '--plan', 'PRO', '--json'], { env }).toString()) as { id: number }).id;
     const smallWs = make('small');
     const importWs = make('import');
-    const dbFile = join(dataDir, 'svc.db');
-    const db = new Database(dbFile);
-    db.pragma('journal_mode = WAL');
-    db.pragma('cache_size = -262144');
-    const userId = (db.prepare('SELECT id FROM users WHERE email = ?').get('bench@example.com') as { id: number }).id;
-    const member = db.prepare("INSERT INTO memberships (workspace_id, user_id, role) VALUES (?, ?, 'OWNER')");
-    member.run(smallWs, userId);
-    member.run(importWs, userId);
+    const sqlite = databaseUrl ? undefined : sqliteDb(join(dataDir, 'svc.db'));
+    const postgres = databaseUrl ? await postgresDb(databaseUrl) : undefined;
+    const db: BenchDb = (sqlite ?? postgres)!;
+    const userId = (await db.get<{ id: unknown }>('SELECT id FROM users WHERE email = ?', ['bench@example.com'])).id;
+    for (const ws of [smallWs, importWs])
+      await db.all("INSERT INTO memberships (workspace_id, user_id, role) VALUES (?, ?, 'OWNER') RETURNING workspace_id", [ws, userId]);
+    let seeded: [Seeded, Seeded] | undefined;
     if (!process.env.BENCH_SKIP_READS) {
       let t0 = performance.now();
-      for (let done = 0; done < BIG; done += 100_000) seedContacts(db, bigWs, Math.min(100_000, BIG - done), { prefix: 'big', offset: done });
-      seedContacts(db, smallWs, SMALL, { prefix: 'small', offset: BIG });
+      const contactsOf = async (ws: number, n: number, opts: SeedContactsOptions) =>
+        postgres ? pgSeedContacts(postgres.client, ws, n, opts) : seedContacts(sqlite!.client, ws, n, opts);
+      for (let done = 0; done < BIG; done += 100_000) await contactsOf(bigWs, Math.min(100_000, BIG - done), { prefix: 'big', offset: done });
+      await contactsOf(smallWs, SMALL, { prefix: 'small', offset: BIG });
       console.log(`seeded ${BIG.toLocaleString('en')} + ${SMALL.toLocaleString('en')} contacts in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
       t0 = performance.now();
-      const bigWf = seedWorkflow(db, bigWs);
-      for (let done = 0; done < BIG; done += 100_000) seedActivity(db, bigWs, bigWf, Math.min(100_000, BIG - done));
-      seedActivity(db, smallWs, seedWorkflow(db, smallWs), SMALL);
+      const activityOf = async (ws: number, wf: number, n: number) =>
+        postgres ? pgSeedActivity(postgres.client, ws, wf, n) : seedActivity(sqlite!.client, ws, wf, n);
+      const workflowOf = async (ws: number) =>
+        Number(
+          (
+            await db.get<{ id: unknown }>(
+              "INSERT INTO workflows (workspace_id, name, status, trigger_source, steps) VALUES (?, 'seeded', 'ACTIVE', 'MANUAL', '[]') RETURNING id",
+              [ws],
+            )
+          ).id,
+        );
+      const bigWf = await workflowOf(bigWs);
+      for (let done = 0; done < BIG; done += 100_000) await activityOf(bigWs, bigWf, Math.min(100_000, BIG - done));
+      await activityOf(smallWs, await workflowOf(smallWs), SMALL);
+      if (postgres) {
+        await pgSeedCounters(postgres.client, [bigWs, smallWs]);
+        // What autovacuum does to a table soon after so many new rows: its statistics for the
+        // planner, and the visibility map that lets an index-only scan skip the table.
+        await postgres.client.query('VACUUM ANALYZE');
+      }
       console.log(
         `seeded ${BIG.toLocaleString('en')} + ${SMALL.toLocaleString('en')} runs, webhook events, delivery attempts and audit entries in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
       );
+      seeded = [await seededOf(db, bigWs), await seededOf(db, smallWs)];
     }
-    db.pragma('wal_checkpoint(TRUNCATE)');
-    db.close();
-    if (!process.env.BENCH_SKIP_READS) await readsInChild({ svcBin, env, dbFile, bigWs, smallWs });
+    await db.close();
+    if (seeded) await readsInChild({ svcBin, env, big: seeded[0], small: seeded[1] });
     if (!process.env.BENCH_SKIP_IMPORT) await bulkImport(svcBin, env, dataDir, importWs);
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
+    if (PG_URL) await pgAdmin('drop');
   }
 }
 
 interface ReadsJob {
   svcBin: string;
   env: NodeJS.ProcessEnv;
-  dbFile: string;
-  bigWs: number;
-  smallWs: number;
+  big: Seeded;
+  small: Seeded;
 }
 
 /** Times the reads from a fresh Node process (this file again, told the job by READS_JOB), its output inherited. */
@@ -430,6 +511,6 @@ async function readsInChild(job: ReadsJob): Promise<void> {
 const READS_JOB = 'SVC_BENCH_SCALE_READS';
 const job = process.env[READS_JOB];
 if (job) {
-  const { svcBin, env, dbFile, bigWs, smallWs } = JSON.parse(job) as ReadsJob;
-  await reads(svcBin, env, dbFile, bigWs, smallWs);
+  const { svcBin, env, big, small } = JSON.parse(job) as ReadsJob;
+  await reads(svcBin, env, big, small);
 } else await main();
