@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { desc, eq, like } from 'drizzle-orm';
 import { apiKeys, auditLogs, contacts, contactTags } from '../../src/core/db/schema.js';
-import { FEW_TAGGED } from '../../src/core/services/contacts.js';
+import { FEW_TAGGED, PG_SEARCH_WALK_ROWS } from '../../src/core/services/contacts.js';
 import { type HttpResult, type TestServer, assertProblem, buildAsOwner, seededRandom } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -503,6 +503,56 @@ test('q alone pages through its matches newest first, whether they fit in a page
       if (limit >= expected.length) assert.equal(pages, 1, `q=${q}&limit=${limit}`);
     }
   }
+});
+
+test('q alone, in a workspace larger than the walk before the search index: matches below the walk, inside it, or both, newest first across pages', async (t) => {
+  const { s, token } = await setup(t);
+  // Oldest first: Deep0..Deep299, then PG_SEARCH_WALK_ROWS + 300 others, three of them deep
+  // too among the newest. On PostgreSQL a page walks PG_SEARCH_WALK_ROWS contacts below its
+  // cursor and takes the rest from the trigram index; on SQLite FTS5 walks the matches.
+  const n = 300 + PG_SEARCH_WALK_ROWS + 300;
+  const deepNew = new Set([300 + PG_SEARCH_WALK_ROWS - 1, n - 150, n - 1]);
+  const rows = Array.from({ length: n }, (_, i) =>
+    JSON.stringify({ email: `w${i}@example.com`, firstName: i < 300 || deepNew.has(i) ? `Deep${i}` : `Plain${i}` }),
+  );
+  const imported = await s.request('POST', '/contacts/import', { token, raw: `${rows.join('\n')}\n`, headers: { 'content-type': 'application/x-ndjson' } });
+  assert.ok(imported.status === 200 || imported.status === 202, imported.text);
+  for (let job = imported.body; job.status === 'RUNNING'; ) {
+    await new Promise((r) => setTimeout(r, 50));
+    job = (await s.request('GET', `/contacts/imports/${job.id}`, { token })).body;
+  }
+  const everyone: { id: number; firstName: string }[] = [];
+  for (let cursor: string | null = null, first = true; first || cursor; first = false) {
+    const res = await s.request('GET', `/contacts?limit=200${cursor ? `&cursor=${cursor}` : ''}`, { token });
+    everyone.push(...res.body.data);
+    cursor = res.body.nextCursor;
+  }
+  assert.equal(everyone.length, n);
+  const deep = everyone.filter((c) => c.firstName.startsWith('Deep')).map((c) => c.id);
+  const walk = (q: string, limit: number, from?: number) => async () => {
+    const ids: number[] = [];
+    let cursor: string | null = from ? Buffer.from(`v1:${from}`).toString('base64url') : null;
+    let pages = 0;
+    do {
+      const res = await s.request('GET', `/contacts?q=${q}&limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`, { token });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.body.data.length, Math.min(limit, deep.filter((id) => !from || id < from).length - ids.length), 'every page full but the last');
+      ids.push(...res.body.data.map((c: { id: number }) => c.id));
+      cursor = res.body.nextCursor;
+      assert.ok(++pages < 1000);
+    } while (cursor);
+    return ids;
+  };
+  for (const limit of [1, 3, 4, 50, 200]) assert.deepEqual(await walk('deep', limit)(), deep, `limit=${limit}`);
+  // From a cursor among the newest: the walk below it meets one deep contact, the index the rest.
+  const from = everyone[100]!.id;
+  assert.deepEqual(
+    await walk('DEEP', 50, from)(),
+    deep.filter((id) => id < from),
+  );
+  // Nothing matches: every contact walked, then the index answers none.
+  const none = await s.request('GET', '/contacts?q=nobody-here', { token });
+  assert.deepEqual([none.status, none.body.data, none.body.nextCursor], [200, [], null]);
 });
 
 test('a tag beside a q, with few or many tagged contacts: the same contacts across pages either way, and an unknown tag ends at once', async (t) => {

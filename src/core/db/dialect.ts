@@ -92,6 +92,17 @@ export const contactSearch = {
     const below = before ? sql` AND rowid < ${ftsRowid(before)}` : sql``;
     return sql`SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)}${below} ORDER BY rowid LIMIT ${limit}`;
   },
+  /**
+   * PostgreSQL: the workspace's `window` contacts below the cursor, newest first, walked along
+   * the primary key and each matched: one row of the window's last id (`end`, null when the
+   * window is empty), how many it held (`n`) and its first `take` matches' ids, newest first
+   * (`ids`). A walk of 2,000 costs about 2.5 ms at any size (contacts.ts, pgMatches).
+   */
+  pgWalk(workspaceId: number, q: string, before: number | undefined, window: number, take: number): SQL {
+    const below = before ? sql` AND id < ${before}` : sql``;
+    return sql`SELECT min(id) AS "end", count(*) AS n, (array_agg(id ORDER BY id DESC) FILTER (WHERE ${pgMatch(q, sql.raw('s'))}))[1:${take}] AS ids
+      FROM (SELECT id, ${pgSearchable} AS s FROM contacts WHERE workspace_id = ${workspaceId}${below} ORDER BY id DESC LIMIT ${window}) w`;
+  },
   /** A condition on the row `contacts.id = idColumn`: whether it matches (checked per row, for a list driven by another filter). */
   matches(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, id: unknown): SQL {
     if (store.dialect === 'pg') return pgMatch(q);
@@ -107,9 +118,9 @@ const pgSearchable = sql.raw(
  * The substring condition on the indexed expression. A newline in q would span two fields,
  * and PostgreSQL text cannot hold NUL: such a q matches nothing, as in FTS5.
  */
-function pgMatch(q: string): SQL {
+function pgMatch(q: string, searchable: SQL = pgSearchable): SQL {
   if (q.includes('\n') || q.includes('\u0000')) return sql`false`;
-  return sql`${pgSearchable} ILIKE ${`%${escapeLike(q)}%`}`;
+  return sql`${searchable} ILIKE ${`%${escapeLike(q)}%`}`;
 }
 
 /** An FTS5 query: the workspace's marker in `ws`, and the text as one quoted phrase in the contact columns. */
