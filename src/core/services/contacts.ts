@@ -3,6 +3,7 @@ import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, windowEnd, withTransaction, type WorkspaceContext } from '../context.js';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { contactSearch, escapeLike, execute, queryRows } from '../db/dialect.js';
+import type { Store } from '../db/store.js';
 import { contacts, contactTags, tagCounts, workflowRuns } from '../db/schema.js';
 import { changeRunsInSteps } from './cascade.js';
 import { BadRequestError, ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
@@ -291,7 +292,7 @@ export const SHORT_Q_SCAN_ROWS = 2_500;
  * row (the tag's primary key, the trigram index at that rowid), never by a second list.
  */
 export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, beyond: number | null = null, tagged?: number[], matched?: number[]) {
-  const { before, take, indexedQ, shortQ, tagKey, alone, driver } = listPlan(filter, tagged, matched);
+  const { before, take, indexedQ, shortQ, tagKey, alone, driver } = listPlan(filter, ctx.store.dialect, tagged, matched);
   const conditions: (SQL | undefined)[] = [before ? lt(contacts.id, before) : undefined, beyond !== null ? gt(contacts.id, beyond) : undefined];
   if (filter.email !== undefined) conditions.push(eq(contacts.email, normalizeEmail(filter.email) ?? filter.email.trim().toLowerCase()));
   if (filter.phone !== undefined) conditions.push(eq(contacts.phone, normalizePhone(filter.phone, ctx.config.defaultPhoneRegion) ?? filter.phone.trim()));
@@ -336,8 +337,12 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
 /**
  * How a page of GET /contacts is read: which filter drives it through its index, which are
  * checked per row. `tagged`: the tag's contacts below the cursor, when they are few (fewTagged).
+ * A tag beside an indexed q: on SQLite q drives (FTS5 walks its matches in order; a check of q
+ * on one row walks its postings to that row), on PostgreSQL the tag (the trigram index has no
+ * order, and q checked on one row is a plain ILIKE on it): there, q driving beside tag=vip took
+ * over a second a page at a million contacts whose matches sat far below the cursor.
  */
-function listPlan(filter: ContactFilter, tagged?: number[], matched?: number[]) {
+function listPlan(filter: ContactFilter, dialect: Store['dialect'], tagged?: number[], matched?: number[]) {
   const before = decodeCursor(filter.cursor);
   const take = filter.limit + 1;
   const q = filter.q?.trim() ?? '';
@@ -352,7 +357,7 @@ function listPlan(filter: ContactFilter, tagged?: number[], matched?: number[]) 
         ? 'tagged'
         : matched !== undefined
           ? 'matched'
-          : indexedQ !== undefined
+          : indexedQ !== undefined && (tagKey === undefined || dialect === 'sqlite')
             ? 'q'
             : tagKey !== undefined
               ? 'tag'
@@ -373,7 +378,7 @@ export const FEW_TAGGED = 32;
 
 /** The tag's contacts below the cursor, newest first, when a tag and an indexed `q` are filtered and there are at most FEW_TAGGED. */
 async function fewTagged(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
-  const { before, tagKey, driver } = listPlan(filter);
+  const { before, tagKey, driver } = listPlan(filter, ctx.store.dialect);
   if (driver !== 'q' || tagKey === undefined) return undefined;
   const rows = await tagRows(ctx, tagKey, before).limit(FEW_TAGGED + 1);
   return rows.length <= FEW_TAGGED ? rows.map((r) => r.id) : undefined;
@@ -388,7 +393,7 @@ async function fewTagged(ctx: WorkspaceContext, filter: ContactFilter): Promise<
  * Reads at scale).
  */
 async function fewMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
-  const { before, take, indexedQ, alone, driver } = listPlan(filter);
+  const { before, take, indexedQ, alone, driver } = listPlan(filter, ctx.store.dialect);
   if (driver !== 'q' || !alone || ctx.store.dialect !== 'sqlite') return undefined;
   const rows = await queryRows(ctx.store, ctx.db, contactSearch.oldestIds(ctx.workspaceId, indexedQ!, before, take + 1));
   return rows.length <= take ? rows.map((r) => Number(Object.values(r)[0])).reverse() : undefined;
@@ -408,7 +413,7 @@ export const PG_SEARCH_WALK_ROWS = 2_000;
  * from the index below them, in a transaction that forbids the planner the walk.
  */
 async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
-  const { before, take, indexedQ, alone, driver } = listPlan(filter);
+  const { before, take, indexedQ, alone, driver } = listPlan(filter, ctx.store.dialect);
   if (driver !== 'q' || !alone || ctx.store.dialect !== 'pg') return undefined;
   const [walk] = await queryRows<{ end: unknown; n: unknown; ids: unknown[] | null }>(
     ctx.store,
@@ -424,7 +429,7 @@ async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<
       // Only the index's bitmap is left to the planner (its other choices walk or read every contact).
       await execute(tx.store, tx.db, sql`SET LOCAL enable_indexscan = off`);
       await execute(tx.store, tx.db, sql`SET LOCAL enable_seqscan = off`);
-      return queryRows(tx.store, tx.db, contactSearch.ids(tx.store, tx.workspaceId, indexedQ!, end, take - ids.length));
+      return queryRows(tx.store, tx.db, contactSearch.pgIndexed(tx.workspaceId, indexedQ!, end, take - ids.length));
     },
     { isolation: 'read committed' },
   );
@@ -456,7 +461,7 @@ function tagRows(ctx: WorkspaceContext, tagKey: string, before: number | undefin
  * rather than the tag's rows, and a sparse tag's rows span many contacts.
  */
 export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilter): Promise<number | null> {
-  const { before, indexedQ, shortQ, tagKey, driver, windowed } = listPlan(filter);
+  const { before, indexedQ, shortQ, tagKey, driver, windowed } = listPlan(filter, ctx.store.dialect);
   if (!windowed) return null;
   if (driver === 'q') {
     const [row] = await queryRows(ctx.store, ctx.db, contactSearch.ids(ctx.store, ctx.workspaceId, indexedQ!, before, 1, LIST_SCAN_ROWS));
