@@ -2,11 +2,11 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import { parse as parseCsv } from 'csv-parse';
-import { and, count, desc, eq, lt } from 'drizzle-orm';
+import { and, count, desc, eq, lt, sql } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
-import { rawSql } from '../db/dialect.js';
-import { isSqliteStore, isWriteConflict } from '../db/store.js';
+import { execute, rawSql } from '../db/dialect.js';
+import { isSqliteStore, isWriteConflict, type Store } from '../db/store.js';
 import { compactSearchIndex } from '../db/searchIndex.js';
 import { MAX_TAGS_PER_CONTACT, nulPointer, prototypeKeyPointer, TOO_MANY_TAGS } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
@@ -500,6 +500,56 @@ interface StoredContact {
   attributes: string;
 }
 
+/**
+ * PostgreSQL: the contacts' statistics taken afresh, each time an import has doubled the
+ * contacts it created (from its first batch on). The planner chooses a batch's lookups
+ * (lookupStatement) by them: for a workspace they do not know yet, it guessed one contact and
+ * checked every contact of the workspace for each email, so an import slowed as it grew (a
+ * million took 509 s) until autovacuum's next look. ANALYZE reads a sample of the table (30,000
+ * rows at the default target), so a million-row import pays about ten of them. It waits at
+ * most 2 s for a lock (autovacuum working on the table), and failing costs only the plan.
+ */
+async function refreshStatistics(ctx: WorkspaceContext): Promise<void> {
+  try {
+    await withTransaction(
+      ctx,
+      async (tx) => {
+        await execute(tx.store, tx.db, sql`SET LOCAL lock_timeout = '2s'`);
+        await execute(tx.store, tx.db, sql`ANALYZE contacts`);
+      },
+      { isolation: 'read committed' },
+    );
+  } catch {
+    // The next doubling tries again.
+  }
+}
+
+/**
+ * The statement that finds which of `values` (emails or phones) the workspace already has, and
+ * its parameters (exported so that tests can EXPLAIN it). On PostgreSQL one lookup per value
+ * along the (workspace_id, column) unique index, which nothing else can stand in for (LIMIT 1
+ * keeps each subquery its own): with `IN (...)` the planner, going by statistics taken while
+ * the workspace was small, read the whole workspace along the other unique index for every
+ * batch, so an import slowed as it grew (a million through POST /contacts/import: 509 s).
+ */
+export function lookupStatement(
+  dialect: Store['dialect'],
+  workspaceId: number,
+  column: 'email' | 'phone',
+  values: string[],
+): { text: string; params: unknown[] } {
+  if (dialect === 'pg')
+    return {
+      text: `SELECT c.id, c.email, c.phone, c.first_name, c.last_name, c.attributes FROM json_array_elements_text(?::json) AS k(v)
+               CROSS JOIN LATERAL (SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} = k.v LIMIT 1) c`,
+      params: [JSON.stringify(values), workspaceId],
+    };
+  return {
+    text: `SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} IN (${values.map(() => '?').join(', ')})`,
+    params: [workspaceId, ...values],
+  };
+}
+
 function chunks<T>(items: T[], size: number): T[][] {
   const out: T[][] = [];
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
@@ -542,17 +592,8 @@ async function applyBatch(
     const phones = [...new Set(valid.map((r) => r.values.phone).filter((p): p is string => !!p))];
     const load = async (column: 'email' | 'phone', values: string[]) => {
       for (const part of chunks(values, 500)) {
-        const found = await raw.all<StoredContact>(
-          tx.store.dialect === 'pg'
-            ? // One lookup per value along the (workspace_id, column) unique index, which nothing
-              // else can stand in for (LIMIT 1 keeps the subquery its own). With `IN (...)`, the
-              // planner, going by statistics taken while the workspace was small, read the whole
-              // workspace along the other unique index for each batch: a million took 509 s.
-              `SELECT c.id, c.email, c.phone, c.first_name, c.last_name, c.attributes FROM json_array_elements_text(?::json) AS k(v)
-                 CROSS JOIN LATERAL (SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} = k.v LIMIT 1) c`
-            : `SELECT id, email, phone, first_name, last_name, attributes FROM contacts WHERE workspace_id = ? AND ${column} IN (${part.map(() => '?').join(', ')})`,
-          tx.store.dialect === 'pg' ? [JSON.stringify(part), ctx.workspaceId] : [ctx.workspaceId, ...part],
-        );
+        const { text, params } = lookupStatement(tx.store.dialect, ctx.workspaceId, column, part);
+        const found = await raw.all<StoredContact>(text, params);
         for (const c of found) {
           const entry = (c.email ? byEmail.get(c.email) : undefined) ??
             (c.phone ? byPhone.get(c.phone) : undefined) ?? {
@@ -842,9 +883,14 @@ export async function runImport(
   const input = counted(source, bytes, opts.maxBytes);
   const rows = opts.format === 'csv' ? csvRows(input) : ndjsonRows(input);
   let batch: SourceRow[] = [];
+  let analyzeAt = IMPORT_BATCH_ROWS;
   const flush = async (lastLine: number) => {
     const r = await applyRows(ctx, jobId, opts.mode, batch, { lines: lastLine, bytes: bytes.bytes });
     batch = [];
+    if (ctx.store.dialect === 'pg' && totals.created + r.created >= analyzeAt) {
+      analyzeAt = 2 * (totals.created + r.created);
+      await refreshStatistics(ctx);
+    }
     totals.created += r.created;
     totals.updated += r.updated;
     totals.skipped += r.skipped;
