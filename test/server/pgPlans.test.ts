@@ -124,9 +124,7 @@ test('PostgreSQL import: the statistics are taken afresh as an import grows, so 
     const analyses = async () => Number((await client.query("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = 'contacts'")).rows[0].analyze_count);
     const before = await analyses();
 
-    const rows = Array.from({ length: 6_000 }, (_, i) =>
-      JSON.stringify({ email: `new${i}@example.com`, phone: `+1613${2_000_000 + i}` }),
-    );
+    const rows = Array.from({ length: 6_000 }, (_, i) => JSON.stringify({ email: `new${i}@example.com`, phone: `+1613${2_000_000 + i}` }));
     const res = await s.request('POST', '/contacts/import', { token, raw: `${rows.join('\n')}\n`, headers: { 'content-type': 'application/x-ndjson' } });
     assert.ok(res.status === 200 || res.status === 202, res.text);
     let job = res.body;
