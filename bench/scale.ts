@@ -304,7 +304,7 @@ async function bulkImport(svcBin: string, env: NodeJS.ProcessEnv, dataDir: strin
     resetPeakRss(pid);
     const again = await uploadImport(base, token, renames);
     console.log(
-      `re-import renaming them all (upsert, ${(statSync(renames).size / 1e6).toFixed(0)} MB): ${again.job.status}, ${again.job.updated} updated, ${again.job.errorCount} refused, ${again.seconds.toFixed(1)} s (the last ${again.afterRows.toFixed(1)} s after its last row: the search index compacted), server peak RSS ${peakRssMb(pid)} MB`,
+      `re-import renaming them all (upsert, ${(statSync(renames).size / 1e6).toFixed(0)} MB): ${again.job.status}, ${again.job.updated} updated, ${again.job.errorCount} refused, ${again.seconds.toFixed(1)} s${PG_URL ? '' : ` (the last ${again.afterRows.toFixed(1)} s after its last row: the search index compacted)`}, server peak RSS ${peakRssMb(pid)} MB`,
     );
     if (again.job.failure) console.log(JSON.stringify(again.job.failure));
     // One match: a number above a tenth of the contacts starts no other's. From 1 to 200, each
