@@ -97,9 +97,9 @@ export const contactSearch = {
    * found through the trigram index alone: the workspace and the bound are checked on each
    * match (`+ 0`), so that neither the (workspace_id, id) index nor the primary key can stand in
    * for it. Run with the planner's index and sequential scans off (contacts.ts, pgMatches), the
-   * trigram index's bitmap is its one plan. Without `+ 0` it had taken the bitmap of the
-   * workspace's index instead, every contact of it checked: a one-match q at a million
-   * contacts took a second in psql.
+   * trigram index's bitmap is its one plan. Without `+ 0` it took the primary key's bitmap
+   * for the range below `before` instead, every contact in it checked
+   * (test/server/pgPlans.test.ts shows it on 20,000 contacts).
    */
   pgIndexed(workspaceId: number, q: string, before: number, limit: number): SQL {
     return sql`SELECT id FROM contacts WHERE workspace_id + 0 = ${workspaceId} AND ${pgMatch(q)} AND id + 0 < ${before} ORDER BY id DESC LIMIT ${limit}`;

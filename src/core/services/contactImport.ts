@@ -503,9 +503,9 @@ interface StoredContact {
 /**
  * PostgreSQL: the contacts' statistics taken afresh, each time an import has doubled the
  * contacts it created (from its first batch on). The planner chooses a batch's lookups
- * (lookupStatement) by them: for a workspace they do not know yet, it guessed one contact and
- * checked every contact of the workspace for each email, so an import slowed as it grew (a
- * million took 509 s) until autovacuum's next look. ANALYZE reads a sample of the table (30,000
+ * (lookupStatement) by them: for a workspace they do not know yet, it read every contact of the
+ * workspace for each batch (with `IN (...)`: a million took 509 s) or, with a lookup per
+ * value, for each email (the import stalled), until autovacuum's next look. ANALYZE reads a sample of the table (30,000
  * rows at the default target), so a million-row import pays about ten of them. It waits at
  * most 2 s for a lock (autovacuum working on the table), and failing costs only the plan.
  */
@@ -527,10 +527,10 @@ async function refreshStatistics(ctx: WorkspaceContext): Promise<void> {
 /**
  * The statement that finds which of `values` (emails or phones) the workspace already has, and
  * its parameters (exported so that tests can EXPLAIN it). On PostgreSQL one lookup per value
- * along the (workspace_id, column) unique index, which nothing else can stand in for (LIMIT 1
- * keeps each subquery its own): with `IN (...)` the planner, going by statistics taken while
- * the workspace was small, read the whole workspace along the other unique index for every
- * batch, so an import slowed as it grew (a million through POST /contacts/import: 509 s).
+ * (LIMIT 1 keeps each subquery its own), which the planner takes along the (workspace_id,
+ * column) unique index once its statistics know the workspace (refreshStatistics): with
+ * `IN (...)` and statistics taken while the workspace was small, it read the whole workspace
+ * along the other unique index for every batch (a million through POST /contacts/import: 509 s).
  */
 export function lookupStatement(
   dialect: Store['dialect'],
