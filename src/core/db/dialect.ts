@@ -106,7 +106,7 @@ export const contactSearch = {
   },
   /**
    * PostgreSQL: the workspace's `window` contacts below the cursor, newest first, walked along
-   * the primary key and each matched: one row of the window's last id (`end`, null when the
+   * its (workspace_id, id) index and each matched: one row of the window's last id (`end`, null when the
    * window is empty), how many it held (`n`) and its first `take` matches' ids, newest first
    * (`ids`). A walk of 2,000 costs about 2.5 ms at any size (contacts.ts, pgMatches).
    */

@@ -503,11 +503,12 @@ interface StoredContact {
 /**
  * PostgreSQL: the contacts' statistics taken afresh, each time an import has doubled the
  * contacts it created (from its first batch on). The planner chooses a batch's lookups
- * (lookupStatement) by them: for a workspace they do not know yet, it read every contact of the
- * workspace for each batch (with `IN (...)`: a million took 509 s) or, with a lookup per
- * value, for each email (the import stalled), until autovacuum's next look. ANALYZE reads a sample of the table (30,000
- * rows at the default target), so a million-row import pays about ten of them. It waits at
- * most 2 s for a lock (autovacuum working on the table), and failing costs only the plan.
+ * (lookupStatement) by them: for a workspace they do not know yet, it read every contact of
+ * the workspace for each batch (with `IN (...)`: a million took 509 s) or, with a lookup per
+ * value, for each email (the import stalled), until autovacuum's next look. ANALYZE reads a
+ * sample of the table (30,000 rows at the default target), so a million-row import pays about
+ * ten of them. It waits at most 2 s for a lock (autovacuum working on the table), and failing
+ * costs only the plan.
  */
 async function refreshStatistics(ctx: WorkspaceContext): Promise<void> {
   try {

@@ -340,7 +340,7 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
  * A tag beside an indexed q: on SQLite q drives (FTS5 walks its matches in order; a check of q
  * on one row walks its postings to that row), on PostgreSQL the tag (the trigram index has no
  * order, and q checked on one row is a plain ILIKE on it): there, q driving beside tag=vip took
- * over a second a page at a million contacts whose matches sat far below the cursor.
+ * p50 335 ms a page, up to 1.3 s, at a million contacts whose matches sat far below the cursor.
  */
 function listPlan(filter: ContactFilter, dialect: Store['dialect'], tagged?: number[], matched?: number[]) {
   const before = decodeCursor(filter.cursor);
