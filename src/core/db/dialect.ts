@@ -70,13 +70,13 @@ export function ftsRowid(value: number): SQL {
  * expression of migrations/pg/0001 (a query must use that exact expression to use it).
  */
 export const contactSearch = {
-  /** The ids of matching contacts, newest first, below the cursor, at most `limit` when given (after `offset`): a subquery to drive a list. */
-  ids(store: Pick<Store, 'dialect'>, workspaceId: number, q: string, before: number | undefined, limit: number | undefined, offset = 0): SQL {
+  /**
+   * SQLite: the ids of matching contacts, newest first, below the cursor, at most `limit` when
+   * given (after `offset`): a subquery to drive a list. (PostgreSQL reads a q's page through
+   * pgWalk and pgIndexed, and a tag drives beside a q there: contacts.ts, listPlan.)
+   */
+  ids(workspaceId: number, q: string, before: number | undefined, limit: number | undefined, offset = 0): SQL {
     const limitSql = limit !== undefined ? sql` LIMIT ${limit}${offset ? sql` OFFSET ${offset}` : sql``}` : sql``;
-    if (store.dialect === 'pg') {
-      const below = before ? sql` AND id < ${before}` : sql``;
-      return sql`SELECT id FROM contacts WHERE workspace_id = ${workspaceId} AND ${pgMatch(q)}${below} ORDER BY id DESC${limitSql}`;
-    }
     // A window is a LIMIT from the cursor down.
     const below = before ? sql` AND rowid < ${ftsRowid(before)}` : sql``;
     return sql`SELECT rowid FROM contacts_fts WHERE contacts_fts MATCH ${ftsQuery(workspaceId, q)}${below} ORDER BY rowid DESC${limitSql}`;
