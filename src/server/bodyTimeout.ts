@@ -14,22 +14,57 @@ import { problem, SECURITY_HEADERS } from './plugins/errors.js';
  * Built on the socket's idle timeout, which Node keeps per connection at no cost per request.
  * The server's own time is not counted: a request whose body has fully arrived (the server
  * working on it, or a client reading a long export slowly) is left alone, and so is one whose
- * socket svc itself paused because it is not reading yet (backpressure). A socket idle between
- * requests is closed, as Node does without this (keepAliveTimeout).
+ * socket svc itself paused because it is not reading yet (backpressure: an import whose batch
+ * waits on the database), checked again a timeout later for as long as the pause lasts, and
+ * one whose next bytes are waiting unread because svc's own thread was busy. That
+ * holds after an early answer too (an import's 202, uploadAnsweredEarly), when Node no longer
+ * ties the socket to the request. A socket idle between requests is closed, as Node does
+ * without this (keepAliveTimeout).
  */
 export function cutOffStalledBodies(server: Server, timeoutMs: number, requestId: (req: IncomingMessage) => string): void {
   server.timeout = timeoutMs;
   server.on('timeout', (socket: Socket) => {
     const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-    const req: IncomingMessage | undefined = res?.req;
-    if (req && !req.complete) {
-      if (socket.isPaused()) return;
-      answerTimeout(socket, res!, requestId(req));
+    const req: IncomingMessage | undefined = res?.req ?? answeredEarly.get(socket);
+    if (req && !req.complete && !req.destroyed) {
+      if (socket.isPaused()) {
+        // The wait is svc's; the timer has fired and nothing read will refresh it: re-armed,
+        // so that a client which stops sending once svc reads again is still cut.
+        socket.setTimeout(timeoutMs);
+        return;
+      }
+      // A timer overdue because svc itself was busy (a long synchronous write) finds the body's
+      // next bytes waiting in the kernel: one turn of the event loop reads them before the
+      // client is judged.
+      const read = socket.bytesRead;
+      setImmediate(() => {
+        if (socket.destroyed || req.complete) return;
+        if (socket.bytesRead !== read || socket.isPaused()) socket.setTimeout(timeoutMs);
+        else if (res) answerTimeout(socket, res, requestId(req));
+        else socket.destroy();
+      });
       return;
     }
     // A response under way: the request is complete, the time is the server's or the reader's.
     if (res && !res.writableEnded) return;
     socket.destroy();
+  });
+}
+
+/** The uploads still arriving after their answer went out (Node has detached the socket from them). */
+const answeredEarly = new WeakMap<Socket, IncomingMessage>();
+
+/**
+ * A request answered before its body has all arrived (an import's 202) keeps the body timeout
+ * for the rest of its upload: Node gives the socket the keep-alive timeout once the answer is
+ * out, and no longer says which request it is reading.
+ */
+export function uploadAnsweredEarly(req: IncomingMessage, res: ServerResponse, timeoutMs: number): void {
+  const socket = req.socket;
+  res.once('finish', () => {
+    if (req.complete || socket.destroyed) return;
+    answeredEarly.set(socket, req);
+    socket.setTimeout(timeoutMs);
   });
 }
 

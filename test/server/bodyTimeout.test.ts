@@ -7,8 +7,10 @@
  * Raw sockets against the real server, with a 1 s timeout.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { test } from 'node:test';
+import pg from 'pg';
 import { buildAsOwner, webhookWorkflow, type TestServer } from '../helpers.js';
 
 const env = { SVC_BODY_TIMEOUT_SECONDS: '1', SVC_WEBHOOK_RATE_LIMIT: '1000' };
@@ -145,6 +147,103 @@ test('an import upload that stalls after its 202: the connection is closed and t
   assert.equal(job.failure.code, 'client_disconnected');
   assert.equal(job.created, 4000, JSON.stringify(job));
   assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
+});
+
+/**
+ * The contacts table's write lock, held from outside the server for `ms` once `locked` has
+ * resolved: on PostgreSQL by another session (LOCK TABLE), on SQLite by another process
+ * (BEGIN IMMEDIATE on the file), as a backup, a migration or a slow disk would hold it.
+ */
+async function holdWriteLock(s: TestServer, ms: number): Promise<{ locked: Promise<void>; released: Promise<void> }> {
+  if (s.store.dialect === 'pg') {
+    const client = new pg.Client({ connectionString: s.config.databaseUrl! });
+    await client.connect();
+    await client.query('BEGIN');
+    await client.query('LOCK TABLE contacts IN EXCLUSIVE MODE');
+    const released = sleep(ms).then(async () => {
+      await client.query('COMMIT');
+      await client.end();
+    });
+    return { locked: Promise.resolve(), released };
+  }
+  const holder = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const db = new (require('better-sqlite3'))(process.argv[1]); db.pragma('busy_timeout = 5000'); db.exec('BEGIN IMMEDIATE');
+       process.stdout.write('locked\\n'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, ${ms});`,
+      s.config.dbFile,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const locked = new Promise<void>((resolve, reject) => {
+    holder.stdout.once('data', () => resolve());
+    holder.once('exit', (code) => reject(new Error(`the lock holder exited (${code}) before locking`)));
+  });
+  const released = new Promise<void>((resolve) => holder.once('exit', () => resolve()));
+  return { locked, released };
+}
+
+/** Rows `from` to `to` of an NDJSON upload as one HTTP chunk. */
+function rowsChunk(from: number, to: number): string {
+  const rows = `${Array.from({ length: to - from }, (_, i) => JSON.stringify({ email: `held${from + i}@example.com` })).join('\n')}\n`;
+  return `${Buffer.byteLength(rows).toString(16)}\r\n${rows}\r\n`;
+}
+
+/**
+ * A chunked import's first 2,000 rows, answered 202; then the contacts table's write lock is
+ * held from outside for three body timeouts while `rows` more are sent: they wait in the
+ * server's paused socket and the kernel's buffers, the client blocked by back-pressure, not
+ * stalled. Returns once the lock is released.
+ */
+async function importBehindLock(s: TestServer, token: string, rows: number) {
+  const { socket, closed } = await open(s);
+  let text = '';
+  socket.on('data', (c: string) => (text += c));
+  socket.write(head('POST', '/contacts/import', { authorization: `Bearer ${token}`, 'content-type': 'application/x-ndjson', 'transfer-encoding': 'chunked' }));
+  socket.write(rowsChunk(0, 2000));
+  for (let i = 0; i < 200 && !text.includes('\r\n\r\n'); i++) await sleep(25);
+  assert.match(text, /^HTTP\/1\.1 202 /, text);
+  const id = Number(/"id":(\d+)/.exec(text)?.[1]);
+  const lock = await holdWriteLock(s, 3000);
+  await lock.locked;
+  socket.write(rowsChunk(2000, 2000 + rows));
+  await lock.released;
+  return { id, socket, closed };
+}
+
+async function finishedJob(s: TestServer, token: string, id: number): Promise<any> {
+  let job: any;
+  for (let i = 0; i < 300; i++) {
+    job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
+    if (job.status !== 'RUNNING') break;
+    await sleep(100);
+  }
+  return job;
+}
+
+test("an import whose server stops reading for longer than the body timeout (its writes wait on a lock) is not cut: the time is the server's", async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  const { id, socket, closed } = await importBehindLock(s, token, 28_000);
+  socket.write('0\r\n\r\n');
+  const job = await finishedJob(s, token, id);
+  assert.equal(job.status, 'COMPLETED', JSON.stringify(job));
+  assert.equal(job.created, 30_000, JSON.stringify(job));
+  socket.end();
+  await closed;
+});
+
+test('an import whose client stalls once the server reads again after such a wait is still cut off', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env });
+  // 9,500 more rows and then nothing: no further chunk, no end.
+  const { id, closed } = await importBehindLock(s, token, 9500);
+  const cut = await Promise.race([closed, sleep(8000).then(() => null)]);
+  assert.ok(cut, 'the stalled upload was cut off');
+  const job = await finishedJob(s, token, id);
+  assert.equal(job.status, 'FAILED', JSON.stringify(job));
+  assert.equal(job.failure.code, 'client_disconnected');
+  // Whole batches only: the last unfinished one is not written.
+  assert.equal(job.created, 10_000, JSON.stringify(job));
 });
 
 /**

@@ -15,6 +15,7 @@ import {
   type ImportJobView,
 } from '../../core/services/contactImport.js';
 import type { App } from '../app.js';
+import { uploadAnsweredEarly } from '../bodyTimeout.js';
 import { IdParams, Nullable, PageQuery, pageOf } from '../schemas.js';
 
 const read = { role: 'VIEWER' as const };
@@ -155,11 +156,8 @@ export async function contactImportRoutes(app: App): Promise<void> {
         },
         (err: unknown) => onError(err),
       );
-      // Node gives a kept-alive socket the keep-alive timeout once the 202 is out; the upload
-      // still under way keeps the body timeout instead (server/bodyTimeout.ts).
-      reply.raw.once('finish', () => {
-        if (!req.raw.complete && !socket.destroyed) socket.setTimeout(config.bodyTimeoutSeconds * 1000);
-      });
+      // The rest of the upload keeps the body timeout after the 202 (server/bodyTimeout.ts).
+      uploadAnsweredEarly(req.raw, reply.raw, config.bodyTimeoutSeconds * 1000);
       return reply.code(202).header('location', `/contacts/imports/${job.id}`).send(job);
     },
   );
