@@ -6,7 +6,8 @@
  * triggers, by name. Column types differ by design (integer ids are bigint, JSON is json (which keeps keys in order, as SQLite's text does),
  * flags are boolean) and are checked against that mapping only. The one documented
  * difference is the substring search: SQLite's FTS5 table and the trigger that feeds it on
- * update, PostgreSQL's trigram index.
+ * update, PostgreSQL's trigram index and the generated column it covers (the searched text,
+ * lower-cased).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -27,7 +28,7 @@ const SQLITE_ONLY_TABLES = /^(sqlite_|contacts_fts($|_))/;
 
 /** What only one store has, by design: how each does `GET /contacts?q=`. */
 const ONLY_SQLITE = ['trigger contacts.contacts_after_update AFTER UPDATE'];
-const ONLY_POSTGRES = ['index contacts.contacts_search_idx (<expression>) gin'];
+const ONLY_POSTGRES = ['column contacts.search_text null default=no pk=0', 'index contacts.contacts_search_idx (search_text) gin'];
 
 /** The PostgreSQL types a SQLite column's declared type may become (schema.pg.ts, top). */
 const TYPE_MAP: Record<string, string[]> = {

@@ -340,7 +340,7 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
  * checked per row. `tagged`: the tag's contacts below the cursor, when they are few (fewTagged).
  * A tag beside an indexed q: on SQLite q drives (FTS5 walks its matches in order; a check of q
  * on one row walks its postings to that row), on PostgreSQL the tag (the trigram index has no
- * order, and q checked on one row is a plain ILIKE on it): there, with q driving beside
+ * order, and q checked on one row is a plain LIKE on its stored text): there, with q driving beside
  * tag=vip, bench:scale's pages at a million contacts whose matches sat far below the cursor did
  * not finish 1,100 requests in ten minutes.
  */

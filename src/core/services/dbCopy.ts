@@ -379,8 +379,9 @@ async function pgTables(client: pg.ClientBase): Promise<TableShape[]> {
     [MIGRATIONS_TABLE],
   );
   const columns = await client.query<{ table: string; name: string; type: string }>(
+    // A generated column (contacts.search_text, PostgreSQL's alone) is computed by the target, never copied.
     `SELECT table_name AS "table", column_name AS name, data_type AS type FROM information_schema.columns
-      WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`,
+      WHERE table_schema = current_schema() AND is_generated = 'NEVER' ORDER BY table_name, ordinal_position`,
   );
   const keys = await client.query<{ table: string; name: string }>(
     `SELECT c.relname AS "table", a.attname AS name
