@@ -104,6 +104,43 @@ async function searchPlans(client: pg.Client): Promise<void> {
       assert.deepEqual(found, (await scan(1, q, below)).slice(0, 51), `q=${q} below ${below}`);
     }
   }
+
+  // The index looking up a part of q (contacts.ts, pgLookUpPart), q itself checked on each
+  // contact it finds: the same answers; parts that other contacts hold too ("r77" is in
+  // user770@, user177@ and more), one that only a contact not matching q holds.
+  for (const [q, part] of [
+    ['user77@', 'r77'],
+    ['Smith1234', 'h1234'],
+    ['SMITH1234', 'H12'],
+    ['user123@big.example', 'r123@'],
+    ['user123@big.examplf', 'r123@'],
+  ]) {
+    for (const below of [top, top - 15_000]) {
+      const indexed = contactSearch.pgIndexed(1, q!, below, 51, part);
+      const plan = await indexedOnly(client, () => explain(client, indexed));
+      assert.match(plan, /Bitmap Index Scan on contacts_search_idx/, plan);
+      assert.match(plan, /strpos/, plan);
+      assert.doesNotMatch(plan, /contacts_workspace_idx|contacts_pkey|Seq Scan/, plan);
+      const found = await indexedOnly(client, () => ids(client, indexed));
+      assert.deepEqual(found, (await scan(1, q!, below)).slice(0, 51), `q=${q} looking up ${part} below ${below}`);
+    }
+  }
+  // How many of the newest contacts hold each piece, as counted one by one.
+  const pieces = ['use', 'r19', '9@b', 'Smi', 'zzz', '%', '_'];
+  const sampled = (
+    await client.query(dialect.sqlToQuery(contactSearch.pgSample(1, pieces, 256)).sql, dialect.sqlToQuery(contactSearch.pgSample(1, pieces, 256)).params)
+  ).rows[0];
+  const newest = (
+    await client.query(
+      "SELECT email || E'\\n' || coalesce(phone, '') || E'\\n' || first_name || E'\\n' || last_name AS t FROM contacts WHERE workspace_id = 1 ORDER BY id DESC LIMIT 256",
+    )
+  ).rows.map((r) => String(r.t).toLowerCase());
+  assert.equal(Number(sampled.n), 256);
+  assert.deepEqual(
+    sampled.hits.map(Number),
+    pieces.map((p) => newest.filter((t) => t.includes(p.toLowerCase())).length),
+  );
+  assert.ok(Number(sampled.hits[0]) === 256 && Number(sampled.hits[4]) === 0);
 }
 
 test('PostgreSQL import: the statistics are taken afresh as an import grows, so each lookup stays on its unique index', {

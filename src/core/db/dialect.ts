@@ -66,8 +66,8 @@ export function ftsRowid(value: number): SQL {
 /**
  * Substring search in a workspace's contacts (email, phone, first and last name, each field
  * matched on its own, case-insensitively), through the index each store has for it:
- * SQLite's FTS5 trigram table `contacts_fts`, PostgreSQL's pg_trgm GIN index on the
- * expression of migrations/pg/0001 (a query must use that exact expression to use it).
+ * SQLite's FTS5 trigram table `contacts_fts`, PostgreSQL's pg_trgm GIN index on the stored
+ * column `search_text` (migrations/pg/0008).
  */
 export const contactSearch = {
   /**
@@ -100,9 +100,24 @@ export const contactSearch = {
    * trigram index's bitmap is its one plan. Without `+ 0` it took the primary key's bitmap
    * for the range below `before` instead, every contact in it checked
    * (test/server/pgPlans.test.ts shows it on 20,000 contacts).
+   * `lookUp`, a part of q (pgLookUpPart), is what the index looks up; q itself is then checked on
+   * each contact found, outside the index (strpos, which no index serves).
    */
-  pgIndexed(workspaceId: number, q: string, before: number, limit: number): SQL {
-    return sql`SELECT id FROM contacts WHERE workspace_id + 0 = ${workspaceId} AND ${pgMatch(q)} AND id + 0 < ${before} ORDER BY id DESC LIMIT ${limit}`;
+  pgIndexed(workspaceId: number, q: string, before: number, limit: number, lookUp: string = q): SQL {
+    const whole = lookUp === q ? sql`` : sql` AND strpos(search_text, lower(${q})) > 0`;
+    return sql`SELECT id FROM contacts WHERE workspace_id + 0 = ${workspaceId} AND ${pgMatch(lookUp)}${whole} AND id + 0 < ${before} ORDER BY id DESC LIMIT ${limit}`;
+  },
+  /**
+   * PostgreSQL: of the workspace's newest PG_SEARCH_SAMPLE_ROWS contacts, how many (`n`) and
+   * how many hold each of `parts` (`hits`, in order): how common each part of a q is
+   * (pgLookUpPart).
+   */
+  pgSample(workspaceId: number, parts: string[], rows: number): SQL {
+    const hits = sql.join(
+      parts.map((part) => sql`count(*) FILTER (WHERE strpos(search_text, lower(${part})) > 0)`),
+      sql`, `,
+    );
+    return sql`SELECT count(*) AS n, ARRAY[${hits}] AS hits FROM (SELECT search_text FROM contacts WHERE workspace_id = ${workspaceId} ORDER BY id DESC LIMIT ${rows}) s`;
   },
   /**
    * PostgreSQL: the workspace's `window` contacts below the cursor, newest first, walked along

@@ -316,14 +316,16 @@ export function contactListQuery(ctx: WorkspaceContext, filter: ContactFilter, b
   } else if (indexedQ !== undefined && driver !== 'matched') {
     conditions.push(contactSearch.matches(ctx.store, ctx.workspaceId, indexedQ, contacts.id));
   }
-  if (shortQ !== undefined) {
+  if (shortQ !== undefined && ctx.store.dialect === 'pg') {
+    // PostgreSQL: LIKE on the stored, lower-cased text (migrations/pg/0008), which has each field on a line.
+    conditions.push(contactSearch.matches(ctx.store, ctx.workspaceId, shortQ, contacts.id));
+  } else if (shortQ !== undefined) {
     const pattern = `%${escapeLike(shortQ.toLowerCase())}%`;
     // SQLite's LIKE ignores the case of ASCII letters by itself (lower() on each field of
     // each row scanned only added to the cost of the scan: bench:scale, q=zq at a million
     // contacts), but not of others: a q with any is matched on each field folded by
-    // svc_lower (connection.ts), like the trigram index folds them. PostgreSQL's LIKE is
-    // case-sensitive, its lower() folds every letter.
-    const fold = ctx.store.dialect === 'pg' ? sql.raw('lower') : /[^\p{ASCII}]/u.test(shortQ) ? sql.raw('svc_lower') : undefined;
+    // svc_lower (connection.ts), like the trigram index folds them.
+    const fold = /[^\p{ASCII}]/u.test(shortQ) ? sql.raw('svc_lower') : undefined;
     const likeEsc = (col: SQLiteColumn) => sql`${fold ? sql`${fold}(${col})` : col} LIKE ${pattern} ESCAPE '\\'`;
     conditions.push(or(likeEsc(contacts.email), likeEsc(contacts.phone), likeEsc(contacts.firstName), likeEsc(contacts.lastName)));
   }
@@ -425,17 +427,55 @@ async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<
   const ids = (walk?.ids ?? []).map(Number);
   if (ids.length >= take || Number(walk?.n ?? 0) < PG_SEARCH_WALK_ROWS) return ids;
   const end = Number(walk!.end);
+  const lookUp = await pgLookUpPart(ctx, indexedQ!);
   const rest = await withTransaction(
     ctx,
     async (tx) => {
       // Only the index's bitmap is left to the planner (its other choices walk or read every contact).
-      await execute(tx.store, tx.db, sql`SET LOCAL enable_indexscan = off`);
-      await execute(tx.store, tx.db, sql`SET LOCAL enable_seqscan = off`);
-      return queryRows(tx.store, tx.db, contactSearch.pgIndexed(tx.workspaceId, indexedQ!, end, take - ids.length));
+      await execute(tx.store, tx.db, sql`SELECT set_config('enable_indexscan', 'off', true), set_config('enable_seqscan', 'off', true)`);
+      return queryRows(tx.store, tx.db, contactSearch.pgIndexed(tx.workspaceId, indexedQ!, end, take - ids.length, lookUp));
     },
     { isolation: 'read committed' },
   );
   return [...ids, ...rest.map((r) => Number(Object.values(r)[0]))];
+}
+
+/** How many of the workspace's newest contacts pgLookUpPart counts a q's pieces in. */
+export const PG_SEARCH_SAMPLE_ROWS = 256;
+/** A piece of q held by more than this share of them is common. */
+const PG_COMMON_PIECE = 1 / 20;
+/** How many of a q's pieces are counted (those of its first 18 characters). */
+const PG_SEARCH_PIECES = 16;
+
+/**
+ * PostgreSQL: the part of q the trigram index looks up (pgIndexed checks q itself on each
+ * contact found). The index reads the whole list of every trigram of what it looks up; at a
+ * million contacts whose emails all start with "user", `q=user123456@` (one match) read the
+ * lists of "use" and "ser", a million entries each, in 12 ms, where its part "123456@" took 1
+ * (EXPLAIN ANALYZE; README, Reads at scale). So q's three-character pieces are counted in the
+ * workspace's newest PG_SEARCH_SAMPLE_ROWS contacts, and the index looks up the longest stretch
+ * of q none of whose pieces is common there: q=Smith77 looks up "th77" when every contact is a
+ * Smith. Only for a q of printable ASCII, where lower() of a part of q is a part of lower(q),
+ * and only a part holding three letters or digits in a row (a trigram of a word; pg_trgm finds
+ * none in less, and would read the whole index).
+ */
+async function pgLookUpPart(ctx: WorkspaceContext, q: string): Promise<string> {
+  if (q.length < 4 || !/^[\x20-\x7e]+$/.test(q)) return q;
+  const pieces = Array.from({ length: Math.min(q.length - 2, PG_SEARCH_PIECES) }, (_, i) => q.slice(i, i + 3));
+  const [sample] = await queryRows<{ n: unknown; hits: unknown[] }>(ctx.store, ctx.db, contactSearch.pgSample(ctx.workspaceId, pieces, PG_SEARCH_SAMPLE_ROWS));
+  const n = Number(sample?.n ?? 0);
+  if (!n) return q;
+  const rare = sample!.hits.map((hits) => Number(hits) <= n * PG_COMMON_PIECE);
+  let best: [number, number] | undefined;
+  for (let i = 0, from = -1; i < rare.length; i++) {
+    if (!rare[i]) from = -1;
+    else {
+      if (from < 0) from = i;
+      if (!best || i - from > best[1] - best[0]) best = [from, i];
+    }
+  }
+  const part = best ? q.slice(best[0], best[1] + 3) : q;
+  return /[A-Za-z0-9]{3}/.test(part) ? part : q;
 }
 
 /** The ids of a tag's contacts below `before` (and above `beyond`), newest first, along the tag's index. */
