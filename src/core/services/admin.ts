@@ -1,4 +1,4 @@
-import { and, count, desc, eq, inArray, lt, lte, sql } from 'drizzle-orm';
+import { and, count, desc, eq, getTableName, inArray, lt, lte, sql } from 'drizzle-orm';
 import type { SystemContext } from '../context.js';
 import {
   workspaceCounters,
@@ -15,6 +15,7 @@ import {
   type Role,
   type RunStatus,
 } from '../db/schema.js';
+import { tableRows } from '../db/dialect.js';
 import { NotFoundError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
 
@@ -22,7 +23,7 @@ import { decodeCursor, toPage, type Page } from '../pagination.js';
  * Operator views across every workspace, for super-admins only (the route enforces it).
  * Read-only: nothing here changes state, so nothing is audited.
  */
-type Ctx = Pick<SystemContext, 'db'>;
+type Ctx = Pick<SystemContext, 'db' | 'store'>;
 
 export interface AdminWorkspaceView {
   id: number;
@@ -126,7 +127,7 @@ export async function adminListUsers(ctx: Ctx, page: { limit: number; cursor?: s
 }
 
 /** The rows of a table in one status, one seek per workspace (exported for tests that EXPLAIN it). */
-export function statusCountQuery(ctx: Ctx, table: typeof workflowRuns | typeof deliveryAttempts, status: string) {
+export function statusCountQuery(ctx: Pick<SystemContext, 'db'>, table: typeof workflowRuns | typeof deliveryAttempts, status: string) {
   const everyWorkspace = ctx.db.select({ id: workspaces.id }).from(workspaces);
   return ctx.db
     .select({ n: count() })
@@ -141,7 +142,8 @@ export function statusCountQuery(ctx: Ctx, table: typeof workflowRuns | typeof d
  * counted along the workspace/status index, one seek per workspace (runs in flight, waiting
  * or failed, deliveries not yet sent or failed: usually few); `rest` (the finished, commonest
  * one) is the table's count less those, and SQLite counts a table by its index's pages, not
- * its rows.
+ * its rows; PostgreSQL's count of a large table is its estimate (tableRows), so `rest` is
+ * estimated there, the other statuses exact.
  * Each count reads the store as it is then: a row changing status in between is counted in
  * its new status, or in `rest` until the next call; never below zero.
  */
@@ -159,8 +161,8 @@ async function countsByStatus<S extends string>(
     out[status] = row?.n ?? 0;
     counted += out[status];
   }
-  const [total] = await ctx.db.select({ n: count() }).from(table);
-  out[rest] = Math.max(0, (total?.n ?? 0) - counted);
+  const total = await tableRows(ctx.store, ctx.db, getTableName(table));
+  out[rest] = Math.max(0, total.rows - counted);
   return out;
 }
 
