@@ -441,7 +441,7 @@ async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<
 }
 
 /** How many of the workspace's newest contacts pgLookUpPart counts a q's pieces in. */
-export const PG_SEARCH_SAMPLE_ROWS = 256;
+const PG_SEARCH_SAMPLE_ROWS = 256;
 /** A piece of q held by more than this share of them is common. */
 const PG_COMMON_PIECE = 1 / 20;
 /** How many of a q's pieces are counted (those of its first 18 characters). */
