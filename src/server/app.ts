@@ -14,7 +14,7 @@ import { AppError, isIdentityEncoding, unsupportedEncoding, ValidationError } fr
 import { nulPointer, undecodableQueryPointer } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
-import { answerClientError, cutOffStalledBodies } from './bodyTimeout.js';
+import { answerClientError, closeConnectionsWithoutRequest, cutOffStalledBodies, trackConnections } from './bodyTimeout.js';
 import { lazyChildLoggerFactory, loggerOptions } from './plugins/logging.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
 import { sandboxRoutes } from './routes/sandbox.js';
@@ -217,6 +217,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
       server.requestTimeout = 0;
       cutOffStalledBodies(server, config.bodyTimeoutSeconds * 1000, requestId);
+      trackConnections(server);
       return server;
     },
     ...(deps.logger === undefined ? { logger: loggerOptions(config, deps.logTo) } : deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
@@ -298,14 +299,18 @@ export async function buildApp(deps: AppDeps): Promise<App> {
 
   // A shutdown finishes the requests under way, but not for ever: after the grace period
   // (SVC_SHUTDOWN_GRACE) the connections still open are closed, whatever they are waiting for.
+  // A connection with no request under way is closed at once.
   let forceClose: NodeJS.Timeout | undefined;
+  let stopSweep: (() => void) | undefined;
   app.addHook('preClose', (done) => {
     forceClose = setTimeout(() => app.server.closeAllConnections(), config.shutdownGraceSeconds * 1000);
     forceClose.unref();
+    stopSweep = closeConnectionsWithoutRequest(app.server);
     done();
   });
   app.addHook('onClose', (_instance, done) => {
     clearTimeout(forceClose);
+    stopSweep?.();
     done();
   });
 

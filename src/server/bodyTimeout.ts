@@ -68,6 +68,43 @@ export function uploadAnsweredEarly(req: IncomingMessage, res: ServerResponse, t
   });
 }
 
+/** Whether a request is under way on the socket: answered or not, its body still arriving or its answer being written. */
+function requestUnderWay(socket: Socket): boolean {
+  if ((socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage) return true;
+  const early = answeredEarly.get(socket);
+  return early !== undefined && !early.complete && !early.destroyed;
+}
+
+/**
+ * On shutdown, the connections with no request under way are closed, now and every quarter
+ * second until the server has stopped (the ones whose request finishes meanwhile). Node's own
+ * closeIdleConnections leaves open a connection that has not sent a whole request yet, which
+ * a browser opens ahead of need (a preconnect): `svc serve` then waited the whole grace period
+ * for nothing. A request whose headers were only half sent had not been accepted: the client
+ * sees the connection closed and may send it again. Returns the function that stops the sweep.
+ */
+export function closeConnectionsWithoutRequest(server: Server): () => void {
+  const sweep = () => {
+    for (const socket of sockets.get(server) ?? []) if (!requestUnderWay(socket)) socket.destroy();
+  };
+  sweep();
+  const timer = setInterval(sweep, 250);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+
+/** Each server's open connections, kept from the moment the server is made (trackConnections). */
+const sockets = new WeakMap<Server, Set<Socket>>();
+
+export function trackConnections(server: Server): void {
+  const open = new Set<Socket>();
+  sockets.set(server, open);
+  server.on('connection', (socket: Socket) => {
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
+  });
+}
+
 const BODY = JSON.stringify(problem(408, 'request_timeout', 'No part of the request body arrived for too long; send it again'));
 
 /** 408 as a problem, written on the socket itself (the request's handler may still hold the response), then closed. */

@@ -3,7 +3,8 @@
  * answered 408 request_timeout when nothing was answered yet, and closed; an import already
  * answered 202 is closed and its job says the client went away. A body that keeps moving is
  * never cut, however long it takes, and neither is a kept-alive connection between requests.
- * A shutdown waits for answers under way for its grace period at most (server/app.ts).
+ * A shutdown waits for answers under way for its grace period at most (server/app.ts), and
+ * not at all for connections with no request under way.
  * Raw sockets against the real server, with a 1 s timeout.
  */
 import assert from 'node:assert/strict';
@@ -275,6 +276,38 @@ test('a shutdown waits for answers under way for the grace period at most, then 
   const cut = await Promise.race([reader.closed, sleep(5000).then(() => null)]);
   assert.ok(cut, 'its connection was closed');
   assert.ok(!cut.text.endsWith('0\r\n\r\n'), 'before the end of the answer');
+});
+
+test('a shutdown closes at once the connections with no request under way (nothing sent, headers half sent), and finishes an upload still arriving', async (t) => {
+  const { s, token } = await buildAsOwner(t, { env: { SVC_BODY_TIMEOUT_SECONDS: '60', SVC_SHUTDOWN_GRACE: '30' } });
+  // A browser's preconnect: a connection that has sent nothing yet.
+  const silent = await open(s);
+  const half = await open(s);
+  half.socket.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\n');
+  const upload = await open(s);
+  const body = JSON.stringify({ email: 'arriving@example.com', firstName: 'Arriving' });
+  upload.socket.write(createContactHead(token, body, {}));
+  upload.socket.write(body.slice(0, 10));
+  await sleep(200);
+  const started = Date.now();
+  const closing = s.app.close();
+  for (const [name, c] of [
+    ['nothing sent', silent],
+    ['headers half sent', half],
+  ] as const) {
+    const cut = await Promise.race([c.closed, sleep(5000).then(() => null)]);
+    assert.ok(cut, `the connection with ${name} is closed`);
+    assert.equal(cut.text, '', `nothing is answered on the connection with ${name}`);
+  }
+  await sleep(300);
+  assert.equal(upload.socket.destroyed, false, 'the upload is still open');
+  upload.socket.write(body.slice(10));
+  const answered = await Promise.race([upload.closed, sleep(5000).then(() => null)]);
+  assert.ok(answered, 'the upload is answered and its connection closed');
+  assert.match(answered.text, /^HTTP\/1\.1 201 /, answered.text);
+  await closing;
+  const ms = Date.now() - started;
+  assert.ok(ms < 5000, `stopped in ${ms} ms, not after the 30 s grace`);
 });
 
 test('a request the HTTP parser refuses is answered as a problem (400, or 431 for huge headers) and closed; nothing is written', async (t) => {
