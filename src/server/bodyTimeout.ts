@@ -78,14 +78,15 @@ function requestUnderWay(socket: Socket): boolean {
 /**
  * On shutdown, the connections with no request under way are closed, now and every quarter
  * second until the server has stopped (the ones whose request finishes meanwhile). Node's own
- * closeIdleConnections leaves open a connection that has not sent a whole request yet, which
- * a browser opens ahead of need (a preconnect): `svc serve` then waited the whole grace period
- * for nothing. A request whose headers were only half sent had not been accepted: the client
- * sees the connection closed and may send it again. Returns the function that stops the sweep.
+ * closeIdleConnections leaves open a connection that has sent nothing yet, which a browser
+ * opens ahead of need (a preconnect): `svc serve` then waited the whole grace period for
+ * nothing. A connection halfway through a request's head is left to finish it (it is answered
+ * 503 shutting_down). Returns the function that stops the sweep.
  */
 export function closeConnectionsWithoutRequest(server: Server): () => void {
   const sweep = () => {
-    for (const socket of sockets.get(server) ?? []) if (!requestUnderWay(socket)) socket.destroy();
+    server.closeIdleConnections();
+    for (const socket of sockets.get(server) ?? []) if (socket.bytesRead === 0 && !requestUnderWay(socket)) socket.destroy();
   };
   sweep();
   const timer = setInterval(sweep, 250);
