@@ -68,25 +68,19 @@ export function uploadAnsweredEarly(req: IncomingMessage, res: ServerResponse, t
   });
 }
 
-/** Whether a request is under way on the socket: answered or not, its body still arriving or its answer being written. */
-function requestUnderWay(socket: Socket): boolean {
-  if ((socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage) return true;
-  const early = answeredEarly.get(socket);
-  return early !== undefined && !early.complete && !early.destroyed;
-}
-
 /**
  * On shutdown, the connections with no request under way are closed, now and every quarter
- * second until the server has stopped (the ones whose request finishes meanwhile). Node's own
- * closeIdleConnections leaves open a connection that has sent nothing yet, which a browser
- * opens ahead of need (a preconnect): `svc serve` then waited the whole grace period for
- * nothing. A connection halfway through a request's head is left to finish it (it is answered
- * 503 shutting_down). Returns the function that stops the sweep.
+ * second until the server has stopped: Node's idle ones (kept alive between requests, a
+ * request that finishes meanwhile included), and those that have sent nothing at all, which
+ * Node's closeIdleConnections leaves open. A browser opens such a connection ahead of need (a
+ * preconnect), and `svc serve` waited the whole grace period for it. A connection halfway
+ * through a request's head is left to finish it (it is answered 503 shutting_down). Returns
+ * the function that stops the sweep.
  */
 export function closeConnectionsWithoutRequest(server: Server): () => void {
   const sweep = () => {
     server.closeIdleConnections();
-    for (const socket of sockets.get(server) ?? []) if (socket.bytesRead === 0 && !requestUnderWay(socket)) socket.destroy();
+    for (const socket of sockets.get(server) ?? []) if (socket.bytesRead === 0) socket.destroy();
   };
   sweep();
   const timer = setInterval(sweep, 250);

@@ -281,6 +281,10 @@ test('a shutdown waits for answers under way for the grace period at most, then 
 test("a shutdown closes at once a connection that has sent nothing (a browser's preconnect), and finishes an upload still arriving", async (t) => {
   const { s, token } = await buildAsOwner(t, { env: { SVC_BODY_TIMEOUT_SECONDS: '60', SVC_SHUTDOWN_GRACE: '30' } });
   const silent = await open(s);
+  // Kept alive after a whole exchange.
+  const kept = await open(s);
+  kept.socket.write(head('GET', '/healthz', {}));
+  await new Promise((resolve) => kept.socket.once('data', resolve));
   const upload = await open(s);
   const body = JSON.stringify({ email: 'arriving@example.com', firstName: 'Arriving' });
   upload.socket.write(createContactHead(token, body, {}));
@@ -291,6 +295,7 @@ test("a shutdown closes at once a connection that has sent nothing (a browser's 
   const cut = await Promise.race([silent.closed, sleep(5000).then(() => null)]);
   assert.ok(cut, 'the connection that sent nothing is closed');
   assert.equal(cut.text, '', 'nothing is answered on it');
+  assert.ok(await Promise.race([kept.closed, sleep(5000).then(() => null)]), 'the kept-alive connection is closed');
   await sleep(300);
   assert.equal(upload.socket.destroyed, false, 'the upload is still open');
   upload.socket.write(body.slice(10));
