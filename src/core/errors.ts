@@ -12,14 +12,22 @@ export class AppError extends Error {
   readonly code: string;
   readonly errors?: FieldError[];
   readonly headers?: Record<string, string>;
+  /** Members of the problem body beyond the standard ones (RFC 9457, 3.2), as `importId`. */
+  readonly extensions?: Record<string, string | number>;
 
-  constructor(status: number, code: string, message: string, opts: { errors?: FieldError[]; headers?: Record<string, string> } = {}) {
+  constructor(
+    status: number,
+    code: string,
+    message: string,
+    opts: { errors?: FieldError[]; headers?: Record<string, string>; extensions?: Record<string, string | number> } = {},
+  ) {
     super(message);
     this.name = new.target.name;
     this.status = status;
     this.code = code;
     if (opts.errors) this.errors = opts.errors;
     if (opts.headers) this.headers = opts.headers;
+    if (opts.extensions) this.extensions = opts.extensions;
   }
 }
 

@@ -125,7 +125,9 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
       'The workspace already has `SVC_EXPORT_CONCURRENCY` exports under way on this server; retry after `Retry-After` seconds (`too_many_exports`)',
     );
   if (route.url === '/contacts/import') {
-    out['413'] = problemResponse('The declared length is over the import limit (`import_too_large`)');
+    out['413'] = problemResponse(
+      'The declared length is over the import limit, or a small gzip body inflated past it (`import_too_large`); in the second case rows before it may be committed, and `importId` and `Location` name the job',
+    );
     out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`)');
     out['429'] = problemResponse('The workspace already runs `SVC_IMPORT_CONCURRENCY` imports; retry after `Retry-After` seconds (`too_many_imports`)');
   }

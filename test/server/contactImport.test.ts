@@ -273,7 +273,7 @@ test('CSV: header row, quoted fields with commas, quotes and line breaks, a BOM,
   }
   // A header without an email or phone column could import nothing: refused at once, naming its columns.
   for (const [head, message] of [
-    ['Email Address,First Name', /no email or phone column \(its columns: "Email Address", "First Name"\)/],
+    ['Mail,First Name', /no email or phone column \(its columns: "Mail", "First Name"\)/],
     ['email;firstName', /its columns: "email;firstName"\)\. .*separate them with commas/],
   ] as const) {
     const none = await importText(s, token, `${head}\r\nhead@example.com,a\r\n`, CSV);

@@ -6575,7 +6575,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The declared length is over the import limit (`import_too_large`) */
+            /** @description The declared length is over the import limit, or a small gzip body inflated past it (`import_too_large`); in the second case rows before it may be committed, and `importId` and `Location` name the job */
             413: {
                 headers: {
                     [name: string]: unknown;

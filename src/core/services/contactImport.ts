@@ -1,7 +1,7 @@
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
-import { parse as parseCsv } from 'csv-parse';
+import { CsvError, parse as parseCsv } from 'csv-parse';
 import { and, count, desc, eq, lt, sql } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
@@ -295,13 +295,14 @@ async function* ndjsonRows(source: AsyncIterable<Buffer>): AsyncGenerator<Source
   if (pendingBytes || tooLong) yield* finish(Buffer.concat(pending));
 }
 
+/** A header's names, lower-cased without spaces, hyphens or underscores; Mailchimp's export names its columns "Email Address" and "Phone Number". */
 const CSV_COLUMNS: Record<string, keyof ContactInput | 'attributes' | 'skip'> = {
   email: 'email',
+  emailaddress: 'email',
   phone: 'phone',
+  phonenumber: 'phone',
   firstname: 'firstName',
-  first_name: 'firstName',
   lastname: 'lastName',
-  last_name: 'lastName',
   tags: 'tags',
   attributes: 'attributes',
   id: 'skip',
@@ -313,10 +314,26 @@ const CSV_COLUMNS: Record<string, keyof ContactInput | 'attributes' | 'skip'> = 
  * CSV with a header row: email, phone, firstName, lastName, tags (separated by `;`), an
  * `attributes` column of a JSON object (what the export writes), and any other column into
  * `attributes` under its header's name. Empty cells are absent values. Quoted fields may
- * hold commas, quotes and line breaks; a BOM is dropped.
+ * hold commas, quotes and line breaks; a quote inside a field that does not start with one
+ * (`12" monitor`, `O"Brien`) is kept as it is, as spreadsheets read it; a BOM is dropped.
  */
 async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow> {
-  const parser = parseCsv({ bom: true, skip_empty_lines: true, relax_column_count: true, info: true, raw: true, max_record_size: IMPORT_MAX_LINE_BYTES });
+  const lines = new CsvLines();
+  const parser = parseCsv({
+    bom: true,
+    skip_empty_lines: true,
+    relax_column_count: true,
+    relax_quotes: true,
+    raw: true,
+    max_record_size: IMPORT_MAX_LINE_BYTES,
+    // Numbered as each record is parsed, not as it is read from the stream: an error drops the
+    // records parsed but not yet read, and its line must follow the last one parsed.
+    // (With `raw`, a record reaches it as `{record, raw}`, which csv-parse's types do not say.)
+    on_record: ((item: { record: string[]; raw: string }, context: { lines: number }) => ({
+      ...item,
+      line: lines.start(context.lines, item.raw),
+    })) as unknown as (record: string[]) => string[],
+  });
   const feeding = pipeline(source, parser);
   feeding.catch(() => undefined); // its error reaches the loop below through the parser
   let header: { name: string; kind: string }[] | undefined;
@@ -324,9 +341,8 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
   // names hold none of what normalizeRow looks for.
   let headerScreened = false;
   try {
-    for await (const item of parser as AsyncIterable<{ record: string[]; info: { lines: number }; raw: string }>) {
-      const breaks = (item.raw.replace(/\r?\n$/, '').match(/\n/g) ?? []).length;
-      const line = item.info.lines - breaks;
+    for await (const item of parser as AsyncIterable<{ record: string[]; raw: string; line: number }>) {
+      const { line } = item;
       if (!header) {
         header = csvHeader(item.record);
         headerScreened = header.every((c) => !c.name.includes('\u0000') && screened(c.name));
@@ -344,16 +360,48 @@ async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow
     if (err instanceof ImportStop) throw err;
     const cause = (err as { cause?: unknown }).cause;
     if (cause instanceof ImportStop) throw cause;
-    const code = (err as { code?: string }).code ?? '';
-    if (code.startsWith('CSV_')) {
-      const lines = (err as { lines?: number }).lines;
-      throw new ImportStop(
-        'invalid_csv',
-        `The CSV cannot be read${lines ? ` at line ${lines}` : ''}: ${(err as Error).message.replace(/^Invalid [^:]*: /, '')}`,
-      );
+    // Every error of the parser's own is the file's, whatever its code (most are CSV_..., some,
+    // as INVALID_OPENING_QUOTE, are not): never an internal error.
+    // The record at fault starts after the last one parsed (csv-parse's own line is where it
+    // gave up: for a quote never closed, the end of the file).
+    if (err instanceof CsvError) {
+      const where = lines.lastEnd > 0 ? `after line ${lines.lastEnd}` : 'from its first line';
+      const reason = err.message.replace(/^Invalid [^:]*: /, '').replace(/ at line \d+/g, '');
+      throw new ImportStop('invalid_csv', `The CSV cannot be read ${where}: ${reason}`);
     }
     throw err;
   }
+}
+
+/**
+ * The line a CSV record starts on, as an editor numbers it (a CRLF, a lone LF or a lone CR
+ * ends a line). csv-parse counts the CR and the LF of a CRLF inside a quoted field as two
+ * lines, so its count runs one ahead for each, from that record on; `raw` (the record's text)
+ * says how many there were. It starts with the empty lines skipped before the record and ends
+ * with the record's delimiter, or the delimiter's first character when that is a CRLF.
+ */
+class CsvLines {
+  private ahead = 0;
+  /** The line the last record parsed ends on (0: none yet). */
+  lastEnd = 0;
+
+  /** The line a record starts on, from the line csv-parse says it ends on and its text. */
+  start(endLine: number, raw: string): number {
+    // Most records: one line, ended by a LF (or nothing), no empty line before it.
+    const lf = raw.indexOf('\n');
+    if ((lf === -1 || lf === raw.length - 1) && !raw.includes('\r')) {
+      this.lastEnd = endLine - this.ahead;
+      return this.lastEnd;
+    }
+    const text = raw.replace(/^[\r\n]+/, '').replace(/(\r\n|\r|\n)$/, '');
+    this.ahead += countOf(text, /\r\n/g);
+    this.lastEnd = endLine - this.ahead;
+    return this.lastEnd - countOf(text, /\r\n|\r|\n/g);
+  }
+}
+
+function countOf(text: string, pattern: RegExp): number {
+  return text.match(pattern)?.length ?? 0;
 }
 
 /**
@@ -366,7 +414,9 @@ function csvHeader(cells: string[]): { name: string; kind: string }[] {
   const seen = new Map<string, number>();
   const columns = cells.map((cell, i) => {
     const name = cell.trim();
-    const key = name.toLowerCase();
+    // Any spelling: case, spaces, hyphens and underscores aside (`First Name`, `first_name`,
+    // `E-Mail`).
+    const key = name.toLowerCase().replace(/[\s_-]+/g, '');
     // Own names only: `constructor` or `__proto__` is an attribute's name like any other.
     const kind = Object.hasOwn(CSV_COLUMNS, key) ? CSV_COLUMNS[key]! : 'attribute';
     const target = kind === 'attribute' ? `attribute ${name}` : kind;
@@ -380,7 +430,7 @@ function csvHeader(cells: string[]): { name: string; kind: string }[] {
     return { name, kind };
   });
   // Every row is matched and stored by its email or phone: a header with neither column (say
-  // "Email Address", or "email;phone" from a spreadsheet that separates with semicolons)
+  // "Mail", or "email;phone" from a spreadsheet that separates with semicolons)
   // could import nothing, so it is refused at once, naming the columns it has.
   if (!columns.some((c) => c.kind === 'email' || c.kind === 'phone')) {
     const names = columns.slice(0, 10).map((c) => JSON.stringify(c.name));
@@ -573,6 +623,245 @@ function chunks<T>(items: T[], size: number): T[][] {
   return out;
 }
 
+/** Rows a segment after a cut takes at most (applySegment). */
+const ROWS_AFTER_A_CUT = 64;
+
+/** A row that passed normalisation. */
+interface ValidRow {
+  line: number;
+  values: ReturnType<typeof normalizeInput>;
+  attributes: Record<string, unknown> | undefined;
+  tags: string[];
+}
+
+/**
+ * Applies the batch's rows from `from` on, in order, as if one by one, up to a row naming an
+ * email or phone that a contact of the segment gave up (a row renamed it): the rows before it
+ * are written, and that row is where the next segment starts, its contacts read afresh (and the
+ * renamed contact's UPDATE is made before that row's INSERT may take its old email). Without the
+ * cut, such a row matched the contact by its old email and undid the rename, and where a batch
+ * ended decided the outcome. Returns where the next segment starts (`valid.length`: done).
+ */
+async function applySegment(
+  ctx: WorkspaceContext,
+  tx: WorkspaceContext,
+  mode: ImportMode,
+  valid: ValidRow[],
+  from: number,
+  result: BatchResult,
+): Promise<number> {
+  const raw = rawSql(tx.store, tx.db);
+  const byEmail = new Map<string, Entry>();
+  const byPhone = new Map<string, Entry>();
+  // A batch's first segment is all its rows (a cut is rare); after a cut, a few rows at a time,
+  // so that a file cut at every row reads each row's contacts a bounded number of times.
+  const end = from === 0 ? valid.length : Math.min(valid.length, from + ROWS_AFTER_A_CUT);
+  const rows = valid.slice(from, end);
+  const emails = [...new Set(rows.map((r) => r.values.email).filter((e): e is string => !!e))];
+  const phones = [...new Set(rows.map((r) => r.values.phone).filter((p): p is string => !!p))];
+  const load = async (column: 'email' | 'phone', values: string[]) => {
+    for (const part of chunks(values, 500)) {
+      const { text, params } = lookupStatement(tx.store.dialect, ctx.workspaceId, column, part);
+      const found = await raw.all<StoredContact>(text, params);
+      for (const c of found) {
+        const entry = (c.email ? byEmail.get(c.email) : undefined) ??
+          (c.phone ? byPhone.get(c.phone) : undefined) ?? {
+            id: c.id,
+            email: c.email,
+            phone: c.phone,
+            firstName: c.first_name,
+            lastName: c.last_name,
+            attributes: JSON.parse(c.attributes) as Record<string, unknown>,
+            tags: new Set<string>(),
+            added: new Map<string, string>(),
+            dirty: false,
+          };
+        if (c.email) byEmail.set(c.email, entry);
+        if (c.phone) byPhone.set(c.phone, entry);
+      }
+    }
+  };
+  await load('email', emails);
+  await load('phone', phones);
+  const loaded = new Map<number, Entry>();
+  for (const e of [...byEmail.values(), ...byPhone.values()]) loaded.set(e.id!, e);
+  for (const part of chunks([...loaded.keys()], 500)) {
+    const tags = await raw.all<{ contact_id: number; tag_key: string }>(
+      `SELECT contact_id, tag_key FROM contact_tags WHERE contact_id IN (${part.map(() => '?').join(', ')})`,
+      part,
+    );
+    for (const t of tags) loaded.get(t.contact_id)!.tags.add(t.tag_key);
+  }
+
+  const created: Entry[] = [];
+  // The emails and phones that contacts of this segment gave up (renamed).
+  const releasedEmails = new Set<string>();
+  const releasedPhones = new Set<string>();
+  let stop = end;
+  for (let i = from; i < end; i++) {
+    const row = valid[i]!;
+    const { email, phone } = row.values;
+    if ((email && releasedEmails.has(email)) || (phone && releasedPhones.has(phone))) {
+      stop = i;
+      break;
+    }
+    const e1 = email ? byEmail.get(email) : undefined;
+    const e2 = phone ? byPhone.get(phone) : undefined;
+    if (e1 && e2 && e1 !== e2) {
+      result.errors.push({ line: row.line, field: 'phone', reason: `belongs to another contact${e2.id ? ` (id ${e2.id})` : ' earlier in the file'}` });
+      continue;
+    }
+    const target = e1 ?? e2;
+    if (!target) {
+      if (mode === 'update') {
+        result.skipped++;
+        continue;
+      }
+      const attributes = row.attributes ? Object.fromEntries(Object.entries(row.attributes).filter(([, v]) => v !== null)) : {};
+      const entry: Entry = {
+        id: null,
+        email: email ?? null,
+        phone: phone ?? null,
+        firstName: row.values.firstName ?? null,
+        lastName: row.values.lastName ?? null,
+        attributes,
+        tags: new Set(row.tags.map((t) => t.toLowerCase())),
+        added: new Map(row.tags.map((t) => [t.toLowerCase(), t])),
+        dirty: true,
+      };
+      if (entry.tags.size > MAX_TAGS_PER_CONTACT) {
+        result.errors.push({ line: row.line, field: 'tags', reason: TOO_MANY_TAGS });
+        continue;
+      }
+      if (Buffer.byteLength(JSON.stringify(attributes)) > ATTRIBUTES_MAX_BYTES) {
+        result.errors.push({ line: row.line, field: 'attributes', reason: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
+        continue;
+      }
+      if (entry.email) byEmail.set(entry.email, entry);
+      if (entry.phone) byPhone.set(entry.phone, entry);
+      created.push(entry);
+      result.created++;
+      continue;
+    }
+    if (mode === 'create') {
+      result.skipped++;
+      continue;
+    }
+    // Merge like PATCH /contacts/:id: given fields replace, attributes merge one level
+    // deep (null removes a key), tags are added. Worked out first and applied only when the
+    // row passes every check: a row refused changes nothing.
+    const next = {
+      email: email ?? target.email,
+      phone: phone ?? target.phone,
+      firstName: row.values.firstName !== undefined ? row.values.firstName : target.firstName,
+      lastName: row.values.lastName !== undefined ? row.values.lastName : target.lastName,
+    };
+    if (!next.email && !next.phone) {
+      result.errors.push({ line: row.line, field: 'email', reason: 'email or phone is required' });
+      continue;
+    }
+    let attributes = target.attributes;
+    if (row.attributes) {
+      const merged = { ...target.attributes };
+      for (const [k, v] of Object.entries(row.attributes)) {
+        if (v === null) delete merged[k];
+        else merged[k] = v;
+      }
+      if (Buffer.byteLength(JSON.stringify(merged)) > ATTRIBUTES_MAX_BYTES) {
+        result.errors.push({ line: row.line, field: 'attributes', reason: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
+        continue;
+      }
+      if (JSON.stringify(merged) !== JSON.stringify(target.attributes)) attributes = merged;
+    }
+    const newTags = row.tags.filter((t) => !target.tags.has(t.toLowerCase()));
+    if (target.tags.size + newTags.length > MAX_TAGS_PER_CONTACT) {
+      result.errors.push({ line: row.line, field: 'tags', reason: TOO_MANY_TAGS });
+      continue;
+    }
+    let changed = attributes !== target.attributes || newTags.length > 0;
+    if (target.email && next.email !== target.email) {
+      byEmail.delete(target.email);
+      releasedEmails.add(target.email);
+    }
+    if (target.phone && next.phone !== target.phone) {
+      byPhone.delete(target.phone);
+      releasedPhones.add(target.phone);
+    }
+    for (const key of ['email', 'phone', 'firstName', 'lastName'] as const) {
+      if (next[key] !== target[key]) {
+        target[key] = next[key];
+        changed = true;
+      }
+    }
+    target.attributes = attributes;
+    for (const t of newTags) {
+      target.tags.add(t.toLowerCase());
+      target.added.set(t.toLowerCase(), t);
+    }
+    if (target.email) byEmail.set(target.email, target);
+    if (target.phone) byPhone.set(target.phone, target);
+    if (changed) {
+      target.dirty = true;
+      result.updated++;
+    } else result.skipped++;
+  }
+
+  const at = nowIso();
+  const insertSql = (k: number) =>
+    `INSERT INTO contacts (workspace_id, email, phone, first_name, last_name, attributes, created_at, updated_at) VALUES ${Array(k).fill('(?, ?, ?, ?, ?, ?, ?, ?)').join(', ')} RETURNING id, email, phone`;
+  for (const part of chunks(created, ROWS_PER_INSERT)) {
+    const args: unknown[] = [];
+    for (const c of part) args.push(ctx.workspaceId, c.email, c.phone, c.firstName, c.lastName, JSON.stringify(c.attributes), at, at);
+    const ids = await raw.all<{ id: number; email: string | null; phone: string | null }>(insertSql(part.length), args);
+    // Every new contact has an email or a phone, each unique in the workspace: that finds it.
+    for (const r of ids) (r.email ? byEmail.get(r.email) : byPhone.get(r.phone!))!.id = r.id;
+  }
+  const createdIds = new Set(created.map((e) => e.id));
+  const tagRows: [number, string, string][] = [];
+  const updated: Entry[] = [];
+  const seen = new Set<Entry>();
+  for (const entry of [...byEmail.values(), ...byPhone.values()]) {
+    if (seen.has(entry) || !entry.dirty) continue;
+    seen.add(entry);
+    if (entry.id !== null && !createdIds.has(entry.id)) updated.push(entry);
+    for (const [key, name] of entry.added) tagRows.push([entry.id!, key, name]);
+  }
+  const values = (e: Entry) => [e.email, e.phone, e.firstName, e.lastName, JSON.stringify(e.attributes)];
+  if (tx.store.dialect === 'sqlite') {
+    // The batch's updates in one statement (UPDATE ... FROM VALUES), as its inserts: the
+    // search index's trigger then writes one segment for them all, not one per row, and
+    // SQLite starts one statement (journal, trigger program) instead of 2,000. The triggers
+    // still run row by row.
+    const updateSql = (k: number) =>
+      `UPDATE contacts SET email = v.column2, phone = v.column3, first_name = v.column4, last_name = v.column5, attributes = v.column6, updated_at = ? FROM (VALUES ${Array(k).fill('(?, ?, ?, ?, ?, ?)').join(', ')}) AS v WHERE contacts.id = v.column1 AND contacts.workspace_id = ?`;
+    for (const part of chunks(updated, ROWS_PER_UPDATE)) {
+      const args: unknown[] = [at];
+      for (const e of part) args.push(e.id, ...values(e));
+      args.push(ctx.workspaceId);
+      await raw.run(updateSql(part.length), args);
+    }
+  } else {
+    // PostgreSQL: the rows as one JSON parameter, read back as typed columns, so that no
+    // value needs a cast in VALUES. A statement per row (a round trip each) had renamed a
+    // million contacts in 483 s (bench:scale on PostgreSQL).
+    const update = `UPDATE contacts AS c SET email = v.email, phone = v.phone, first_name = v.first_name, last_name = v.last_name, attributes = v.attributes, updated_at = ?
+      FROM json_to_recordset(?::json) AS v(id bigint, email text, phone text, first_name text, last_name text, attributes json)
+      WHERE c.id = v.id AND c.workspace_id = ?`;
+    for (const part of chunks(updated, ROWS_PER_UPDATE)) {
+      const rows = part.map((e) => ({ id: e.id, email: e.email, phone: e.phone, first_name: e.firstName, last_name: e.lastName, attributes: e.attributes }));
+      await raw.run(update, [at, JSON.stringify(rows), ctx.workspaceId]);
+    }
+  }
+  const tagSql = (k: number) =>
+    `INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name, created_at) VALUES ${Array(k).fill('(?, ?, ?, ?, ?)').join(', ')} ON CONFLICT DO NOTHING`;
+  for (const part of chunks(tagRows, ROWS_PER_INSERT)) {
+    const args: unknown[] = [];
+    for (const [id, key, name] of part) args.push(id, ctx.workspaceId, key, name, at);
+    await raw.run(tagSql(part.length), args);
+  }
+  return stop;
+}
+
 /**
  * One batch in one transaction: finds the contacts the rows name (by email, then phone),
  * applies the mode, writes new contacts in multi-row inserts, changed ones one by one, and
@@ -586,7 +875,7 @@ async function applyBatch(
   progress: { lines: number; bytes: number },
 ): Promise<BatchResult> {
   const unreadable: ImportRowError[] = [];
-  const valid: { line: number; values: ReturnType<typeof normalizeInput>; attributes: Record<string, unknown> | undefined; tags: string[] }[] = [];
+  const valid: ValidRow[] = [];
   for (const row of rows) {
     if ('error' in row) {
       unreadable.push(row.error);
@@ -602,194 +891,7 @@ async function applyBatch(
   return withTransaction(ctx, async (tx) => {
     // Counted afresh by each try: PostgreSQL runs this body again after a conflict.
     const result: BatchResult = { created: 0, updated: 0, skipped: 0, errors: [...unreadable] };
-    const raw = rawSql(tx.store, tx.db);
-    const byEmail = new Map<string, Entry>();
-    const byPhone = new Map<string, Entry>();
-    const emails = [...new Set(valid.map((r) => r.values.email).filter((e): e is string => !!e))];
-    const phones = [...new Set(valid.map((r) => r.values.phone).filter((p): p is string => !!p))];
-    const load = async (column: 'email' | 'phone', values: string[]) => {
-      for (const part of chunks(values, 500)) {
-        const { text, params } = lookupStatement(tx.store.dialect, ctx.workspaceId, column, part);
-        const found = await raw.all<StoredContact>(text, params);
-        for (const c of found) {
-          const entry = (c.email ? byEmail.get(c.email) : undefined) ??
-            (c.phone ? byPhone.get(c.phone) : undefined) ?? {
-              id: c.id,
-              email: c.email,
-              phone: c.phone,
-              firstName: c.first_name,
-              lastName: c.last_name,
-              attributes: JSON.parse(c.attributes) as Record<string, unknown>,
-              tags: new Set<string>(),
-              added: new Map<string, string>(),
-              dirty: false,
-            };
-          if (c.email) byEmail.set(c.email, entry);
-          if (c.phone) byPhone.set(c.phone, entry);
-        }
-      }
-    };
-    await load('email', emails);
-    await load('phone', phones);
-    const loaded = new Map<number, Entry>();
-    for (const e of [...byEmail.values(), ...byPhone.values()]) loaded.set(e.id!, e);
-    for (const part of chunks([...loaded.keys()], 500)) {
-      const tags = await raw.all<{ contact_id: number; tag_key: string }>(
-        `SELECT contact_id, tag_key FROM contact_tags WHERE contact_id IN (${part.map(() => '?').join(', ')})`,
-        part,
-      );
-      for (const t of tags) loaded.get(t.contact_id)!.tags.add(t.tag_key);
-    }
-
-    const created: Entry[] = [];
-    for (const row of valid) {
-      const { email, phone } = row.values;
-      const e1 = email ? byEmail.get(email) : undefined;
-      const e2 = phone ? byPhone.get(phone) : undefined;
-      if (e1 && e2 && e1 !== e2) {
-        result.errors.push({ line: row.line, field: 'phone', reason: `belongs to another contact${e2.id ? ` (id ${e2.id})` : ' earlier in the file'}` });
-        continue;
-      }
-      const target = e1 ?? e2;
-      if (!target) {
-        if (mode === 'update') {
-          result.skipped++;
-          continue;
-        }
-        const attributes = row.attributes ? Object.fromEntries(Object.entries(row.attributes).filter(([, v]) => v !== null)) : {};
-        const entry: Entry = {
-          id: null,
-          email: email ?? null,
-          phone: phone ?? null,
-          firstName: row.values.firstName ?? null,
-          lastName: row.values.lastName ?? null,
-          attributes,
-          tags: new Set(row.tags.map((t) => t.toLowerCase())),
-          added: new Map(row.tags.map((t) => [t.toLowerCase(), t])),
-          dirty: true,
-        };
-        if (entry.tags.size > MAX_TAGS_PER_CONTACT) {
-          result.errors.push({ line: row.line, field: 'tags', reason: TOO_MANY_TAGS });
-          continue;
-        }
-        if (Buffer.byteLength(JSON.stringify(attributes)) > ATTRIBUTES_MAX_BYTES) {
-          result.errors.push({ line: row.line, field: 'attributes', reason: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
-          continue;
-        }
-        if (entry.email) byEmail.set(entry.email, entry);
-        if (entry.phone) byPhone.set(entry.phone, entry);
-        created.push(entry);
-        result.created++;
-        continue;
-      }
-      if (mode === 'create') {
-        result.skipped++;
-        continue;
-      }
-      // Merge like PATCH /contacts/:id: given fields replace, attributes merge one level
-      // deep (null removes a key), tags are added. Worked out first and applied only when the
-      // row passes every check: a row refused changes nothing.
-      const next = {
-        email: email ?? target.email,
-        phone: phone ?? target.phone,
-        firstName: row.values.firstName !== undefined ? row.values.firstName : target.firstName,
-        lastName: row.values.lastName !== undefined ? row.values.lastName : target.lastName,
-      };
-      if (!next.email && !next.phone) {
-        result.errors.push({ line: row.line, field: 'email', reason: 'email or phone is required' });
-        continue;
-      }
-      let attributes = target.attributes;
-      if (row.attributes) {
-        const merged = { ...target.attributes };
-        for (const [k, v] of Object.entries(row.attributes)) {
-          if (v === null) delete merged[k];
-          else merged[k] = v;
-        }
-        if (Buffer.byteLength(JSON.stringify(merged)) > ATTRIBUTES_MAX_BYTES) {
-          result.errors.push({ line: row.line, field: 'attributes', reason: `must be at most ${ATTRIBUTES_MAX_BYTES} bytes of JSON` });
-          continue;
-        }
-        if (JSON.stringify(merged) !== JSON.stringify(target.attributes)) attributes = merged;
-      }
-      const newTags = row.tags.filter((t) => !target.tags.has(t.toLowerCase()));
-      if (target.tags.size + newTags.length > MAX_TAGS_PER_CONTACT) {
-        result.errors.push({ line: row.line, field: 'tags', reason: TOO_MANY_TAGS });
-        continue;
-      }
-      let changed = attributes !== target.attributes || newTags.length > 0;
-      for (const key of ['email', 'phone', 'firstName', 'lastName'] as const) {
-        if (next[key] !== target[key]) {
-          target[key] = next[key];
-          changed = true;
-        }
-      }
-      target.attributes = attributes;
-      for (const t of newTags) {
-        target.tags.add(t.toLowerCase());
-        target.added.set(t.toLowerCase(), t);
-      }
-      if (target.email) byEmail.set(target.email, target);
-      if (target.phone) byPhone.set(target.phone, target);
-      if (changed) {
-        target.dirty = true;
-        result.updated++;
-      } else result.skipped++;
-    }
-
-    const at = nowIso();
-    const insertSql = (k: number) =>
-      `INSERT INTO contacts (workspace_id, email, phone, first_name, last_name, attributes, created_at, updated_at) VALUES ${Array(k).fill('(?, ?, ?, ?, ?, ?, ?, ?)').join(', ')} RETURNING id, email, phone`;
-    for (const part of chunks(created, ROWS_PER_INSERT)) {
-      const args: unknown[] = [];
-      for (const c of part) args.push(ctx.workspaceId, c.email, c.phone, c.firstName, c.lastName, JSON.stringify(c.attributes), at, at);
-      const ids = await raw.all<{ id: number; email: string | null; phone: string | null }>(insertSql(part.length), args);
-      // Every new contact has an email or a phone, each unique in the workspace: that finds it.
-      for (const r of ids) (r.email ? byEmail.get(r.email) : byPhone.get(r.phone!))!.id = r.id;
-    }
-    const createdIds = new Set(created.map((e) => e.id));
-    const tagRows: [number, string, string][] = [];
-    const updated: Entry[] = [];
-    const seen = new Set<Entry>();
-    for (const entry of [...byEmail.values(), ...byPhone.values()]) {
-      if (seen.has(entry) || !entry.dirty) continue;
-      seen.add(entry);
-      if (entry.id !== null && !createdIds.has(entry.id)) updated.push(entry);
-      for (const [key, name] of entry.added) tagRows.push([entry.id!, key, name]);
-    }
-    const values = (e: Entry) => [e.email, e.phone, e.firstName, e.lastName, JSON.stringify(e.attributes)];
-    if (tx.store.dialect === 'sqlite') {
-      // The batch's updates in one statement (UPDATE ... FROM VALUES), as its inserts: the
-      // search index's trigger then writes one segment for them all, not one per row, and
-      // SQLite starts one statement (journal, trigger program) instead of 2,000. The triggers
-      // still run row by row.
-      const updateSql = (k: number) =>
-        `UPDATE contacts SET email = v.column2, phone = v.column3, first_name = v.column4, last_name = v.column5, attributes = v.column6, updated_at = ? FROM (VALUES ${Array(k).fill('(?, ?, ?, ?, ?, ?)').join(', ')}) AS v WHERE contacts.id = v.column1 AND contacts.workspace_id = ?`;
-      for (const part of chunks(updated, ROWS_PER_UPDATE)) {
-        const args: unknown[] = [at];
-        for (const e of part) args.push(e.id, ...values(e));
-        args.push(ctx.workspaceId);
-        await raw.run(updateSql(part.length), args);
-      }
-    } else {
-      // PostgreSQL: the rows as one JSON parameter, read back as typed columns, so that no
-      // value needs a cast in VALUES. A statement per row (a round trip each) had renamed a
-      // million contacts in 483 s (bench:scale on PostgreSQL).
-      const update = `UPDATE contacts AS c SET email = v.email, phone = v.phone, first_name = v.first_name, last_name = v.last_name, attributes = v.attributes, updated_at = ?
-        FROM json_to_recordset(?::json) AS v(id bigint, email text, phone text, first_name text, last_name text, attributes json)
-        WHERE c.id = v.id AND c.workspace_id = ?`;
-      for (const part of chunks(updated, ROWS_PER_UPDATE)) {
-        const rows = part.map((e) => ({ id: e.id, email: e.email, phone: e.phone, first_name: e.firstName, last_name: e.lastName, attributes: e.attributes }));
-        await raw.run(update, [at, JSON.stringify(rows), ctx.workspaceId]);
-      }
-    }
-    const tagSql = (k: number) =>
-      `INSERT INTO contact_tags (contact_id, workspace_id, tag_key, name, created_at) VALUES ${Array(k).fill('(?, ?, ?, ?, ?)').join(', ')} ON CONFLICT DO NOTHING`;
-    for (const part of chunks(tagRows, ROWS_PER_INSERT)) {
-      const args: unknown[] = [];
-      for (const [id, key, name] of part) args.push(id, ctx.workspaceId, key, name, at);
-      await raw.run(tagSql(part.length), args);
-    }
+    for (let from = 0; from < valid.length; ) from = await applySegment(ctx, tx, mode, valid, from, result);
     await saveProgress(tx, jobId, result, progress);
     return result;
   });

@@ -32,7 +32,19 @@ export interface ContactInput {
 }
 
 export const TAG_MAX_LENGTH = 64;
+/** Tags one write (a body, an import's row) may name. */
+export const TAGS_PER_WRITE_MAX = 100;
+/** The longest text each field may be, in characters (code points, as the API's JSON Schema counts them). */
+export const CONTACT_FIELD_MAX_LENGTH = { email: 320, phone: 64, firstName: 200, lastName: 200 } as const;
 export { ATTRIBUTES_MAX_BYTES };
+
+/** An error when `value` is longer than its field allows, worded as the API's schema words it. */
+function tooLong(field: keyof typeof CONTACT_FIELD_MAX_LENGTH, value: string): FieldError | undefined {
+  const max = CONTACT_FIELD_MAX_LENGTH[field];
+  // UTF-16 units are at least as many as code points: counted only when they are over.
+  if (value.length <= max || [...value].length <= max) return undefined;
+  return { path: `/${field}`, message: `must NOT have more than ${max} characters` };
+}
 
 type ContactRow = typeof contacts.$inferSelect;
 
@@ -109,6 +121,13 @@ export interface Normalized {
 export function normalizeInput(ctx: Pick<WorkspaceContext, 'config'>, input: ContactInput): Normalized {
   const errors: FieldError[] = [];
   const out: Normalized = {};
+  // What the API's schema refuses before a body gets here, checked for every door (an import's rows).
+  for (const field of ['email', 'phone', 'firstName', 'lastName'] as const) {
+    const value = input[field];
+    const error = typeof value === 'string' ? tooLong(field, value) : undefined;
+    if (error) errors.push(error);
+  }
+  if (errors.length) throw new ValidationError('validation_failed', 'The contact is invalid', errors);
   if (input.email !== undefined) {
     out.email = input.email === null ? null : (normalizeEmail(input.email) ?? null);
     if (input.email !== null && !out.email) errors.push({ path: '/email', message: 'must be an email address' });

@@ -90,7 +90,7 @@ export function registerErrorHandling(app: FastifyInstance, storage?: StorageHea
   if (!app.hasReplyDecorator('problemCode')) app.decorateReply('problemCode', null);
   app.setErrorHandler((err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
     if (err instanceof AppError) {
-      return sendProblem(reply, problem(err.status, err.code, err.message, err.errors), err.headers);
+      return sendProblem(reply, { ...err.extensions, ...problem(err.status, err.code, err.message, err.errors) }, err.headers);
     }
     if (err.validation) {
       const errors = fieldErrors(err.validation as AjvError[]);

@@ -45,6 +45,16 @@ const ImportJob = Type.Object({
   finishedAt: Nullable(Type.String()),
 });
 
+/** The import's format by its Content-Type (parameters aside), if it is one of the two. */
+function mediaFormat(contentType: string | undefined): ImportFormat | undefined {
+  const media = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
+  return Object.hasOwn(MEDIA, media) ? MEDIA[media] : undefined;
+}
+
+function unsupportedMedia(): AppError {
+  return new AppError(415, 'unsupported_media_type', 'Send the file as Content-Type: application/x-ndjson or text/csv');
+}
+
 function declaredLength(req: IncomingMessage): number | null {
   const raw = req.headers['content-length'];
   if (raw === undefined) return null;
@@ -86,6 +96,12 @@ export async function contactImportRoutes(app: App): Promise<void> {
     '/contacts/import',
     {
       config: { access: write },
+      // Before the body is parsed (after the caller's access is checked): a JSON body here is
+      // refused for its type, not parsed (a malformed one was 400 invalid_json, a large one 413),
+      // and any other type is told which two this route takes.
+      preParsing: async (req) => {
+        if (!mediaFormat(req.headers['content-type'])) throw unsupportedMedia();
+      },
       schema: {
         description:
           'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`). Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
@@ -105,9 +121,8 @@ export async function contactImportRoutes(app: App): Promise<void> {
       },
     },
     async (req, reply) => {
-      const media = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-      const format = MEDIA[media];
-      if (!format) throw new AppError(415, 'unsupported_media_type', 'Send the file as Content-Type: application/x-ndjson or text/csv');
+      const format = mediaFormat(req.headers['content-type']);
+      if (!format) throw unsupportedMedia();
       const { config } = req.workspaceCtx();
       const declared = declaredLength(req.raw);
       try {
@@ -142,17 +157,32 @@ export async function contactImportRoutes(app: App): Promise<void> {
       if (declared !== null && declared <= config.importSyncBytes) {
         const done = await run();
         if (done.failure?.code === 'import_too_large') {
+          // A small body that inflated past the limit: the batches before it are committed, so
+          // the answer names the job that holds their counts (Location, and `importId`).
           reply.header('connection', 'close');
-          throw new AppError(413, 'import_too_large', done.failure.detail);
+          throw new AppError(413, 'import_too_large', `${done.failure.detail}; the rows before it were committed (import ${done.id})`, {
+            headers: { location: `/contacts/imports/${done.id}` },
+            extensions: { importId: done.id },
+          });
         }
+        // A body not read to its end (a file that failed early) cannot be followed by another
+        // request on this connection: closed after the answer.
+        if (!req.raw.complete) reply.header('connection', 'close');
         return reply.code(200).send(done);
       }
       // A large or unsized upload: reading starts now (before the answer), and goes on after
       // the 202; the job records progress and the outcome.
       void run().then(
         (done) => {
-          // Stop an upload that will not be read further.
-          if (done.status === 'FAILED' && !req.raw.complete) req.raw.destroy();
+          // Stop an upload that will not be read further. The parser has let go of the request
+          // stream, but the connection, which Node no longer ties to a request answered early,
+          // stayed open while the client went on sending, until the body timeout cut it (30 s
+          // of a failed upload): closed once the 202 is out.
+          if (done.status === 'FAILED' && !req.raw.complete) {
+            req.raw.destroy();
+            if (reply.raw.writableFinished) socket.destroy();
+            else reply.raw.once('finish', () => socket.destroy());
+          }
         },
         (err: unknown) => onError(err),
       );

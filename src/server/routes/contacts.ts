@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import {
   addTags,
+  CONTACT_FIELD_MAX_LENGTH,
   createContact,
   deleteContact,
   getContact,
@@ -8,6 +9,8 @@ import {
   listTags,
   removeTag,
   TAG_CURSOR_MAX_LENGTH,
+  TAG_MAX_LENGTH,
+  TAGS_PER_WRITE_MAX,
   updateContact,
 } from '../../core/services/contacts.js';
 import type { App } from '../app.js';
@@ -16,13 +19,13 @@ import { Contact, FreeObject, IdParams, Nullable, PageQuery, pageOf } from '../s
 const read = { role: 'VIEWER' as const };
 const write = { role: 'MEMBER' as const };
 
-const TagName = Type.String({ minLength: 1, maxLength: 64 });
-const Name = Nullable(Type.String({ maxLength: 200 }));
+const TagName = Type.String({ minLength: 1, maxLength: TAG_MAX_LENGTH });
+const limit = CONTACT_FIELD_MAX_LENGTH;
 const contactFields = {
-  email: Type.Optional(Nullable(Type.String({ maxLength: 320 }))),
-  phone: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
-  firstName: Type.Optional(Name),
-  lastName: Type.Optional(Name),
+  email: Type.Optional(Nullable(Type.String({ maxLength: limit.email }))),
+  phone: Type.Optional(Nullable(Type.String({ maxLength: limit.phone }))),
+  firstName: Type.Optional(Nullable(Type.String({ maxLength: limit.firstName }))),
+  lastName: Type.Optional(Nullable(Type.String({ maxLength: limit.lastName }))),
   attributes: Type.Optional(FreeObject),
 };
 
@@ -55,7 +58,7 @@ export async function contactRoutes(app: App): Promise<void> {
     {
       config: { access: write },
       schema: {
-        body: Type.Object({ ...contactFields, tags: Type.Optional(Type.Array(TagName, { maxItems: 100 })) }, { additionalProperties: false }),
+        body: Type.Object({ ...contactFields, tags: Type.Optional(Type.Array(TagName, { maxItems: TAGS_PER_WRITE_MAX })) }, { additionalProperties: false }),
         response: { 201: Contact },
       },
     },
@@ -86,7 +89,7 @@ export async function contactRoutes(app: App): Promise<void> {
       config: { access: write },
       schema: {
         params: IdParams,
-        body: Type.Object({ tags: Type.Array(TagName, { minItems: 1, maxItems: 100 }) }, { additionalProperties: false }),
+        body: Type.Object({ tags: Type.Array(TagName, { minItems: 1, maxItems: TAGS_PER_WRITE_MAX }) }, { additionalProperties: false }),
         response: { 200: Contact },
       },
     },

@@ -1,0 +1,261 @@
+/**
+ * What files from the wild bring to POST /contacts/import (issue 9.1), through the real server
+ * on every store: quotes inside unquoted CSV cells, line numbers across quoted line breaks of
+ * any kind, the API's length limits held to each row, rows that rename a contact and later rows
+ * that name its old email, header spellings of other tools, a content type refused before the
+ * body is parsed, a small gzip body that inflates past the limit after rows were committed, and
+ * an upload that failed early closed at once rather than left to the body timeout.
+ */
+import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
+import { test } from 'node:test';
+import { gzipSync } from 'node:zlib';
+import { assertProblem, build, buildAsOwner, seededRandom, type TestServer } from '../helpers.js';
+
+const NDJSON = { 'content-type': 'application/x-ndjson' };
+const CSV = { 'content-type': 'text/csv' };
+
+function importText(s: TestServer, token: string, body: string | Buffer, headers: Record<string, string>) {
+  return s.request('POST', '/contacts/import', { token, raw: body, headers });
+}
+
+async function contactsOf(s: TestServer, token: string): Promise<any[]> {
+  const res = await s.request('GET', '/contacts?limit=200', { token });
+  assert.equal(res.status, 200, res.text);
+  assert.equal(res.body.nextCursor, null);
+  return res.body.data;
+}
+
+const refused = (res: { body: any }) => res.body.errors.map((e: { line: number; field: string }) => [e.line, e.field]);
+
+test('CSV: a quote inside a cell that does not start with one is kept as it is; a parse error is invalid_csv, never internal', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const res = await importText(s, token, 'email,firstName,item\nq1@example.com,O"Brien,12" monitor\nq2@example.com,"Said ""hi""",x"y"z\n', CSV);
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual([res.body.status, res.body.created, res.body.errorCount], ['COMPLETED', 2, 0], res.text);
+  const stored = await contactsOf(s, token);
+  const q1 = stored.find((c) => c.email === 'q1@example.com');
+  assert.deepEqual([q1.firstName, q1.attributes], ['O"Brien', { item: '12" monitor' }]);
+  const q2 = stored.find((c) => c.email === 'q2@example.com');
+  assert.deepEqual([q2.firstName, q2.attributes], ['Said "hi"', { item: 'x"y"z' }]);
+
+  // What cannot be read at all stops the file as the client's error, at its line.
+  for (const body of ['email\r\nok@example.com\r\n"unclosed@example.com\r\n', `email,n\r\nbig@example.com,${'a'.repeat(300_000)}\r\n`]) {
+    const bad = await importText(s, token, body, CSV);
+    assert.equal(bad.status, 200, bad.text);
+    assert.deepEqual([bad.body.status, bad.body.failure?.code], ['FAILED', 'invalid_csv'], bad.text);
+    assert.doesNotMatch(bad.body.failure.detail, /internal/);
+  }
+});
+
+test('CSV line numbers are the lines an editor shows: a CRLF inside a quoted cell is one line break, empty lines count', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  // 1 header, 2 empty, 3-4 a quoted CRLF, 5 empty, 6 bad, 7-9 two quoted CRLFs, 10 bad, 11-12 a quoted lone LF, 13 bad.
+  const crlf = 'email,note\r\n\r\nm1@example.com,"d\r\ne"\r\n\r\nbad-6,y\r\nm2@example.com,"a\r\nb\r\nc"\r\nbad-10,z\r\nm3@example.com,"p\nq"\r\nbad-13,w\r\n';
+  const res = await importText(s, token, crlf, CSV);
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(refused(res), [
+    [6, 'email'],
+    [10, 'email'],
+    [13, 'email'],
+  ]);
+  assert.equal(res.body.created, 3);
+  assert.equal(res.body.lines, 13, 'where the last row starts');
+  // The same with LF line ends.
+  const lf = await importText(s, token, crlf.replaceAll('\r\n', '\n').replace('m1@', 'n1@').replace('m2@', 'n2@').replace('m3@', 'n3@'), CSV);
+  assert.deepEqual(refused(lf), [
+    [6, 'email'],
+    [10, 'email'],
+    [13, 'email'],
+  ]);
+  assert.equal(lf.body.lines, 13);
+  // A file that cannot be read says where: after the last record read (line 4), counted the same way.
+  const cut = await importText(s, token, 'email,note\r\nc1@example.com,"x\r\ny"\r\nc2@example.com,ok\r\n"c3@example.com,open\r\n', CSV);
+  assert.equal(cut.body.failure?.code, 'invalid_csv', cut.text);
+  assert.match(cut.body.failure.detail, /cannot be read after line 4: Quote Not Closed/, cut.body.failure.detail);
+  assert.doesNotMatch(cut.body.failure.detail, /line 7/);
+});
+
+test("a row is held to POST /contacts' length limits (counted in characters), in NDJSON and CSV alike", async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const long = 'f'.repeat(201);
+  const emoji = '😀'.repeat(200); // 200 characters, 400 UTF-16 units: within the limit
+  const ndjson = [
+    { email: 'ok@example.com', firstName: emoji, lastName: 'l'.repeat(200) },
+    { email: 'long-first@example.com', firstName: long },
+    { email: 'long-last@example.com', lastName: long },
+    { email: `${'e'.repeat(310)}@example.com` },
+    { phone: `+1613555${'0'.repeat(60)}` },
+  ];
+  const res = await importText(s, token, `${ndjson.map((r) => JSON.stringify(r)).join('\n')}\n`, NDJSON);
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(refused(res), [
+    [2, 'firstName'],
+    [3, 'lastName'],
+    [4, 'email'],
+    [5, 'phone'],
+  ]);
+  assert.match(res.body.errors[0].reason, /more than 200 characters/);
+  assert.equal(res.body.created, 1);
+  const csv = await importText(s, token, `email,firstName\r\ncsv-ok@example.com,${emoji}\r\ncsv-long@example.com,${long}\r\n`, CSV);
+  assert.deepEqual(refused(csv), [[3, 'firstName']]);
+  // The API answers the same rows alike.
+  assert.equal((await s.request('POST', '/contacts', { token, body: { email: 'api-ok@example.com', firstName: emoji } })).status, 201);
+  assertProblem(await s.request('POST', '/contacts', { token, body: { email: 'api-long@example.com', firstName: long } }), 422, 'validation_failed');
+  const stored = (await contactsOf(s, token)).map((c) => c.email).sort();
+  assert.deepEqual(stored, ['api-ok@example.com', 'csv-ok@example.com', 'ok@example.com']);
+});
+
+test('a file imports as its rows would one by one: a row that renames a contact frees its old email for the rows after it', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const rows = (list: unknown[]) => `${list.map((r) => JSON.stringify(r)).join('\n')}\n`;
+  // The case as a client met it: row 2 moves the contact to sd2 by its phone; row 3 names sd1,
+  // which no contact has any more, and creates it, rather than rename the contact back.
+  const res = await importText(
+    s,
+    token,
+    rows([
+      { email: 'sd1@example.com', phone: '+16135550166' },
+      { email: 'sd2@example.com', phone: '+16135550166' },
+      { email: 'sd1@example.com', firstName: 'third' },
+    ]),
+    NDJSON,
+  );
+  assert.deepEqual([res.body.created, res.body.updated, res.body.errorCount], [2, 1, 0], res.text);
+  const stored = (await contactsOf(s, token)).map((c) => [c.email, c.phone, c.firstName]).sort();
+  assert.deepEqual(stored, [
+    ['sd1@example.com', null, 'third'],
+    ['sd2@example.com', '+16135550166', null],
+  ]);
+
+  // Random files over a few emails and phones (renames back and forth, swaps, refusals): the
+  // whole file into one workspace gives what each row imported on its own gives in another.
+  const random = seededRandom(9);
+  const pick = <T>(xs: T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const emails = ['a@example.com', 'b@example.com', 'c@example.com', 'd@example.com'];
+  const phones = ['+16135550101', '+16135550102', '+16135550103'];
+  for (const mode of ['upsert', 'update', 'create']) {
+    const file: Record<string, unknown>[] = [];
+    for (let i = 0; i < 300; i++) {
+      const row: Record<string, unknown> = {};
+      const r = random();
+      if (r < 0.45) Object.assign(row, { email: pick(emails), phone: pick(phones) });
+      else if (r < 0.75) row.email = pick(emails);
+      else row.phone = pick(phones);
+      if (random() < 0.5) row.firstName = `n${i}`;
+      if (random() < 0.2) row.tags = [`t${i % 5}`];
+      file.push(row);
+    }
+    const whole = await s.otherWorkspace();
+    const oneByOne = await s.otherWorkspace();
+    const all = await s.request('POST', `/contacts/import?mode=${mode}`, { token: whole.token, raw: rows(file), headers: NDJSON });
+    assert.equal(all.status, 200, all.text);
+    const sum = { created: 0, updated: 0, skipped: 0, errorCount: 0 };
+    for (const row of file) {
+      const one = await s.request('POST', `/contacts/import?mode=${mode}`, { token: oneByOne.token, raw: rows([row]), headers: NDJSON });
+      assert.equal(one.status, 200, one.text);
+      for (const k of Object.keys(sum) as (keyof typeof sum)[]) sum[k] += one.body[k];
+    }
+    assert.deepEqual(
+      { created: all.body.created, updated: all.body.updated, skipped: all.body.skipped, errorCount: all.body.errorCount },
+      sum,
+      `mode ${mode}: the counts`,
+    );
+    const state = async (tok: string) => (await contactsOf(s, tok)).map((c) => JSON.stringify([c.email, c.phone, c.firstName, [...c.tags].sort()])).sort();
+    assert.deepEqual(await state(whole.token), await state(oneByOne.token), `mode ${mode}: the contacts`);
+  }
+});
+
+test('CSV headers in the spellings other tools write: Email Address, First Name, E-Mail, phone_number; one field twice is still refused', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  // Mailchimp's export.
+  const mc = await importText(s, token, 'Email Address,First Name,Last Name,Phone Number,Address\r\nmc@example.com,Mary,Jones,+16135550177,1 Main St\r\n', CSV);
+  assert.deepEqual([mc.body.status, mc.body.created], ['COMPLETED', 1], mc.text);
+  const other = await importText(s, token, 'E-Mail,first-name,LAST_NAME,phone_number,Tags\r\nem@example.com,Eve,Moss,+16135550178,a;b\r\n', CSV);
+  assert.deepEqual([other.body.status, other.body.created], ['COMPLETED', 1], other.text);
+  const stored = await contactsOf(s, token);
+  const mary = stored.find((c) => c.email === 'mc@example.com');
+  assert.deepEqual([mary.firstName, mary.lastName, mary.phone, mary.attributes], ['Mary', 'Jones', '+16135550177', { Address: '1 Main St' }]);
+  const eve = stored.find((c) => c.email === 'em@example.com');
+  assert.deepEqual([eve.firstName, eve.lastName, eve.phone, [...eve.tags].sort()], ['Eve', 'Moss', '+16135550178', ['a', 'b']]);
+  const twice = await importText(s, token, 'email,first_name,First Name\r\ntw@example.com,a,b\r\n', CSV);
+  assert.deepEqual([twice.body.status, twice.body.failure?.code, twice.body.created], ['FAILED', 'invalid_csv', 0], twice.text);
+  assert.match(twice.body.failure.detail, /firstName twice \(columns 2 and 3\)/);
+});
+
+test('a body that is neither NDJSON nor CSV is refused 415 before it is parsed, whatever it holds; access is checked first', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const json = { 'content-type': 'application/json' };
+  for (const body of ['{bad', `{"x":"${'a'.repeat(2 * 1024 * 1024)}"}`, '{"email":"a@example.com"}']) {
+    const res = await importText(s, token, body, json);
+    assertProblem(res, 415, 'unsupported_media_type');
+    assert.match(res.body.detail, /application\/x-ndjson or text\/csv/);
+  }
+  for (const type of ['text/plain', 'application/ndjson', 'multipart/form-data; boundary=x']) {
+    const res = await importText(s, token, 'email\na@example.com\n', { 'content-type': type });
+    assertProblem(res, 415, 'unsupported_media_type');
+    assert.match(res.body.detail, /application\/x-ndjson or text\/csv/, type);
+  }
+  const viewer = await s.userWithRole('VIEWER');
+  assertProblem(await importText(s, viewer.token, '{bad', json), 403, 'forbidden');
+  assertProblem(await importText(s, '', '{bad', json), 401);
+  assert.deepEqual((await s.request('GET', '/contacts/imports', { token })).body.data, []);
+});
+
+test('a small gzip body that inflates past the limit after rows were committed: 413 names the job that holds them', async (t) => {
+  const s = await build(t, { env: { SVC_IMPORT_SYNC_BYTES: '65536', SVC_IMPORT_MAX_BYTES: '300000' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const valid = Array.from({ length: 2500 }, (_, i) => `{"email":"g${i}@example.com"}\n`).join('');
+  const body = gzipSync(Buffer.concat([Buffer.from(valid), Buffer.alloc(400_000, 0x20)]));
+  assert.ok(body.length < 65536);
+  const res = await importText(s, token, body, { ...NDJSON, 'content-encoding': 'gzip' });
+  assertProblem(res, 413, 'import_too_large');
+  const id = res.body.importId;
+  assert.ok(Number.isInteger(id), res.text);
+  assert.equal(res.headers.get('location'), `/contacts/imports/${id}`);
+  const job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
+  assert.deepEqual([job.status, job.failure?.code, job.created], ['FAILED', 'import_too_large', 2000]);
+  assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 2000);
+});
+
+test('an upload answered 202 whose file fails early is cut off at once, not left sending until the body timeout', async (t) => {
+  const s = await build(t, { env: { SVC_IMPORT_SYNC_BYTES: '4096', SVC_BODY_TIMEOUT_SECONDS: '30' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const total = 20 * 1024 * 1024;
+  const req = httpRequest(new URL('/contacts/import', s.url), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, ...CSV, 'content-length': total },
+  });
+  const answered = new Promise<{ status: number; text: string }>((resolve, reject) => {
+    req.on('response', (res) => {
+      let text = '';
+      res.on('data', (c) => (text += c));
+      res.on('end', () => resolve({ status: res.statusCode!, text }));
+    });
+    req.on('error', reject);
+  });
+  const closed = new Promise<number>((resolve) => req.on('close', () => resolve(Date.now())));
+  req.on('error', () => undefined);
+  // A first record over the 256 KiB a record may be: the file cannot be read on.
+  req.write(`email,note\n${'x'.repeat(300 * 1024)}`);
+  const { status, text } = await answered;
+  assert.equal(status, 202, text);
+  const id = JSON.parse(text).id;
+  const started = Date.now();
+  // Go on sending, as curl does after an early answer, until the server closes the connection.
+  let sent = 300 * 1024;
+  const chunk = Buffer.alloc(64 * 1024, 0x61);
+  const timer = setInterval(() => {
+    if (!req.destroyed && sent + chunk.length < total) {
+      req.write(chunk);
+      sent += chunk.length;
+    }
+  }, 5);
+  const at = await closed;
+  clearInterval(timer);
+  assert.ok(at - started < 5000, `closed after ${at - started} ms`);
+  const job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
+  assert.deepEqual([job.status, job.failure?.code], ['FAILED', 'invalid_csv']);
+  assert.ok(sent < total, 'the upload did not run to its end');
+});
