@@ -5,7 +5,15 @@ import { pipeline } from 'node:stream/promises';
 import { createGzip } from 'node:zlib';
 import type { Command } from 'commander';
 import { IMPORT_MODES, type ImportFormat, type ImportMode } from '../core/db/schema.js';
-import { decompressIfGzip, exportContacts, importContacts, isGzip, type ExportFormat, type ImportJobView } from '../core/services/contactImport.js';
+import {
+  checkCharset,
+  decompressIfGzip,
+  exportContacts,
+  importContacts,
+  isGzip,
+  type ExportFormat,
+  type ImportJobView,
+} from '../core/services/contactImport.js';
 import { contactCount } from '../core/services/billing.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { CliError, globals, output, parseId, withSession } from './io.js';
@@ -34,6 +42,16 @@ function startsAsGzip(file: string): boolean {
 function modeOf(given: string): ImportMode {
   if (!(IMPORT_MODES as readonly string[]).includes(given)) throw new CliError(`--mode must be one of ${IMPORT_MODES.join(', ')}, got "${given}"`);
   return given as ImportMode;
+}
+
+/** --charset, checked by the same rule as the API's `charset=` (a label no decoder knows is refused). */
+function charsetOption(given: string | undefined): string | undefined {
+  if (given === undefined) return undefined;
+  try {
+    return checkCharset(given);
+  } catch (err) {
+    throw new CliError(`--charset: ${(err as Error).message}`);
+  }
 }
 
 /**
@@ -84,12 +102,14 @@ export function registerContacts(program: Command): void {
     .requiredOption('--workspace <id>', 'workspace id')
     .option('--format <format>', 'ndjson or csv (default: from the file name)')
     .option('--mode <mode>', 'create, update or upsert', 'upsert')
-    .action((file: string, opts: { workspace: string; format?: string; mode: string }, cmd: Command) =>
+    .option('--charset <encoding>', "the file's encoding when it is not UTF-8 (windows-1252, iso-8859-15, utf-16le...)")
+    .action((file: string, opts: { workspace: string; format?: string; mode: string; charset?: string }, cmd: Command) =>
       withSession(cmd, async ({ ctx, config, inWorkspace }) => {
         const workspaceId = parseId(opts.workspace, 'workspace id');
         await getWorkspace(ctx, workspaceId); // 404 before anything is read
         const format = formatOf(file, opts.format);
         const mode = modeOf(opts.mode);
+        const charset = charsetOption(opts.charset);
         const stdin = file === '-';
         let size: number | null = null;
         if (!stdin) {
@@ -111,7 +131,7 @@ export function registerContacts(program: Command): void {
         const job = await importContacts(
           inWorkspace(workspaceId),
           decompressIfGzip(raw),
-          { format, mode, bytesTotal: gzip ? null : size, maxBytes: config.importMaxBytes },
+          { format, mode, bytesTotal: gzip ? null : size, maxBytes: config.importMaxBytes, charset },
           {
             onProgress: (p) => {
               // A gzip file's progress is through the compressed bytes read from the file.

@@ -128,7 +128,9 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
     out['413'] = problemResponse(
       'The declared length is over the import limit, or a small gzip body inflated past it (`import_too_large`); in the second case rows before it may be committed, and `importId` and `Location` name the job',
     );
-    out['415'] = problemResponse('The body is neither NDJSON nor CSV (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`)');
+    out['415'] = problemResponse(
+      'The body is neither NDJSON nor CSV (`unsupported_media_type`), names a charset no decoder knows (`unsupported_charset`), or is compressed other than by gzip (`unsupported_content_encoding`)',
+    );
     out['429'] = problemResponse('The workspace already runs `SVC_IMPORT_CONCURRENCY` imports; retry after `Retry-After` seconds (`too_many_imports`)');
   }
   if (schema.body || schema.querystring || schema.params || webhook)

@@ -101,6 +101,7 @@ test('svc contacts import / export refuse bad arguments with one line and a non-
     [['contacts', 'import', dataDir, '--workspace', ws, '--format', 'csv'], /is a folder/],
     [['contacts', 'import', txt, '--workspace', '999', '--format', 'csv'], /workspace/i],
     [['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--mode', 'merge'], /--mode must be one of create, update, upsert/],
+    [['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--charset', 'x-klingon'], /--charset: The charset "x-klingon" is not one/],
     [['contacts', 'export', '--workspace', ws, '--format', 'xml'], /--format must be ndjson or csv/],
   ];
   for (const [args, message] of cases) {
@@ -109,6 +110,13 @@ test('svc contacts import / export refuse bad arguments with one line and a non-
     assert.match(r.stderr, message, show(r));
     assert.equal(r.stderr.trim().split('\n').length, 1, show(r));
   }
+  // A file in another encoding, named with --charset, is read as such (ë and € in windows-1252).
+  const latin = join(dataDir, 'latin.csv');
+  writeFileSync(latin, Buffer.from([...Buffer.from('email,firstName,price\nzoe@example.com,Zo'), 0xeb, ...Buffer.from(',5'), 0x80, 0x0a]));
+  const decoded = await runCli(dataDir, ['contacts', 'import', latin, '--workspace', ws, '--charset', 'windows-1252', '--json']);
+  assert.equal(decoded.json().created, 1, show(decoded));
+  const zoe = JSON.parse((await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--email', 'zoe@example.com'])).stdout);
+  assert.deepEqual([zoe.firstName, zoe.attributes], ['Zoë', { price: '5€' }]);
   // A CSV with the right flag imports; an unreadable one says FAILED and exits non-zero.
   assert.equal((await runCli(dataDir, ['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--json'])).json().created, 1);
   writeFileSync(txt, 'email\n"unclosed@example.com\n');

@@ -259,3 +259,28 @@ test('an upload answered 202 whose file fails early is cut off at once, not left
   assert.deepEqual([job.status, job.failure?.code], ['FAILED', 'invalid_csv']);
   assert.ok(sent < total, 'the upload did not run to its end');
 });
+
+test('a file in another encoding, named by charset=, is read as such; a charset no decoder knows is refused before the body is read', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  // ë is 0xEB and € is 0x80 in windows-1252 (latin1 and iso-8859-1 are its WHATWG labels too).
+  const latinCsv = (email: string) => Buffer.from([...Buffer.from(`email,firstName,price\r\n${email},Zo`), 0xeb, ...Buffer.from(',5'), 0x80, 0x0d, 0x0a]);
+  for (const [charset, email] of [
+    ['windows-1252', 'zoe@example.com'],
+    ['"ISO-8859-1"', 'zoe2@example.com'],
+  ] as const) {
+    const res = await importText(s, token, latinCsv(email), { 'content-type': `text/csv; charset=${charset}` });
+    assert.deepEqual([res.body.status, res.body.created], ['COMPLETED', 1], res.text);
+    const stored = (await s.request('GET', `/contacts?email=${email}`, { token })).body.data[0];
+    assert.deepEqual([stored.firstName, stored.attributes], ['Zoë', { price: '5€' }]);
+  }
+  // UTF-16 with its name: NDJSON too.
+  const utf16 = Buffer.from('{"email":"u16@example.com","firstName":"Zoë"}\n', 'utf16le');
+  const u16 = await importText(s, token, utf16, { 'content-type': 'application/x-ndjson; charset=utf-16le' });
+  assert.deepEqual([u16.body.created, u16.body.errorCount], [1, 0], u16.text);
+  // UTF-8 said in any spelling is read as it is.
+  const utf8 = await importText(s, token, 'email,firstName\nu8@example.com,Zoë\n', { 'content-type': 'text/csv; Charset=UTF-8' });
+  assert.equal(utf8.body.created, 1, utf8.text);
+  const bad = await importText(s, token, 'email\nx@example.com\n', { 'content-type': 'text/csv; charset=x-klingon' });
+  assertProblem(bad, 415, 'unsupported_charset');
+  assert.deepEqual((await s.request('GET', '/contacts/imports', { token })).body.data.length, 4, 'the refused one left no job');
+});

@@ -432,7 +432,7 @@ export interface paths {
         put?: never;
         /**
          * Create an import
-         * @description Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`). Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).
+         * @description Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`), in UTF-8 or the encoding its `charset=` names. Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).
          */
         post: operations["postContactsImport"];
         delete?: never;
@@ -6598,7 +6598,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The body is neither NDJSON nor CSV (`unsupported_media_type`), or is compressed (`unsupported_content_encoding`) */
+            /** @description The body is neither NDJSON nor CSV (`unsupported_media_type`), names a charset no decoder knows (`unsupported_charset`), or is compressed other than by gzip (`unsupported_content_encoding`) */
             415: {
                 headers: {
                     [name: string]: unknown;

@@ -134,6 +134,47 @@ export interface ImportOptions {
   bytesTotal: number | null;
   /** The most bytes read before the import stops as too large. */
   maxBytes: number;
+  /**
+   * The file's character encoding, when it is not UTF-8 (a WHATWG Encoding label, such as
+   * `windows-1252` or `latin1`: checkCharset): read through a decoder into UTF-8.
+   */
+  charset?: string | undefined;
+}
+
+/** UTF-8's labels (and ASCII, a subset): a file in them is read as it is. */
+const UTF8_LABELS = new Set(['utf-8', 'utf8', 'unicode-1-1-utf-8', 'us-ascii', 'ascii']);
+
+/**
+ * The encoding a file declares (`charset=`), checked before anything is read: undefined for
+ * UTF-8 (or none said), the label otherwise; a label no decoder knows is refused (415).
+ */
+export function checkCharset(label: string | undefined): string | undefined {
+  const name = label
+    ?.trim()
+    .replace(/^"(.*)"$/, '$1')
+    .toLowerCase();
+  if (!name || UTF8_LABELS.has(name)) return undefined;
+  try {
+    new TextDecoder(name);
+  } catch {
+    throw new AppError(
+      415,
+      'unsupported_charset',
+      `The charset "${name.slice(0, 40)}" is not one this server can read: send UTF-8, or name an encoding such as windows-1252, iso-8859-15 or utf-16le`,
+    );
+  }
+  return name;
+}
+
+/** The bytes of a file in another encoding, as UTF-8 (what cannot be decoded becomes U+FFFD). */
+async function* decodedToUtf8(source: AsyncIterable<Buffer>, charset: string): AsyncGenerator<Buffer> {
+  const decoder = new TextDecoder(charset);
+  for await (const chunk of source) {
+    const text = decoder.decode(chunk, { stream: true });
+    if (text) yield Buffer.from(text);
+  }
+  const rest = decoder.decode();
+  if (rest) yield Buffer.from(rest);
 }
 
 /** Refused before anything is read: the declared length is over the policy limit. */
@@ -1005,7 +1046,9 @@ export async function runImport(
     if (before > -IMPORT_CACHE_KIB && before < IMPORT_CACHE_KIB) w.$client.pragma(`cache_size = -${IMPORT_CACHE_KIB}`);
     return before;
   });
-  const input = counted(source, bytes, opts.maxBytes);
+  // The limit counts the bytes received; a file in another encoding is then decoded to UTF-8.
+  const received = counted(source, bytes, opts.maxBytes);
+  const input = opts.charset ? decodedToUtf8(received, opts.charset) : received;
   const rows = opts.format === 'csv' ? csvRows(input) : ndjsonRows(input);
   let batch: SourceRow[] = [];
   let analyzeAt = IMPORT_BATCH_ROWS;

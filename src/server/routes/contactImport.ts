@@ -5,6 +5,7 @@ import { Type } from '@sinclair/typebox';
 import { AppError, isIdentityEncoding } from '../../core/errors.js';
 import { IMPORT_MODES, type ImportFormat } from '../../core/db/schema.js';
 import {
+  checkCharset,
   checkDeclaredLength,
   decompressIfGzip,
   exportContacts,
@@ -49,6 +50,15 @@ const ImportJob = Type.Object({
 function mediaFormat(contentType: string | undefined): ImportFormat | undefined {
   const media = (contentType ?? '').split(';')[0]!.trim().toLowerCase();
   return Object.hasOwn(MEDIA, media) ? MEDIA[media] : undefined;
+}
+
+/** The `charset` parameter of a Content-Type, if it has one. */
+function charsetOf(contentType: string | undefined): string | undefined {
+  for (const param of (contentType ?? '').split(';').slice(1)) {
+    const at = param.indexOf('=');
+    if (at !== -1 && param.slice(0, at).trim().toLowerCase() === 'charset') return param.slice(at + 1);
+  }
+  return undefined;
 }
 
 function unsupportedMedia(): AppError {
@@ -101,10 +111,11 @@ export async function contactImportRoutes(app: App): Promise<void> {
       // and any other type is told which two this route takes.
       preParsing: async (req) => {
         if (!mediaFormat(req.headers['content-type'])) throw unsupportedMedia();
+        checkCharset(charsetOf(req.headers['content-type']));
       },
       schema: {
         description:
-          'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`). Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
+          'Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`), in UTF-8 or the encoding its `charset=` names. Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).',
         consumes: Object.keys(MEDIA),
         querystring: Type.Object(
           {
@@ -149,6 +160,7 @@ export async function contactImportRoutes(app: App): Promise<void> {
         mode: (req.query as { mode?: 'create' | 'update' | 'upsert' }).mode ?? 'upsert',
         bytesTotal: gzip ? null : declared,
         maxBytes: config.importMaxBytes,
+        charset: checkCharset(charsetOf(req.headers['content-type'])),
       };
       const job = await startImport(ctx, opts);
       const body = gzip ? decompressIfGzip(req.body as Readable, { required: true }) : (req.body as Readable);
