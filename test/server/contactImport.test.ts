@@ -756,13 +756,13 @@ test('export: NDJSON and CSV with the list filters, streamed, and both import ba
         .on('error', reject)
         .end();
     });
-  for (const accepted of ['gzip', 'gzip, deflate, br', 'br;q=1, gzip;q=0.5', '*', 'X-GZIP']) {
+  for (const accepted of ['gzip', 'gzip, deflate, br', 'br;q=1, gzip;q=0.5', '*', 'X-GZIP', 'gzip;q=0.8, identity;q=0.5', 'identity;q=0.5, *']) {
     const got = await raw(accepted);
     assert.equal(got.headers['content-encoding'], 'gzip', accepted);
     assert.match(String(got.headers.vary), /accept-encoding/i);
     assert.equal(gunzipSync(got.body).toString('utf8'), nd.text, accepted);
   }
-  for (const refused of [undefined, '', 'identity', 'br, deflate', 'gzip;q=0', '*, gzip;q=0', 'gzip;q=nope']) {
+  for (const refused of [undefined, '', 'identity', 'br, deflate', 'gzip;q=0', '*, gzip;q=0', 'gzip;q=nope', 'gzip;q=0.5, identity;q=1', 'identity, *;q=0.5']) {
     const got = await raw(refused);
     assert.equal(got.headers['content-encoding'], undefined, String(refused));
     assert.equal(got.body.toString('utf8'), nd.text, String(refused));

@@ -276,19 +276,24 @@ export async function contactImportRoutes(app: App): Promise<void> {
 }
 
 /**
- * Whether an Accept-Encoding header takes gzip (RFC 9110, 12.5.3): named with a q above 0, or
- * `*` so, without gzip itself refused.
+ * Whether to answer gzip-compressed for an Accept-Encoding header (RFC 9110, 12.5.3): gzip named
+ * with a q above 0, or `*` so, without gzip itself refused; and not ranked below identity
+ * (`gzip;q=0.5, identity;q=1` asks for the body as it is).
  */
 export function acceptsGzip(header: string | undefined): boolean {
   if (!header) return false;
-  let star = false;
+  let gzip: number | undefined;
+  let star: number | undefined;
+  let identity: number | undefined;
   for (const part of header.toLowerCase().split(',')) {
     const [coding, ...params] = part.split(';').map((p) => p.trim());
     const q = params.find((p) => p.startsWith('q='));
-    const weight = q === undefined ? 1 : Number(q.slice(2));
-    const taken = Number.isFinite(weight) && weight > 0;
-    if (coding === 'gzip' || coding === 'x-gzip') return taken;
-    if (coding === '*') star = taken;
+    const parsed = q === undefined ? 1 : Number(q.slice(2));
+    const weight = Number.isFinite(parsed) ? parsed : 0;
+    if (coding === 'gzip' || coding === 'x-gzip') gzip ??= weight;
+    else if (coding === '*') star ??= weight;
+    else if (coding === 'identity') identity ??= weight;
   }
-  return star;
+  const wanted = gzip ?? star ?? 0;
+  return wanted > 0 && (identity === undefined || wanted >= identity);
 }
