@@ -323,6 +323,10 @@ test('404 contact_not_found when no contact matches and create-on-miss is off', 
   assertProblem(await post(s, email.path, { body: { email: 'nobody@example.com' } }), 404, 'contact_not_found');
   assertProblem(await post(s, phone.path, { body: { phone: '+16135550199' } }), 404, 'contact_not_found');
   assertProblem(await post(s, id.path, { body: { contactId: 999999 } }), 404, 'contact_not_found');
+  // An integer or a string of digits that no contact can have (0, negative, past 2^53) is a miss
+  // like any other, not a value of the wrong shape.
+  for (const contactId of [0, -3, 2 ** 60, '0', '820982911946154500', '9'.repeat(400)])
+    assertProblem(await post(s, id.path, { body: { contactId } }), 404, 'contact_not_found');
   assert.equal(await contactCount(s), 1, 'nothing was created');
   assert.equal(await countRows(s, workflowRuns), 0);
 });
@@ -510,6 +514,11 @@ test('422 lookup_value_invalid when the value has the wrong type or shape', asyn
     [id, 'abc'],
     [id, `${contact.id}a`],
     [id, '1.0'],
+    [id, ` ${contact.id}`],
+    [id, `${contact.id} `],
+    [id, `${contact.id}\n`],
+    [id, '-1'],
+    [id, '+1'],
     [id, 1.5],
     [id, true],
     [id, [contact.id]],
@@ -1050,6 +1059,29 @@ test('POST /webhook-events/:id/replay starts a new run (202) from the stored byt
   const member = await s.userWithRole('MEMBER');
   assert.equal((await s.request('POST', `/webhook-events/${refused.id}/replay`, { token: member.token })).status, 202);
   assert.equal(await runCount(s, hook.id), 4);
+});
+
+test('replay runs nothing for a paused workflow, or one no longer triggered by its webhook (422); activated again, it replays', async (t) => {
+  const { s, token } = await setup(t);
+  const contact = await createContact(s, token, { email: 'ann@example.com' });
+  const hook = await hookWorkflow(s, token, { lookup: 'email' });
+  assertAccepted(await post(s, hook.path, { body: { email: 'ann@example.com' } }));
+  const [event] = await events(s, token, hook.id);
+  const replay = () => s.request('POST', `/webhook-events/${event.id}/replay`, { token });
+
+  assert.equal((await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { status: 'PAUSED' } })).status, 200);
+  const paused = await replay();
+  assertProblem(paused, 422, 'workflow_not_active');
+  assert.match(paused.body.detail, /PAUSED/);
+  assert.equal((await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { triggerSource: 'MANUAL', status: 'ACTIVE' } })).status, 200);
+  assertProblem(await replay(), 422, 'workflow_not_webhook');
+  assert.equal(await runCount(s, hook.id), 1, 'neither started a run');
+
+  assert.equal((await s.request('PATCH', `/workflows/${hook.id}`, { token, body: { triggerSource: 'WEBHOOK' } })).status, 200);
+  const again = await replay();
+  assert.equal(again.status, 202, again.text);
+  assert.equal(again.body.contactId, contact.id);
+  assert.equal(await runCount(s, hook.id), 2);
 });
 
 test('replay refuses signature-refused events (422), other workspaces (404), VIEWER (403)', async (t) => {

@@ -23,7 +23,11 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 3600_000;
 export const MAX_BODY_DEPTH = 64;
 const TOKEN_RE = new RegExp(`^[0-9A-Za-z]{${WEBHOOK_TOKEN_LENGTH}}$`);
 const SIGNATURE_RE = /^sha256=([0-9a-f]{64})$/;
-export const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+/**
+ * API.md: "up to 255 chars", nothing more said: any text but control characters (a tab; HTTP
+ * refuses the others), spaces and non-ASCII included (a header's bytes, as Node reads them).
+ */
+export const IDEMPOTENCY_KEY_RE = /^[^\x00-\x1f\x7f]{1,255}$/;
 /** What is kept of a body refused before its signature was verified: its size, SHA-256 and this many first bytes. */
 export const UNVERIFIED_BODY_PREFIX_BYTES = 1024;
 const SIGNATURE_INVALID = 'signature_invalid';
@@ -101,9 +105,12 @@ export function extractLookup(target: Pick<WebhookTarget, 'lookup' | 'path'>, bo
       return { kind, value: phone };
     }
     case 'contactId': {
-      const id = typeof raw === 'number' ? raw : typeof raw === 'string' && /^[0-9]{1,16}$/.test(raw.trim()) ? Number(raw.trim()) : NaN;
-      if (!Number.isSafeInteger(id) || id < 1) throw invalid('a contact id (an integer or a string of digits)');
-      return { kind, value: id };
+      // An integer, or a string of digits and nothing else (API.md 4). One no contact can have
+      // (0, negative, past 2^53) is a miss, 404 like any other id (0 matches no row), not a
+      // value of the wrong shape.
+      const id = typeof raw === 'number' ? (Number.isInteger(raw) ? raw : NaN) : typeof raw === 'string' && /^[0-9]+$/.test(raw) ? Number(raw) : NaN;
+      if (Number.isNaN(id)) throw invalid('a contact id (an integer or a string of digits)');
+      return { kind, value: Number.isSafeInteger(id) && id >= 1 ? id : 0 };
     }
   }
 }
@@ -144,7 +151,7 @@ function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffe
     throw new UnauthorizedError(SIGNATURE_INVALID, `The ${SIGNATURE_HEADER} header is missing or does not match the body`);
   }
   if (req.idempotencyKey !== undefined && !IDEMPOTENCY_KEY_RE.test(req.idempotencyKey)) {
-    throw new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 printable ASCII characters');
+    throw new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 characters, none of them a control character (such as a tab)');
   }
   const text = req.raw.toString('utf8');
   let parsed: unknown;
@@ -628,6 +635,14 @@ export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): Prom
       .from(workflows)
       .where(inWorkspace(tx, workflows.workspaceId, eq(workflows.id, event.workflowId)));
     if (!row) throw new NotFoundError('workflow_not_found', `No workflow with id ${event.workflowId}`);
+    // As its URL does (SPEC 3): a paused workflow runs nothing, nor one whose trigger is no
+    // longer its webhook; as POST /automations/:id/runs refuses an automation not ACTIVE.
+    if (row.status !== 'ACTIVE') throw new ValidationError('workflow_not_active', `Workflow ${row.id} is ${row.status}: activate it to replay its events`);
+    if (row.triggerSource !== 'WEBHOOK')
+      throw new ValidationError(
+        'workflow_not_webhook',
+        `Workflow ${row.id} is no longer triggered by its webhook (trigger ${row.triggerSource}); its events cannot be replayed`,
+      );
     let body: unknown;
     try {
       body = JSON.parse(event.body.toString('utf8'));
