@@ -457,6 +457,25 @@ test('400 invalid JSON', async (t) => {
   assert.equal(await contactCount(s), 1);
 });
 
+test('a body after a UTF-8 byte order mark is read as JSON (RFC 8259 8.1), signed over the bytes as sent, and replays', async (t) => {
+  const { s, token } = await setup(t);
+  const contact = await createContact(s, token, { email: 'ann@example.com' });
+  const hook = await hookWorkflow(s, token, { lookup: 'email', signingSecret: 'bom-secret-0123456789abcdef' });
+  const raw = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"email":"ann@example.com","n":1}')]);
+  const res = await post(s, hook.path, { raw, headers: { 'x-service-signature': sign('bom-secret-0123456789abcdef', raw) } });
+  assert.equal(res.status, 202, res.text);
+  assert.equal(res.body.contactId, contact.id);
+  const run = await s.request('GET', `/runs/${res.body.runId}`, { token });
+  assert.deepEqual(run.body.trigger, { email: 'ann@example.com', n: 1 });
+  const [event] = await events(s, token, hook.id);
+  assert.deepEqual(event.body, { email: 'ann@example.com', n: 1 });
+  const again = await s.request('POST', `/webhook-events/${event.id}/replay`, { token });
+  assert.equal(again.status, 202, again.text);
+  // A BOM anywhere else, or two, is no JSON.
+  const twice = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf]), Buffer.from('{"email":"ann@example.com"}')]);
+  assertProblem(await post(s, hook.path, { raw: twice, headers: { 'x-service-signature': sign('bom-secret-0123456789abcdef', twice) } }), 400, 'invalid_json');
+});
+
 test('422 when the body is JSON but not an object (array, string, number, boolean, null)', async (t) => {
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });

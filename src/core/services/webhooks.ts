@@ -148,6 +148,12 @@ function fewerBrackets(raw: Buffer, max: number): boolean {
 const JSON_TYPE_RE = /^application\/json\s*(;.*)?$/i;
 const notFound = () => new NotFoundError('webhook_not_found', 'No active webhook workflow has this URL');
 
+/** A JSON body's text: a UTF-8 byte order mark before it is dropped, as RFC 8259 (8.1) lets a parser do (the signature is over the bytes as sent). */
+function jsonTextOf(raw: Buffer): string {
+  const text = raw.toString('utf8');
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+}
+
 /**
  * Body checks in the contract's order after the token: signature, Idempotency-Key, JSON,
  * object, lookup. Every refusal but the first comes after the signature held (or the
@@ -160,7 +166,7 @@ function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffe
   if (req.idempotencyKey !== undefined && !validIdempotencyKey(req.idempotencyKey)) {
     throw new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 characters, none of them a control character (such as a tab)');
   }
-  const text = req.raw.toString('utf8');
+  const text = jsonTextOf(req.raw);
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -571,7 +577,7 @@ function eventView(row: typeof webhookEvents.$inferSelect): WebhookEventView {
   const truncated = row.bodySha256 !== null && row.body !== null && row.body.length < (row.bodySize ?? 0);
   if (row.body && truncated) bodyText = row.body.toString('utf8');
   else if (row.body) {
-    const text = row.body.toString('utf8');
+    const text = jsonTextOf(row.body);
     try {
       body = JSON.parse(text);
     } catch {
@@ -652,7 +658,7 @@ export function replayWebhookEvent(ctx: WorkspaceContext, eventId: number): Prom
       );
     let body: unknown;
     try {
-      body = JSON.parse(event.body.toString('utf8'));
+      body = JSON.parse(jsonTextOf(event.body));
     } catch {
       throw new ValidationError('event_not_replayable', 'The stored body is not valid JSON');
     }
