@@ -161,6 +161,12 @@ export function registerContacts(program: Command): void {
         const workspaceId = parseId(opts.workspace, 'workspace id');
         await getWorkspace(ctx, workspaceId);
         if (opts.format !== 'ndjson' && opts.format !== 'csv') throw new CliError(`--format must be ndjson or csv, got "${opts.format}"`);
+        // --json is one JSON document on standard output (API.md 6): the summary of an export
+        // written to a file. Without --out the export itself is standard output.
+        if (globals(cmd).json && !opts.out)
+          throw new CliError(
+            '--json prints the summary of an export written with --out FILE; without --out the export itself goes to standard output (drop --json)',
+          );
         const format = opts.format as ExportFormat;
         const filter = {
           ...(opts.tag !== undefined ? { tag: opts.tag } : {}),

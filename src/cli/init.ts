@@ -4,14 +4,14 @@ import { DEFAULT_OWNER_EMAIL, DEFAULT_WORKSPACE_NAME, initialiseDataFolder, type
 import type { Plan } from '../core/db/schema.js';
 import { loadConfig } from '../core/config.js';
 import { parsePlan } from '../core/roles.js';
-import { CliError, cliActor, configFlags, globals, interactive, output, readSecretFromStdin } from './io.js';
+import { CliError, cliActor, configFlags, globals, interactive, output, printable, readSecretFromStdin } from './io.js';
 
 export function describeInit(result: InitResult, where: { publicUrl?: string; dataDirFlag?: string | undefined } = {}): string {
   const base = where.publicUrl ?? 'http://127.0.0.1:3000';
   const dataDir = where.dataDirFlag ? ` --data-dir ${JSON.stringify(where.dataDirFlag)}` : '';
   const lines = [
     `Initialised ${result.dataDir}`,
-    `  workspace  ${result.workspace.name} (id ${result.workspace.id}, plan ${result.workspace.plan})`,
+    `  workspace  ${printable(result.workspace.name)} (id ${result.workspace.id}, plan ${result.workspace.plan})`,
     `  owner      ${result.user.email} (super-admin)`,
   ];
   if (result.generatedPassword)

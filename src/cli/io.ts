@@ -1,10 +1,11 @@
-import { userInfo } from 'node:os';
+import { hostname, userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
 import { openCurrentStore } from '../core/bootstrap.js';
 import type { Actor, SystemContext, WorkspaceContext } from '../core/context.js';
 import type { Db } from '../core/db/connection.js';
 import type { Store } from '../core/db/store.js';
+import { serverHolders } from '../core/serverLock.js';
 import type { Page } from '../core/pagination.js';
 
 export interface GlobalOptions {
@@ -50,8 +51,27 @@ export interface CliSession {
   close(): Promise<void>;
 }
 
+/**
+ * Without a configured public URL, the URLs the CLI prints (a webhook's, a sandbox's) name the
+ * address of the server running on this data folder, as the API does: `svc serve --port 0` or
+ * `--port 4000` listens elsewhere than the 3000 this process would make up (its pid file says
+ * where; several servers at different addresses leave it as it was).
+ */
+function withRunningServerUrl(config: Config): Config {
+  if (config.publicUrlConfigured) return config;
+  const here = hostname();
+  const urls = new Set(
+    serverHolders(config.dataDir)
+      .live.filter((h) => h.hostname === here && h.publicUrl)
+      .map((h) => h.publicUrl!),
+  );
+  if (urls.size !== 1) return config;
+  const url = [...urls][0]!;
+  return { ...config, publicUrl: url, ...(config.sandboxUrlConfigured ? {} : { sandboxUrl: url }) };
+}
+
 export async function openSession(cmd: Command, env: NodeJS.ProcessEnv = process.env): Promise<CliSession> {
-  const config = loadConfig(configFlags(cmd), env);
+  const config = withRunningServerUrl(loadConfig(configFlags(cmd), env));
   const store = await openCurrentStore(config);
   const ctx: SystemContext = { db: store.db, store, config, actor: cliActor(), ip: null };
   return { config, db: store.db, store, ctx, inWorkspace: (workspaceId) => ({ ...ctx, workspaceId }), close: () => store.close() };
@@ -78,9 +98,26 @@ export function output(cmd: Command, json: unknown, human: string | (() => strin
   else process.stdout.write(`${typeof human === 'function' ? human() : human}\n`);
 }
 
+/**
+ * Text for a terminal: control characters (C0, DEL, C1) shown as escapes, `\n`, `\x1b`. A name
+ * set through the API by a lower role (a workflow's, a key's) could otherwise clear the
+ * operator's screen, retitle the terminal or forge a row of a table.
+ */
+export function printable(text: string): string {
+  let out = '';
+  let from = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0x20 && c !== 0x7f && (c < 0x80 || c > 0x9f)) continue;
+    out += text.slice(from, i) + (c === 0x0a ? '\\n' : c === 0x09 ? '\\t' : c === 0x0d ? '\\r' : `\\x${c.toString(16).padStart(2, '0')}`);
+    from = i + 1;
+  }
+  return from === 0 ? text : out + text.slice(from);
+}
+
 export function table(rows: Record<string, unknown>[], columns: string[]): string {
   if (!rows.length) return '(none)';
-  const cell = (v: unknown) => (v === null || v === undefined ? '-' : String(v));
+  const cell = (v: unknown) => (v === null || v === undefined ? '-' : printable(String(v)));
   const widths = columns.map((c) => Math.max(c.length, ...rows.map((r) => cell(r[c]).length)));
   const line = (values: string[]) =>
     values

@@ -3,7 +3,7 @@ import { parseRole } from '../core/roles.js';
 import { apiKeyWorkspaceId, listApiKeys, mintApiKey, revokeApiKey, type ApiKeyView } from '../core/services/apiKeys.js';
 import { MAX_LIMIT } from '../core/pagination.js';
 import type { WorkspaceContext } from '../core/context.js';
-import { allPages, CliError, output, parseId, table, withSession } from './io.js';
+import { allPages, CliError, output, parseId, printable, table, withSession } from './io.js';
 
 function allKeys(ctx: WorkspaceContext): Promise<ApiKeyView[]> {
   return allPages((cursor) => listApiKeys(ctx, { limit: MAX_LIMIT, cursor }));
@@ -26,7 +26,7 @@ export function registerKeys(program: Command): void {
         const k = await mintApiKey(inWorkspace(workspaceId), { name: opts.name, role });
         output(cmd, { id: k.id, name: k.name, role: k.role, key: k.key, prefix: k.prefix }, () =>
           [
-            `minted key ${k.id} "${k.name}" (${k.role}) for workspace ${workspaceId}`,
+            `minted key ${k.id} "${printable(k.name)}" (${k.role}) for workspace ${workspaceId}`,
             '',
             `  ${k.key}`,
             '',
@@ -55,7 +55,7 @@ export function registerKeys(program: Command): void {
       withSession(cmd, async ({ ctx, inWorkspace }) => {
         const id = parseId(keyId, 'key id');
         const k = await revokeApiKey(inWorkspace(await apiKeyWorkspaceId(ctx, id)), id);
-        output(cmd, { id: k.id, revokedAt: k.revokedAt }, `revoked key ${k.id} "${k.name}" at ${k.revokedAt}`);
+        output(cmd, { id: k.id, revokedAt: k.revokedAt }, `revoked key ${k.id} "${printable(k.name)}" at ${k.revokedAt}`);
       }),
     );
 }

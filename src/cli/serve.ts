@@ -121,6 +121,7 @@ export function registerServe(program: Command): void {
         if (!json) process.stdout.write(`${describeInit(initialised, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
       config ??= await withPort();
+      serveLock.notePublicUrl(config.publicUrl);
       boundHeapGrowth(config);
       const { store, applied } = await openStore(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
       const cfg = config;

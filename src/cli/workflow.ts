@@ -4,12 +4,12 @@ import { MAX_LIMIT } from '../core/pagination.js';
 import { getRun, listRuns, runWorkspaceId, type RunView } from '../core/services/runs.js';
 import { listWebhookEvents, replayWebhookEvent, webhookEventWorkspaceId, type WebhookEventView } from '../core/services/webhooks.js';
 import { listWorkflows, setWorkflowStatus, workflowWorkspaceId, type WorkflowView } from '../core/services/workflows.js';
-import { allPages, output, parseId, table, withSession } from './io.js';
+import { allPages, output, parseId, printable, table, withSession } from './io.js';
 
 const workflowRow = (w: WorkflowView) => ({ id: w.id, name: w.name, status: w.status, trigger: w.triggerSource, steps: w.steps.length, url: w.webhook.url });
 
 function describeWorkflow(w: WorkflowView): string {
-  const lines = [`workflow ${w.id} "${w.name}": ${w.status} (${w.triggerSource}, ${w.steps.length} step(s))`];
+  const lines = [`workflow ${w.id} "${printable(w.name)}": ${w.status} (${w.triggerSource}, ${w.steps.length} step(s))`];
   if (w.webhook.url)
     lines.push(
       `  webhook URL  ${w.webhook.url}`,

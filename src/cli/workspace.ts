@@ -3,7 +3,7 @@ import type { Plan } from '../core/db/schema.js';
 import { parsePlan } from '../core/roles.js';
 import { createWorkspace, getWorkspace, listWorkspaces, setWorkspacePlan, type WorkspaceView } from '../core/services/workspaces.js';
 import { ensureSandbox } from '../core/services/sandbox.js';
-import { CliError, output, parseId, table, withSession } from './io.js';
+import { CliError, output, parseId, printable, table, withSession } from './io.js';
 
 export function requirePlan(value: string): Plan {
   const plan = parsePlan(value);
@@ -11,7 +11,7 @@ export function requirePlan(value: string): Plan {
   return plan;
 }
 
-const describe = (w: WorkspaceView) => `workspace ${w.id}: ${w.name} (plan ${w.plan}, created ${w.createdAt})`;
+const describe = (w: WorkspaceView) => `workspace ${w.id}: ${printable(w.name)} (plan ${w.plan}, created ${w.createdAt})`;
 
 export function registerWorkspace(program: Command): void {
   const ws = program.command('workspace').description('create, list and inspect workspaces');

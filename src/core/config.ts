@@ -34,6 +34,12 @@ export interface Config {
    * Default: publicUrl (one address; the credential alone tells the sides apart).
    */
   readonly sandboxUrl: string;
+  /**
+   * Whether publicUrl (sandboxUrl) was configured rather than made up of host and port: a CLI
+   * process then names a running server's own address instead (cli/io.ts).
+   */
+  readonly publicUrlConfigured?: boolean;
+  readonly sandboxUrlConfigured?: boolean;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly dbSynchronous: SynchronousLevel;
   readonly defaultPhoneRegion: string;
@@ -171,7 +177,9 @@ type FileConfig = Partial<Record<Exclude<keyof Config, 'secrets' | 'dataDir' | '
  * failing later as "not initialised" or as a raw ENOTDIR.
  */
 export function resolveDataDir(flag: string | undefined, env: NodeJS.ProcessEnv): string {
-  const dir = resolve(flag ?? env.SVC_DATA_DIR ?? './data');
+  // An empty value (`SVC_DATA_DIR=`) is no value: it meant the current folder, where init
+  // wrote its files among whatever was there.
+  const dir = resolve((pick(flag, env.SVC_DATA_DIR) as string | undefined) ?? './data');
   const stat = statSync(dir, { throwIfNoEntry: false });
   if (stat && !stat.isDirectory()) throw new ConfigError(`the data folder ${dir} is a file, not a folder: name another with --data-dir (or SVC_DATA_DIR)`);
   return dir;
@@ -453,6 +461,8 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     port,
     publicUrl,
     sandboxUrl: toBaseUrl('sandboxUrl', pick(env.SVC_SANDBOX_URL, file.sandboxUrl)) ?? publicUrl,
+    publicUrlConfigured: publicUrlRaw !== undefined,
+    sandboxUrlConfigured: pick(env.SVC_SANDBOX_URL, file.sandboxUrl) !== undefined,
     logLevel: toEnum('logLevel', pick(flags.logLevel, env.SVC_LOG_LEVEL, file.logLevel), LOG_LEVELS, 'info'),
     dbSynchronous: toEnum('dbSynchronous', pick(env.SVC_DB_SYNCHRONOUS, file.dbSynchronous), ['FULL', 'NORMAL'] as const, 'FULL'),
     defaultPhoneRegion: toRegion(pick(env.SVC_DEFAULT_PHONE_REGION, file.defaultPhoneRegion)),

@@ -15,6 +15,8 @@ export interface LockHolder {
   startedAt: string;
   /** Start time of the process in clock ticks since boot (Linux), to tell a reused pid apart. */
   procStart: string | null;
+  /** The server's public URL, once it knows it (a server's own port may be picked at start: --port 0). */
+  publicUrl: string | null;
   file: string;
 }
 
@@ -39,7 +41,14 @@ function readHolder(file: string): LockHolder | null {
   try {
     const parsed = JSON.parse(readFileSync(file, 'utf8')) as Partial<LockHolder>;
     if (typeof parsed.pid !== 'number' || !Number.isInteger(parsed.pid) || parsed.pid <= 0) return null;
-    return { pid: parsed.pid, hostname: String(parsed.hostname ?? ''), startedAt: String(parsed.startedAt ?? ''), procStart: parsed.procStart ?? null, file };
+    return {
+      pid: parsed.pid,
+      hostname: String(parsed.hostname ?? ''),
+      startedAt: String(parsed.startedAt ?? ''),
+      procStart: parsed.procStart ?? null,
+      publicUrl: typeof parsed.publicUrl === 'string' ? parsed.publicUrl : null,
+      file,
+    };
   } catch {
     return null; // half-written or removed meanwhile: nobody we can identify
   }
@@ -57,8 +66,8 @@ export function isAlive(holder: Pick<LockHolder, 'pid' | 'hostname' | 'procStart
   return !(holder.procStart && now && now !== holder.procStart);
 }
 
-function writeHolder(file: string): void {
-  const content = JSON.stringify({ pid: process.pid, hostname: hostname(), startedAt: new Date().toISOString(), procStart: procStart(process.pid) });
+function writeHolder(file: string, extra: { publicUrl?: string } = {}): void {
+  const content = JSON.stringify({ pid: process.pid, hostname: hostname(), startedAt: new Date().toISOString(), procStart: procStart(process.pid), ...extra });
   const fd = openSync(file, 'w', 0o600);
   try {
     writeSync(fd, content);
@@ -99,6 +108,8 @@ function liveRestore(dataDir: string): LockHolder | null {
 export interface HeldLock {
   readonly file: string;
   release(): void;
+  /** Adds the server's public URL to its pid file, for CLI processes on the same folder (cli/io.ts). */
+  notePublicUrl(publicUrl: string): void;
 }
 
 function hold(file: string): HeldLock {
@@ -111,7 +122,7 @@ function hold(file: string): HeldLock {
   };
   // Removed on every ordinary exit, including process.exit(); a kill -9 leaves a stale file.
   process.on('exit', release);
-  return { file, release };
+  return { file, release, notePublicUrl: (publicUrl) => !released && writeHolder(file, { publicUrl }) };
 }
 
 /**

@@ -103,6 +103,7 @@ test('svc contacts import / export refuse bad arguments with one line and a non-
     [['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--mode', 'merge'], /--mode must be one of create, update, upsert/],
     [['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--charset', 'x-klingon'], /--charset: The charset "x-klingon" is not one/],
     [['contacts', 'export', '--workspace', ws, '--format', 'xml'], /--format must be ndjson or csv/],
+    [['contacts', 'export', '--workspace', ws, '--json'], /--json prints the summary of an export written with --out FILE/],
   ];
   for (const [args, message] of cases) {
     const r = await runCli(dataDir, args);

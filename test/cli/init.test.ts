@@ -125,5 +125,11 @@ describe('svc init', { concurrency: true }, () => {
     assert.equal(byDefault.code, 0, show(byDefault));
     assert.equal(byDefault.json().dataDir, join(root, 'env', 'data'));
     assert.ok(existsSync(join(root, 'env', 'data', 'config.json')));
+
+    // An empty SVC_DATA_DIR is no value: ./data, not the current folder itself.
+    const empty = await runCliArgs(['init', '--yes', '--json'], { env: { SVC_DATA_DIR: '' }, cwd: join(root, 'flag') });
+    assert.equal(empty.code, 0, show(empty));
+    assert.equal(empty.json().dataDir, join(root, 'flag', 'data'));
+    assert.ok(existsSync(join(root, 'flag', 'data', 'config.json')));
   });
 });

@@ -37,6 +37,11 @@ test('svc workflow / webhook / runs: list, activate, deactivate, events, replay,
   assert.equal(activated.code, 0, show(activated));
   const url = activated.json().webhook.url as string;
   assert.match(url, /\/v1\/webhooks\/in\/[0-9A-Za-z]{30}$/);
+  // The server took a port of its own (--port 0) and no public URL is configured: the CLI
+  // names the URL the API names, not the default port's.
+  const viaApi = await request(server.url, 'GET', `/workflows/${id}`, { token });
+  assert.equal(url, viaApi.body.webhook.url);
+  assert.ok(url.startsWith(server.url.replace(/\/$/, '')), `${url} is on ${server.url}`);
   const path = new URL(url).pathname;
 
   const accepted = await request(server.url, 'POST', path, { body: { user: { email: 'New@Example.com' } } });
@@ -53,6 +58,18 @@ test('svc workflow / webhook / runs: list, activate, deactivate, events, replay,
   assert.equal(last.code, 'lookup_value_missing');
   const table = await runCli(dataDir, ['webhook', 'events', '--workflow', id]);
   assert.match(table.stdout, /^ID\s+RECEIVEDAT\s+STATUS/m);
+
+  // A name set through the API (by any MEMBER) cannot drive the operator's terminal: control
+  // characters are shown as escapes, and a newline forges no row.
+  const hostile = await request(server.url, 'POST', '/workflows', {
+    token,
+    body: { name: 'evil\u001b]0;pwned\u0007\u001b[2J\nFAKE ROW', triggerSource: 'MANUAL', steps: [] },
+  });
+  assert.equal(hostile.status, 201, hostile.text);
+  const listedTable = await runCli(dataDir, ['workflow', 'list', '--workspace', String(workspaceId)]);
+  for (const c of listedTable.stdout) assert.ok(c === '\n' || c >= ' ', `a control character (${c.charCodeAt(0)}) reached the terminal`);
+  assert.match(listedTable.stdout, /evil\\x1b\]0;pwned\\x07\\x1b\[2J\\nFAKE ROW/);
+  assert.ok(!listedTable.stdout.split('\n').some((line) => line.startsWith('FAKE ROW')));
 
   const replayed = await runCli(dataDir, ['webhook', 'replay', String(first.id), '--json']);
   assert.equal(replayed.code, 0, show(replayed));
