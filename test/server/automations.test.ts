@@ -178,3 +178,51 @@ test('manual runs: only ACTIVE automations, only this workspace, MEMBER and abov
   assertProblem(await s.request('DELETE', `/automations/${a.body.id}`, { token: other.token }), 404);
   assertProblem(await s.request('GET', '/automations'), 401);
 });
+
+test('activation checks send nodes as a workflow: a missing template, another channel or another workspace is 422; a draft may name any', async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  const template = async (tok: string, channel: 'EMAIL' | 'SMS') => {
+    const content = channel === 'EMAIL' ? { subject: 'Hi', text: 'Hello' } : { text: 'Hello' };
+    const res = await s.request('POST', '/templates', { token: tok, body: { name: `t-${channel}`, channel, content } });
+    assert.equal(res.status, 201, res.text);
+    return res.body.id as number;
+  };
+  const email = await template(token, 'EMAIL');
+  const sms = await template(token, 'SMS');
+  const other = await s.otherWorkspace();
+  const theirs = await template(other.token, 'SMS');
+  const sending = (templateId: number) => ({
+    nodes: [trigger, { id: 'send', type: 'send_sms', data: { templateId } }],
+    edges: [{ from: 't', to: 'send' }],
+  });
+
+  for (const [templateId, message] of [
+    [email, /a EMAIL template; send_sms needs a SMS template/],
+    [theirs, /names no template of this workspace/],
+    [999999, /names no template of this workspace/],
+  ] as const) {
+    // Created ACTIVE: refused at its field.
+    const created = await s.request('POST', '/automations', { token, body: { name: 'Active', status: 'ACTIVE', graph: sending(templateId) } });
+    assertProblem(created, 422, 'validation_failed');
+    assert.deepEqual(
+      created.body.errors.map((e: { path: string }) => e.path),
+      ['/graph/nodes/1/data/templateId'],
+      created.text,
+    );
+    assert.match(created.body.errors[0].message, message);
+    // A draft saves; its activation is refused, and so is its run.
+    const draft = await s.request('POST', '/automations', { token, body: { name: 'Draft', graph: sending(templateId) } });
+    assert.equal(draft.status, 201, draft.text);
+    assertProblem(await s.request('PATCH', `/automations/${draft.body.id}`, { token, body: { status: 'ACTIVE' } }), 422, 'validation_failed');
+    assert.equal((await s.request('GET', `/automations/${draft.body.id}`, { token })).body.status, 'DRAFT');
+  }
+  // An ACTIVE automation whose graph changes is checked again; the right template passes.
+  const good = await s.request('POST', '/automations', { token, body: { name: 'Good', status: 'ACTIVE', graph: sending(sms) } });
+  assert.equal(good.status, 201, good.text);
+  assertProblem(await s.request('PATCH', `/automations/${good.body.id}`, { token, body: { graph: sending(email) } }), 422, 'validation_failed');
+  assert.equal((await s.request('PATCH', `/automations/${good.body.id}`, { token, body: { name: 'Renamed' } })).status, 200);
+  assert.equal((await s.request('PATCH', `/automations/${good.body.id}`, { token, body: { status: 'PAUSED' } })).status, 200);
+  assert.equal((await s.request('PATCH', `/automations/${good.body.id}`, { token, body: { graph: sending(email) } })).status, 200, 'a paused one may change');
+  assertProblem(await s.request('PATCH', `/automations/${good.body.id}`, { token, body: { status: 'ACTIVE' } }), 422, 'validation_failed');
+});

@@ -6,6 +6,7 @@ import { automations, contacts, workflowRuns, type AutomationGraph, type Workflo
 import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import type { Page } from '../pagination.js';
 import { changeRunsInSteps } from './cascade.js';
+import { sendStepTemplateErrors } from './templates.js';
 import { compileGraph } from '../program.js';
 import { checkStepFields, conditionProblem, isStepType, maskStepSecrets, newStepChecker } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
@@ -140,6 +141,26 @@ export async function listAutomations(ctx: WorkspaceContext, page: PageRequest, 
   return selectPage(ctx, automations, page, opts.masked ? maskedView : view);
 }
 
+/**
+ * An automation about to be ACTIVE, as a workflow (workflows.ts, activationColumns): its send
+ * nodes name templates of this workspace and of their channel. Checked on activation and when
+ * the graph of an ACTIVE automation changes; a draft may name any.
+ */
+async function checkSendTemplates(ctx: WorkspaceContext, graph: AutomationGraph): Promise<void> {
+  const errors = await sendStepTemplateErrors(
+    ctx,
+    graph.nodes.map((node) => ({ ...node.data, type: node.type })),
+    '/graph/nodes',
+    'data/templateId',
+  );
+  if (errors.length)
+    throw new ValidationError(
+      'validation_failed',
+      'The automation cannot be activated: a send node names a missing template or one of another channel',
+      errors,
+    );
+}
+
 export async function createAutomation(
   ctx: WorkspaceContext,
   input: { name: string; status?: WorkflowStatus | undefined; graph: AutomationGraph },
@@ -147,6 +168,7 @@ export async function createAutomation(
   const name = checkName(input.name);
   const graph = validateGraph(input.graph);
   return withTransaction(ctx, async (tx) => {
+    if (input.status === 'ACTIVE') await checkSendTemplates(tx, graph);
     const [row] = await tx.db
       .insert(automations)
       .values({ workspaceId: ctx.workspaceId, name, status: input.status ?? 'DRAFT', graph })
@@ -173,6 +195,8 @@ export async function updateAutomation(
   if (input.status !== undefined) set.status = input.status;
   return withTransaction(ctx, async (tx) => {
     const before = await findRow(tx, id);
+    if ((set.status ?? before.status) === 'ACTIVE' && (before.status !== 'ACTIVE' || set.graph !== undefined))
+      await checkSendTemplates(tx, set.graph ?? before.graph);
     const row = (
       await tx.db
         .update(automations)

@@ -237,12 +237,13 @@ export async function sendStepTemplateErrors(
   ctx: WorkspaceContext,
   steps: readonly ({ type: string } & Record<string, unknown>)[],
   base = '/steps',
+  field = 'templateId',
 ): Promise<FieldError[]> {
   const errors: FieldError[] = [];
   for (const [index, step] of steps.entries()) {
     const channel = SEND_STEP_CHANNEL[step.type];
     if (!channel) continue;
-    const path = `${base}/${index}/templateId`;
+    const path = `${base}/${index}/${field}`;
     const id = step.templateId;
     const row = typeof id === 'number' && Number.isSafeInteger(id) ? await findRow(ctx, id) : undefined;
     if (!row) errors.push({ path, message: `names no template of this workspace (${JSON.stringify(id ?? null)})` });
