@@ -264,7 +264,7 @@ export async function startTestEmail(
   } catch (err) {
     if (!(err instanceof RenderError)) throw err;
     const path = input.templateId !== undefined ? '/templateId' : (err.path ?? '/');
-    throw new ValidationError('template_render_failed', `The email could not be rendered: ${err.message}`, [{ path, message: err.message }]);
+    throw new ValidationError('template_render_error', `The email could not be rendered: ${err.message}`, [{ path, message: err.message }]);
   }
 
   let accept!: (a: TestEmailAccepted) => void;
