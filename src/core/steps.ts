@@ -165,12 +165,31 @@ export const MASKED = '••••';
 
 /**
  * A step's fields as a read-only role (VIEWER) sees them: the values of an http_request's
- * headers (an `Authorization: Bearer …` for the API it calls) are masked, their names kept;
- * everything else is as stored. Those who may edit the step (MEMBER and above) see it whole.
+ * headers (an `Authorization: Bearer …` for the API it calls) are masked, their names kept,
+ * and so is its URL past the host (maskUrlPath); everything else is as stored. Those who may
+ * edit the step (MEMBER and above) see it whole.
  */
 export function maskStepSecrets<T extends Record<string, unknown>>(type: unknown, fields: T): T {
-  if (type !== 'http_request' || !fields.headers || typeof fields.headers !== 'object') return fields;
-  return { ...fields, headers: maskHeaderValues(fields.headers as Record<string, unknown>) };
+  if (type !== 'http_request') return fields;
+  let out = fields;
+  if (fields.headers && typeof fields.headers === 'object') out = { ...out, headers: maskHeaderValues(fields.headers as Record<string, unknown>) };
+  if (typeof fields.url === 'string') {
+    const url = maskUrlPath(fields.url);
+    if (url !== fields.url) out = { ...out, url };
+  }
+  return out;
+}
+
+/**
+ * A URL with its scheme and host kept and the rest masked: the path and query of a call out
+ * often are its credential (a Slack or Discord webhook's path, `?token=`). A URL that does not
+ * start with a scheme and host (a Liquid template) is masked whole.
+ */
+export function maskUrlPath(url: string): string {
+  const origin = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(url)?.[0];
+  if (origin === undefined) return url === '' ? url : MASKED;
+  const rest = url.slice(origin.length);
+  return rest === '' || rest === '/' ? url : `${origin}/${MASKED}`;
 }
 
 /** Headers with their names kept and their values masked. */

@@ -6,6 +6,7 @@ import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
 import { ATTRIBUTES_MAX_BYTES, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone, TOO_MANY_TAGS } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
+import { maskUrlPath } from '../core/steps.js';
 import type { LeasedRun, RunCommits } from './committer.js';
 import type { AttemptMark, ContactRow, EngineOp, EngineSql, RunRow } from './sql.js';
 import { then } from '../core/db/statements.js';
@@ -347,8 +348,11 @@ export class RunExecutor {
       if (err instanceof HttpRequestError && err.code === 'rate_limited' && err.retryAfterMs !== undefined) return defer(err.retryAfterMs, err.message);
       throw err;
     }
-    if (res.retryAfterMs !== undefined) return defer(res.retryAfterMs, `${step.method} ${url} answered ${res.status}`);
-    if (res.status >= 400) return { kind: 'failed', error: `http_request: ${step.method} ${url} answered ${res.status}` };
+    // The run's record (every role reads it) names the URL past its host masked: its path or
+    // query may be the credential (a Slack webhook's path), as the step's own view masks it.
+    const shown = maskUrlPath(url);
+    if (res.retryAfterMs !== undefined) return defer(res.retryAfterMs, `${step.method} ${shown} answered ${res.status}`);
+    if (res.status >= 400) return { kind: 'failed', error: `http_request: ${step.method} ${shown} answered ${res.status}` };
     return { kind: 'completed' };
   }
 

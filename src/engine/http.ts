@@ -1,4 +1,5 @@
 import type { Config } from '../core/config.js';
+import { maskUrlPath } from '../core/steps.js';
 import {
   accountKey,
   acquireSlot,
@@ -146,7 +147,7 @@ function parseTarget(raw: string): URL {
   try {
     url = new URL(raw);
   } catch {
-    throw new HttpRequestError('invalid_url', `not an absolute URL: ${JSON.stringify(raw.slice(0, 200))}`);
+    throw new HttpRequestError('invalid_url', `not an absolute URL: ${JSON.stringify(maskUrlPath(raw.slice(0, 200)))}`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new HttpRequestError('invalid_url', `only http: and https: URLs are allowed, not ${url.protocol}`);
@@ -291,7 +292,7 @@ export async function safeRequest(req: HttpRequest, policy: HttpPolicy, options:
             next = parseTarget(new URL(location, url).href);
           } catch (err) {
             if (err instanceof HttpRequestError) throw new HttpRequestError('invalid_url', `redirect refused: ${err.message}`);
-            throw new HttpRequestError('invalid_url', `redirect to an invalid location ${JSON.stringify(location.slice(0, 200))}`);
+            throw new HttpRequestError('invalid_url', `redirect to an invalid location ${JSON.stringify(maskUrlPath(location.slice(0, 200)))}`);
           }
           checkTarget(next, outbound);
           if ((res.statusCode === 303 && method !== 'HEAD') || ((res.statusCode === 301 || res.statusCode === 302) && method === 'POST')) {

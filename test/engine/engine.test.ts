@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { build, waitForRun, rowsOf } from '../helpers.js';
 import { sql } from 'drizzle-orm';
@@ -173,6 +175,38 @@ test('http_request to a loopback address is refused and fails the step', async (
   const run = await waitForRun(s, token, runId, ['COMPLETED', 'FAILED']);
   assert.equal(run.status, 'FAILED');
   assert.match(run.steps[0].error, /block|private|loopback|refused/i);
+});
+
+test("a failed http_request's error names the URL past its host masked: its path may be the credential (a Slack webhook's)", async (t) => {
+  const hits: string[] = [];
+  const service = createServer((req, res) => {
+    hits.push(req.url ?? '');
+    res.writeHead(500).end('no');
+  });
+  await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
+  t.after(() => service.close());
+  const host = `127.0.0.1:${(service.address() as AddressInfo).port}`;
+  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_HTTP_ALLOWED_HOSTS: host } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: {
+      name: 'calls',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'http_request', method: 'POST', url: `http://${host}/services/T0001/B0001/secretPathPart?token=secretQuery` }],
+      webhook: { lookup: 'email', createIfNotFound: true },
+    },
+  });
+  assert.equal(wf.status, 201, wf.text);
+  const accepted = await s.request('POST', new URL(wf.body.webhook.url).pathname, { body: { email: 'ann@example.com' } });
+  assert.equal(accepted.status, 202, accepted.text);
+  const run = await waitForRun(s, token, accepted.body.runId, ['COMPLETED', 'FAILED']);
+  assert.equal(run.status, 'FAILED');
+  assert.deepEqual(hits, ['/services/T0001/B0001/secretPathPart?token=secretQuery'], 'the call itself went to the whole URL');
+  assert.equal(run.steps[0].error, `http_request: POST http://${host}/•••• answered 500`);
+  const viewer = await s.userWithRole('VIEWER');
+  assert.ok(!(await s.request('GET', `/runs/${run.runId}`, { token: viewer.token })).text.includes('secret'));
 });
 
 test('many webhooks: every run completes exactly once', async (t) => {

@@ -63,7 +63,7 @@ test('http_request nodes: header values whole for MEMBER and above, masked for V
   for (const vt of [viewer.token, await s.mintKey('VIEWER')]) {
     const one = await s.request('GET', `/automations/${created.body.id}`, { token: vt });
     assert.equal(one.status, 200, one.text);
-    assert.deepEqual(one.body.graph.nodes[1], { ...call, data: { ...call.data, headers: { 'X-Api-Key': '••••' } } });
+    assert.deepEqual(one.body.graph.nodes[1], { ...call, data: { ...call.data, url: 'https://api.example.com/••••', headers: { 'X-Api-Key': '••••' } } });
     const list = await s.request('GET', '/automations', { token: vt });
     assert.equal(list.status, 200, list.text);
     for (const r of [one, list]) assert.ok(!r.text.includes('key_live_'), 'a VIEWER never sees the header values');

@@ -884,10 +884,24 @@ test('the header values of http_request steps are whole for MEMBER and above and
     assert.equal(one.status, 200, one.text);
     assert.deepEqual(one.body.steps, [
       { type: 'add_tags', tags: ['x'] },
-      { ...call, headers: { Authorization: '••••', 'X-Trace': '••••' } },
+      { ...call, url: 'https://api.example.com/••••', headers: { Authorization: '••••', 'X-Trace': '••••' } },
     ]);
     const list = await s.request('GET', '/workflows', { token: vt });
     for (const r of [one, list]) assert.ok(!r.text.includes('sk_live_'), 'a VIEWER never sees the header values');
+  }
+  // A URL's path and query are often its credential (a Slack webhook's path, ?token=): a
+  // VIEWER sees where it calls, not the rest; a templated URL is masked whole.
+  for (const [url, shown] of [
+    ['https://hooks.slack.com/services/T0001/B0001/XXXXsecretXXXX', 'https://hooks.slack.com/••••'],
+    ['https://api.example.com/x?token=secret-token-1', 'https://api.example.com/••••'],
+    ['https://api.example.com', 'https://api.example.com'],
+    ['https://api.example.com/', 'https://api.example.com/'],
+    ['{{ trigger.callback }}', '••••'],
+  ]) {
+    const one = await createWorkflow(s, token, { name: `url ${url}`, triggerSource: 'MANUAL', steps: [{ ...call, url }] });
+    const seen = await s.request('GET', `/workflows/${one.id}`, { token: viewer.token });
+    assert.equal(seen.body.steps[0].url, shown, url);
+    assert.equal((await s.request('GET', `/workflows/${one.id}`, { token })).body.steps[0].url, url);
   }
   const member = await s.userWithRole('MEMBER');
   for (const mt of [member.token, await s.mintKey('MEMBER'), token]) {

@@ -7,7 +7,7 @@ import { execute, tablesWithWorkspaceId } from '../db/dialect.js';
 import { sandboxRequests, workspaces, type Plan } from '../db/schema.js';
 import { AppError, NotFoundError } from '../errors.js';
 import type { Page } from '../pagination.js';
-import { maskHeaderValues } from '../steps.js';
+import { maskHeaderValues, maskUrlPath } from '../steps.js';
 
 /**
  * The sandbox: each live workspace may have one twin workspace (`workspaces.sandbox_of`)
@@ -186,8 +186,8 @@ export interface SandboxRequestView {
 
 /**
  * The http_request steps the workspace's sandbox runs recorded instead of sending, newest
- * first. `opts.masked`: the caller may only read (VIEWER), so header values are masked, as in
- * the steps that sent them.
+ * first. `opts.masked`: the caller may only read (VIEWER), so header values and the URL past
+ * its host are masked, as in the steps that sent them.
  */
 export async function listSandboxRequests(ctx: WorkspaceContext, page: PageRequest, opts: { masked?: boolean } = {}): Promise<Page<SandboxRequestView>> {
   return selectPage(ctx, sandboxRequests, page, (r) => ({
@@ -195,7 +195,7 @@ export async function listSandboxRequests(ctx: WorkspaceContext, page: PageReque
     runId: r.runId,
     stepIndex: r.stepIndex,
     method: r.method,
-    url: r.url,
+    url: opts.masked ? maskUrlPath(r.url) : r.url,
     headers: opts.masked ? maskHeaderValues(r.headers) : r.headers,
     body: r.body,
     createdAt: r.createdAt,
