@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { parseRole } from '../core/roles.js';
+import { getWorkspace } from '../core/services/workspaces.js';
 import { apiKeyWorkspaceId, listApiKeys, mintApiKey, revokeApiKey, type ApiKeyView } from '../core/services/apiKeys.js';
 import { MAX_LIMIT } from '../core/pagination.js';
 import type { WorkspaceContext } from '../core/context.js';
@@ -41,8 +42,10 @@ export function registerKeys(program: Command): void {
     .description("list a workspace's API keys")
     .requiredOption('--workspace <id>', 'workspace id')
     .action((opts: { workspace: string }, cmd: Command) =>
-      withSession(cmd, async ({ inWorkspace }) => {
-        const all = await allKeys(inWorkspace(parseId(opts.workspace, 'workspace id')));
+      withSession(cmd, async ({ ctx, inWorkspace }) => {
+        const workspaceId = parseId(opts.workspace, 'workspace id');
+        await getWorkspace(ctx, workspaceId); // "No workspace with id N", as every command says
+        const all = await allKeys(inWorkspace(workspaceId));
         output(cmd, all, () => table(all as unknown as Record<string, unknown>[], ['id', 'name', 'role', 'prefix', 'createdAt', 'lastUsedAt', 'revokedAt']));
       }),
     );

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import type { WorkspaceContext } from '../core/context.js';
+import { getWorkspace } from '../core/services/workspaces.js';
 import { MAX_LIMIT } from '../core/pagination.js';
 import { getRun, listRuns, runWorkspaceId, type RunView } from '../core/services/runs.js';
 import { listWebhookEvents, replayWebhookEvent, webhookEventWorkspaceId, type WebhookEventView } from '../core/services/webhooks.js';
@@ -26,8 +27,10 @@ export function registerWorkflow(program: Command): void {
     .description("list a workspace's workflows")
     .requiredOption('--workspace <id>', 'workspace id')
     .action((opts: { workspace: string }, cmd: Command) =>
-      withSession(cmd, async ({ inWorkspace }) => {
-        const ctx = inWorkspace(parseId(opts.workspace, 'workspace id'));
+      withSession(cmd, async (session) => {
+        const workspaceId = parseId(opts.workspace, 'workspace id');
+        await getWorkspace(session.ctx, workspaceId); // "No workspace with id N", as every command says
+        const ctx = session.inWorkspace(workspaceId);
         const all = await allPages((cursor) => listWorkflows(ctx, { limit: MAX_LIMIT, cursor }));
         output(cmd, all, () => table(all.map(workflowRow), ['id', 'name', 'status', 'trigger', 'steps', 'url']));
       }),

@@ -163,6 +163,10 @@ describe('svc workspace / user / admin / keys', { concurrency: true }, () => {
 
       const unknown = await runCli(dataDir, ['admin', 'grant', 'ghost@example.com', '--json']);
       assertOneLineError(unknown, /ghost@example\.com|no user|not found/i);
+
+      // The owner init made is now the only super-admin: revoking it would leave none.
+      const last = await runCli(dataDir, ['admin', 'revoke', owner.email, '--json']);
+      assertOneLineError(last, /is the last super-admin: grant the flag to another user first/);
     });
   });
 

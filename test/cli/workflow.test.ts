@@ -105,6 +105,8 @@ test('svc workflow / webhook / runs: list, activate, deactivate, events, replay,
 
   for (const args of [
     ['workflow', 'activate', '999'],
+    ['workflow', 'list', '--workspace', '999'],
+    ['keys', 'list', '--workspace', '999'],
     ['workflow', 'activate', 'abc'],
     ['runs', 'show', '999'],
     ['webhook', 'events', '--workflow', '999'],

@@ -131,6 +131,16 @@ export async function setPassword(ctx: SystemContext, email: string, password: s
 export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: boolean): Promise<UserView> {
   return withTransaction(ctx, async (tx) => {
     const user = await requireUser(tx, email);
+    // The last super-admin revoked would leave nobody who can reach /admin (or grant it back
+    // but through the CLI on the server's machine): refused, as a workspace's last OWNER is.
+    if (!isSuperAdmin && user.isSuperAdmin) {
+      const others = await tx.db
+        .select({ id: users.id })
+        .from(users)
+        .where(and(eq(users.isSuperAdmin, true), ne(users.id, user.id)))
+        .limit(1);
+      if (!others.length) throw new ConflictError('last_super_admin', `${user.email} is the last super-admin: grant the flag to another user first`);
+    }
     const [row] = await tx.db.update(users).set({ isSuperAdmin, updatedAt: nowIso() }).where(eq(users.id, user.id)).returning();
     if (!row) throw new Error('the update returned no row');
     await recordAudit(tx, {
