@@ -6,8 +6,8 @@ import { build, waitForRun, rowsOf } from '../helpers.js';
 import { sql } from 'drizzle-orm';
 import { RUN_RENDER_BUDGET_MS } from '../../src/engine/render.js';
 
-async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: Record<string, unknown> = {}) {
-  const s = await build(t, { engine: { pollMs: 50 } });
+async function setUp(t: Parameters<typeof build>[0], steps: unknown[], webhook: Record<string, unknown> = {}, env: NodeJS.ProcessEnv = {}) {
+  const s = await build(t, { engine: { pollMs: 50 }, env });
   const token = await s.login(s.owner.email, s.owner.password);
   const template = await s.request('POST', '/templates', {
     token,
@@ -186,22 +186,16 @@ test("a failed http_request's error names the URL past its host masked: its path
   await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
   t.after(() => service.close());
   const host = `127.0.0.1:${(service.address() as AddressInfo).port}`;
-  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_HTTP_ALLOWED_HOSTS: host } });
-  const token = await s.login(s.owner.email, s.owner.password);
-  const wf = await s.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'calls',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'http_request', method: 'POST', url: `http://${host}/services/T0001/B0001/secretPathPart?token=secretQuery` }],
-      webhook: { lookup: 'email', createIfNotFound: true },
+  const { s, token, post } = await setUp(
+    t,
+    [{ type: 'http_request', method: 'POST', url: `http://${host}/services/T0001/B0001/secretPathPart?token=secretQuery` }],
+    {},
+    {
+      SVC_HTTP_ALLOWED_HOSTS: host,
     },
-  });
-  assert.equal(wf.status, 201, wf.text);
-  const accepted = await s.request('POST', new URL(wf.body.webhook.url).pathname, { body: { email: 'ann@example.com' } });
-  assert.equal(accepted.status, 202, accepted.text);
-  const run = await waitForRun(s, token, accepted.body.runId, ['COMPLETED', 'FAILED']);
+  );
+  const accepted = await post(BODY);
+  const run = await waitForRun(s, token, accepted.runId, ['COMPLETED', 'FAILED']);
   assert.equal(run.status, 'FAILED');
   assert.deepEqual(hits, ['/services/T0001/B0001/secretPathPart?token=secretQuery'], 'the call itself went to the whole URL');
   assert.equal(run.steps[0].error, `http_request: POST http://${host}/•••• answered 500`);
