@@ -386,7 +386,8 @@ export function restoreBackup(
         if (err instanceof DatabaseTooNewError) {
           throw new ConflictError(
             'backup_too_new',
-            `${from} holds schema ${info.schemaVersion ?? '(none)'}, newer than this svc knows (unknown migrations: ${err.unknown.join(', ')}); restore it with a newer svc`,
+            // Named by the database's own migrations, not the backup's label of them.
+            `${from} holds a schema newer than this svc knows (its migrations ${err.unknown.join(', ')} are unknown here); restore it with a newer svc`,
           );
         }
         throw err;
