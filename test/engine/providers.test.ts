@@ -9,6 +9,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { test, type TestContext } from 'node:test';
 import { deliveryAttempts } from '../../src/core/db/schema.js';
+import { updateChannels } from '../../src/core/services/channels.js';
 import { findAttemptsForStep } from '../../src/core/services/deliveries.js';
 import { deliverOnce, deliverWithRetries, retryDelayMs } from '../../src/engine/deliver.js';
 import { configureOutbound, OutboundError, outboundPolicyFrom, STRICT_OUTBOUND_POLICY } from '../../src/engine/outbound.js';
@@ -340,7 +341,23 @@ test('without an allowing policy a provider aimed at 127.0.0.1 fails permanently
   t.after(() => configureOutbound(STRICT_OUTBOUND_POLICY));
   const token = await s.login(s.owner.email, s.owner.password);
   const api = await apiServer(t, () => ({ status: 201, body: { sid: 'SM-never' } }));
-  await useTwilio(s, token, api.url);
+  // PUT refuses such a destination now; this one was saved while the policy allowed it
+  // (SVC_HTTP_ALLOW_PRIVATE on then, off since): the send is still refused.
+  assert.equal(
+    (
+      await s.request('PUT', '/settings/channels', {
+        token,
+        body: {
+          SMS: { provider: 'twilio', settings: { baseUrl: api.url, accountSid: 'AC0123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } },
+        },
+      })
+    ).status,
+    422,
+  );
+  await updateChannels(
+    { ...s.ctx(), config: { ...s.config, httpAllowPrivate: true } },
+    { SMS: { provider: 'twilio', settings: { baseUrl: api.url, accountSid: 'AC0123', from: '+15005550006' }, credentials: { authToken: TWILIO_TOKEN } } },
+  );
   const outcome = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, { ...sms(s), runId: 9, stepIndex: 0 });
   assert.deepEqual([outcome.status, outcome.transient], ['FAILED', false]);
   assert.match(outcome.error ?? '', /^twilio: destination refused by the outbound policy: 127\.0\.0\.1 is a private, loopback or reserved address$/);

@@ -221,9 +221,31 @@ test('PUT refuses invalid settings with 422 naming the field', async (t) => {
   );
   assert.equal((await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'settings.channels_updated'))).length, 0);
 
-  const ipv6 = await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '::1' } } } });
+  const ipv6 = await s.request('PUT', '/settings/channels', {
+    token,
+    body: { EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '2606:4700:4700::1111' } } },
+  });
   assert.equal(ipv6.status, 200, ipv6.text);
   await s.request('PUT', '/settings/channels', { token, body: { EMAIL: { provider: 'outbox' } } });
+
+  // A literal private, loopback or reserved address is refused as it is saved, at its field,
+  // rather than failing every send (a name is checked when it is resolved, at send time).
+  for (const [body, path] of [
+    [{ EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '127.0.0.1' } } }, '/EMAIL/settings/host'],
+    [{ EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '::1' } } }, '/EMAIL/settings/host'],
+    [{ EMAIL: { ...SMTP, settings: { ...SMTP.settings, host: '10.0.0.5' } } }, '/EMAIL/settings/host'],
+    [{ SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'http://169.254.169.254/latest' } } }, '/SMS/settings/baseUrl'],
+    [{ WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://[::1]:8443/v20.0' } } }, '/WHATSAPP/settings/baseUrl'],
+    [{ SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'http://0x7f000001' } } }, '/SMS/settings/baseUrl'],
+  ] as const) {
+    const res = await s.request('PUT', '/settings/channels', { token, body });
+    assertProblem(res, 422, 'validation_failed');
+    assert.deepEqual(
+      res.body.errors.map((e: { path: string }) => e.path),
+      [path],
+    );
+    assert.match(res.body.errors[0].message, /private, loopback or reserved address.*SVC_HTTP_ALLOWED_HOSTS/);
+  }
 
   // Errors of several channels are reported together; one bad channel stores none.
   const both = await s.request('PUT', '/settings/channels', {

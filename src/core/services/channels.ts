@@ -9,6 +9,7 @@ import { ValidationError, type FieldError } from '../errors.js';
 import { decryptSecret, encryptSecret } from '../secrets.js';
 import { normalizeEmail } from '../validation.js';
 import { isSandboxWorkspace } from './sandbox.js';
+import { checkLiteral, OutboundError, outboundPolicyFrom } from '../../engine/outbound.js';
 
 /**
  * Which provider delivers each channel of a workspace, with its settings and (encrypted)
@@ -271,6 +272,33 @@ function checkChannel(channel: Channel, input: ChannelInput, errors: FieldError[
 }
 
 /**
+ * A destination the sends would be refused (a literal private, loopback or reserved address
+ * not allowed by SVC_HTTP_ALLOW_PRIVATE / SVC_HTTP_ALLOWED_HOSTS) is refused as it is saved,
+ * at its field, rather than saved and failing every send. Names are checked when resolved,
+ * at send time, as before.
+ */
+function checkDestination(config: Config, channel: Channel, provider: ProviderName, settings: Record<string, unknown>, errors: FieldError[]): void {
+  let host: string;
+  let port: number | string;
+  let field: string;
+  if (provider === 'smtp' && typeof settings.host === 'string') {
+    [host, port, field] = [settings.host, Number(settings.port), 'host'];
+  } else if ((provider === 'twilio' || provider === 'whatsapp') && typeof settings.baseUrl === 'string') {
+    const url = new URL(settings.baseUrl);
+    [host, port, field] = [url.hostname, url.port || (url.protocol === 'https:' ? 443 : 80), 'baseUrl'];
+  } else return;
+  try {
+    checkLiteral(host, port, outboundPolicyFrom(config));
+  } catch (err) {
+    if (!(err instanceof OutboundError)) throw err;
+    errors.push({
+      path: `/${channel}/settings/${field}`,
+      message: `${err.message}: svc sends nowhere private unless allowed (SVC_HTTP_ALLOWED_HOSTS, SVC_HTTP_ALLOW_PRIVATE)`,
+    });
+  }
+}
+
+/**
  * Replaces the settings of the channels present in the input; the others are untouched.
  * Credentials left out are kept when the provider and its destination (host, port and TLS
  * mode, or base URL) stay the same, so an admin can change a sender address without
@@ -284,7 +312,10 @@ export function updateChannels(ctx: WorkspaceContext, input: ChannelsInput): Pro
     const given = input[channel];
     if (!given) continue;
     const result = checkChannel(channel, given, errors);
-    if (result) checked.set(channel, { provider: given.provider, ...result });
+    if (result) {
+      checked.set(channel, { provider: given.provider, ...result });
+      checkDestination(ctx.config, channel, given.provider, result.settings, errors);
+    }
   }
   if (errors.length) throw new ValidationError('validation_failed', 'The channel settings are invalid', errors);
   if (!checked.size) return getChannels(ctx);
