@@ -24,6 +24,8 @@ export const PASSWORD_MAX = 1024;
 export function passwordProblem(password: string): string | undefined {
   if (password.length < PASSWORD_MIN) return `must be at least ${PASSWORD_MIN} characters`;
   if (password.length > PASSWORD_MAX) return `must be at most ${PASSWORD_MAX} characters`;
+  // Spaces count (a passphrase has them), but a password of nothing else is no secret.
+  if (password.trim() === '') return 'must not be only spaces';
   return undefined;
 }
 

@@ -156,6 +156,10 @@ test('POST /auth/password refuses a wrong current password (401), a weak new one
     weak.body.errors.map((e: { path: string }) => e.path),
     ['/newPassword'],
   );
+  // Spaces count in a passphrase, but a password of nothing else is refused.
+  const blank = await send({ currentPassword: u.password, newPassword: ' '.repeat(12) });
+  assertProblem(blank, 422, 'invalid_password');
+  assert.match(blank.body.errors[0].message, /only spaces/);
   assertProblem(await send({ currentPassword: u.password }), 422);
   assertProblem(await send({ newPassword: 'a-brand-new-password' }), 422);
   assertProblem(await send({ currentPassword: u.password, newPassword: 'a-brand-new-password', extra: 1 }), 422);
