@@ -661,6 +661,10 @@ test('bad list query inputs are 400 problems', async (t) => {
     [`?cursor=${Buffer.from('v2:5').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v1:-5').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v1:1 OR 1=1').toString('base64url')}`, 'invalid_cursor'],
+    // Whatever the filters find (a tag no contact has, a search that matches nothing).
+    ['?tag=nosuchtag&cursor=zzz', 'invalid_cursor'],
+    ['?q=nothing-matches-this&cursor=zzz', 'invalid_cursor'],
+    ['?email=nobody%40example.com&cursor=zzz', 'invalid_cursor'],
     ['?zzz=1', 'invalid_query'],
     ['?limit=10&foo=bar', 'invalid_query'],
   ];

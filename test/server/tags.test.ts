@@ -134,6 +134,12 @@ test('GET /tags: bad limit or cursor is 400 like every list; unknown parameters 
     Buffer.concat([Buffer.from('t1:'), Buffer.from([0xff, 0xfe])]).toString('base64url'),
     Buffer.from(`t1:${'x'.repeat(129)}`).toString('base64url'),
     '%00',
+    // A key no tag can have: U+0000 (PostgreSQL text cannot hold it; it answered 500), another
+    // control character, a space at either end.
+    Buffer.from('t1:\u0000').toString('base64url'),
+    Buffer.from('t1:a\u0000b').toString('base64url'),
+    Buffer.from('t1:a\nb').toString('base64url'),
+    Buffer.from('t1: a').toString('base64url'),
   ];
   for (const cursor of notOurs) {
     assertProblem(await s.request('GET', `/tags?cursor=${encodeURIComponent(cursor)}`, { token }), 400);

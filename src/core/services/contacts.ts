@@ -536,6 +536,9 @@ export async function listScanBeyond(ctx: WorkspaceContext, filter: ContactFilte
 
 /** `tryFewMatches`: false where a q is known to have more matches than the page (fewMatches would read them in vain). */
 export async function listContacts(ctx: WorkspaceContext, filter: ContactFilter, tryFewMatches = true): Promise<Page<ContactView>> {
+  // A cursor this server did not issue is 400 whatever the filters find: a tag no contact has
+  // answered an empty page before the cursor was read.
+  decodeCursor(filter.cursor);
   const tagged = await fewTagged(ctx, filter);
   const matched = tagged ? undefined : ((await pgMatches(ctx, filter)) ?? (tryFewMatches ? await fewMatches(ctx, filter) : undefined));
   if (tagged?.length === 0 || matched?.length === 0) return { data: [], nextCursor: null };
@@ -614,6 +617,10 @@ export function decodeTagCursor(cursor: string | undefined): string | undefined 
   if (!text.startsWith('t1:') || !Buffer.from(text, 'utf8').equals(bytes) || encodeTagCursor(text.slice(3)) !== cursor) throw invalid();
   const key = text.slice(3);
   if (key.length < 1 || key.length > 128) throw invalid();
+  // No tag key holds a control character (U+0000 above all, which PostgreSQL text cannot
+  // hold: such a cursor reached the query and failed it, 500), nor starts or ends with a space.
+  for (let i = 0; i < key.length; i++) if (key.charCodeAt(i) < 0x20) throw invalid();
+  if (key !== key.trim()) throw invalid();
   return key;
 }
 
