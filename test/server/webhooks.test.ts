@@ -956,6 +956,35 @@ test('Idempotency-Key: a repeat answers the first 202 again with Idempotent-Repl
   assert.equal(await contactCount(s), 2);
 });
 
+test('Idempotency-Key with create-on-miss: concurrent repeats naming new contacts create only the first one; a replay leaves nothing', async (t) => {
+  const { s, token } = await setup(t);
+  const hook = await hookWorkflow(s, token, { lookup: 'email', createIfNotFound: true, defaults: { tags: ['from-hook'] } });
+  // One sender's retries of one event, each (wrongly, or after an edit) with another email.
+  const results = await Promise.all(
+    Array.from({ length: 10 }, (_, i) => post(s, hook.path, { body: { email: `idem${i}@example.com` }, headers: { 'idempotency-key': 'K-same-1' } })),
+  );
+  const bodies = results.map(assertAccepted);
+  assert.ok(
+    bodies.every((b) => b.runId === bodies[0]!.runId && b.contactId === bodies[0]!.contactId),
+    'every answer is the first one',
+  );
+  assert.equal(results.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 9);
+  assert.equal(await runCount(s, hook.id), 1);
+  assert.equal(await contactCount(s), 1, 'only the accepted request created its contact');
+  const tags = await s.request('GET', '/tags', { token });
+  assert.deepEqual(
+    tags.body.data.map((t: { name: string; count: number }) => [t.name, t.count]),
+    [['from-hook', 1]],
+  );
+  // Other keys (and no key) are not held up by it: each creates its own.
+  const others = await Promise.all([
+    post(s, hook.path, { body: { email: 'other1@example.com' }, headers: { 'idempotency-key': 'K-other' } }),
+    post(s, hook.path, { body: { email: 'other2@example.com' } }),
+  ]);
+  others.map(assertAccepted);
+  assert.equal(await contactCount(s), 3);
+});
+
 test('Idempotency-Key: concurrent repeats start one run; a refused first attempt is not replayed', async (t) => {
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });

@@ -197,6 +197,8 @@ export class WebhookReceiver {
   private readonly parsed = new Map<number, { row: WorkflowRowRaw; target: WebhookTarget; stepsJson: string }>();
   private readonly activeByToken = new Map<string, WebhookTarget>();
   private batchReads: { batch: unknown; targets: Map<number, WebhookTarget | undefined> } = { batch: undefined, targets: new Map() };
+  /** Requests under way that may create a contact, by workflow and Idempotency-Key: the last one's outcome. */
+  private readonly keyed = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly store: Store,
@@ -302,8 +304,11 @@ export class WebhookReceiver {
     return error;
   }
 
-  /** Checks signature, JSON and lookup, then resolves the contact and starts the run. */
-  async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, attempt = 0): Promise<Accepted> {
+  /**
+   * Checks signature, JSON and lookup, then resolves the contact and starts the run. `held`:
+   * the caller already waits its turn for the request's Idempotency-Key (oneAtATime).
+   */
+  async receive(target: WebhookTarget, req: ReceivedRequest & { raw: Buffer }, attempt = 0, held = false): Promise<Accepted> {
     let checked: { text: string; lookup: LookupValue };
     try {
       checked = evaluateBody(target, req, this.config.defaultPhoneRegion);
@@ -313,8 +318,24 @@ export class WebhookReceiver {
       const fresh = await this.freshTarget(target);
       if (fresh === target) throw await this.refuse(target, err, req, err.code !== SIGNATURE_INVALID);
       if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
-      return this.receive(fresh, req, attempt);
+      return this.receive(fresh, req, attempt, held);
     }
+    // Repeats of one Idempotency-Key that may create a contact wait for each other: sent at
+    // once, each found no contact and no accepted key yet, and each created its contact,
+    // though all but the first were then answered as replays (a replay leaves nothing).
+    if (!held && req.idempotencyKey && target.createIfNotFound && checked.lookup.kind !== 'contactId')
+      return this.oneAtATime(`${target.workflowId}\u0000${req.idempotencyKey}`, () => this.acceptChecked(target, req, checked, attempt, true));
+    return this.acceptChecked(target, req, checked, attempt, held);
+  }
+
+  /** receive() once the body passed its checks: the contact, then the run. */
+  private async acceptChecked(
+    target: WebhookTarget,
+    req: ReceivedRequest & { raw: Buffer },
+    checked: { text: string; lookup: LookupValue },
+    attempt: number,
+    held: boolean,
+  ): Promise<Accepted> {
     // A contact to create is created first, in a transaction of its own: creating a contact
     // is the contacts service's work (normalising, tags, audit).
     const known = target.createIfNotFound && checked.lookup.kind !== 'contactId' ? await this.createMissingContact(target, req, checked.lookup) : undefined;
@@ -326,7 +347,23 @@ export class WebhookReceiver {
     if (attempt >= 2) throw new AppError(409, 'contact_changed', 'The contact changed while this request was accepted; send it again');
     const fresh = await this.freshTarget(target);
     if (!fresh?.active) throw fresh ? await this.refuse(fresh, notFound(), req) : notFound();
-    return this.receive(fresh, req, attempt + 1);
+    return this.receive(fresh, req, attempt + 1, held);
+  }
+
+  /** Runs `work` after every earlier one of the same key has settled (a chain per key, dropped when idle). */
+  private async oneAtATime<T>(key: string, work: () => Promise<T>): Promise<T> {
+    const before = this.keyed.get(key);
+    const mine = (before ? before.then(work, work) : work()) as Promise<T>;
+    const settled = mine.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.keyed.set(key, settled);
+    try {
+      return await mine;
+    } finally {
+      if (this.keyed.get(key) === settled) this.keyed.delete(key);
+    }
   }
 
   /**
