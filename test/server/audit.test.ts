@@ -127,9 +127,19 @@ test('filters: action (exact and prefix), actorType, since/until', async (t) => 
 
   assert.equal((await feed(s, token, '?since=2000-01-01T00:00:00Z&until=2000-01-02')).length, 0);
   assert.equal((await feed(s, token, '?since=2000-01-01T00:00:00%2B02:00')).length, all.length);
+  assert.equal((await feed(s, token, '?since=2024-02-29')).length, all.length, 'a leap day is a day');
   assert.equal((await feed(s, token, '?until=2999-01-01T00:00:00.000Z')).length, all.length);
 
-  for (const q of ['?since=yesterday', '?until=2026-13-45T00:00:00Z', '?since=2026-01-01T10:00:00', '?since=1700000000']) {
+  for (const q of [
+    '?since=yesterday',
+    '?until=2026-13-45T00:00:00Z',
+    '?since=2026-01-01T10:00:00',
+    '?since=1700000000',
+    // A day the month does not have (Date.parse read 2026-02-30 as March 2).
+    '?since=2026-02-30T00:00:00Z',
+    '?until=2026-04-31',
+    '?since=2025-02-29',
+  ]) {
     assertProblem(await s.request('GET', `/audit-logs${q}`, { token }), 400);
   }
   assertProblem(await s.request('GET', '/audit-logs?actorType=ROBOT', { token }), 400, 'invalid_query');

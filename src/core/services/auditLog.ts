@@ -39,9 +39,15 @@ function view(row: typeof auditLogs.$inferSelect): AuditLogView {
 // A date, or a date and time with an explicit zone, so "since" never means local time.
 const ISO_RE = /^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/;
 
+/** Whether the date part names a day the month has: Date.parse takes 2026-02-30 for March 2. */
+function realDate(value: string): boolean {
+  const [y, m, d] = value.slice(0, 10).split('-').map(Number) as [number, number, number];
+  return m >= 1 && m <= 12 && d >= 1 && d <= new Date(Date.UTC(y, m, 0)).getUTCDate();
+}
+
 /** Parses an ISO 8601 timestamp into the stored form (UTC, milliseconds), or answers 400. */
 export function parseTimestamp(value: string, name: string): string {
-  const ms = ISO_RE.test(value) ? Date.parse(value) : NaN;
+  const ms = ISO_RE.test(value) && realDate(value) ? Date.parse(value) : NaN;
   if (Number.isNaN(ms)) throw new BadRequestError('invalid_query', `${name} must be an ISO 8601 timestamp such as 2026-01-31T12:00:00Z`);
   return new Date(ms).toISOString();
 }
