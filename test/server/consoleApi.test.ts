@@ -296,6 +296,8 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
     [strict.id, { data: { customer: { email: 'not-an-email' } } }, 422, 'lookup_value_invalid'],
     [lenient.id, { phone: 'call me' }, 422, 'lookup_value_invalid'],
     [strict.id, JSON.parse(`${'{"a":'.repeat(70)}1${'}'.repeat(70)}`), 422, 'body_too_deep'],
+    // U+0000 is judged where a real POST judges it: at the lookup (not as the API's refusal of the dry run's own body).
+    [strict.id, { data: { customer: { email: 'a\u0000@acme.test' } } }, 422, 'lookup_value_invalid'],
     [paused.id, { email: 'known@acme.test' }, 404, 'webhook_not_found'],
   ];
   for (const [id, body, status, code] of cases) {
@@ -306,6 +308,10 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
     assert.equal(res.body.code, code, res.text);
   }
   assert.equal((await dry(paused.id, { email: 'known@acme.test' })).body.active, false);
+  // U+0000 where nothing reads it: accepted, as a real POST accepts it.
+  const junk = await dry(lenient.id, { phone: '+1 415 555 0100', junk: 'x\u0000y' });
+  assert.equal(junk.status, 200, junk.text);
+  assert.equal(junk.body.wouldAccept, true, junk.text);
 
   // Bad requests to the endpoint itself.
   assertProblem(await s.request('POST', `/workflows/${strict.id}/webhook/test`, { token, body: {} }), 422);

@@ -27,6 +27,8 @@ const LIMIT_WHAT: Record<CallerLimit, string> = { render: 'previews and test ema
 declare module 'fastify' {
   interface FastifyContextConfig {
     access?: Access;
+    /** The route stores nothing of its body, so U+0000 may be in it (app.ts refuses it elsewhere). */
+    nulInBody?: boolean;
   }
   interface FastifyRequest {
     principal: Principal | null;

@@ -35,7 +35,8 @@ export async function webhookTestRoutes(app: App): Promise<void> {
   app.post(
     '/workflows/:id/webhook/test',
     {
-      config: { access: { role: 'MEMBER' } },
+      // U+0000 in the body is a real POST's to judge (at its lookup, or nowhere), as a real POST does.
+      config: { access: { role: 'MEMBER' }, nulInBody: true },
       schema: {
         summary: 'Dry-run a webhook body: what a real POST would do, writing nothing',
         params: IdParams,
