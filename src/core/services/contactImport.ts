@@ -428,9 +428,11 @@ class CsvLines {
 
   /** The line a record starts on, from the line csv-parse says it ends on and its text. */
   start(endLine: number, raw: string): number {
-    // Most records: one line, ended by a LF (or nothing), no empty line before it.
+    // Most records: one line, ended by a LF, a CR, a CRLF or nothing, no empty line before it.
+    const cr = raw.indexOf('\r');
     const lf = raw.indexOf('\n');
-    if ((lf === -1 || lf === raw.length - 1) && !raw.includes('\r')) {
+    const first = cr === -1 ? lf : lf === -1 ? cr : Math.min(cr, lf);
+    if (first === -1 || (first > 0 && (first === raw.length - 1 || (first === raw.length - 2 && cr === first && lf === first + 1)))) {
       this.lastEnd = endLine - this.ahead;
       return this.lastEnd;
     }
