@@ -11,6 +11,7 @@ import {
   destinationKey,
   guardedConnector,
   loadUndici,
+  portOf,
   MAX_IN_THREAD_WAIT_MS,
   OutboundError,
   parseRetryAfter,
@@ -206,10 +207,6 @@ function mapError(err: unknown, timedOut: boolean, policy: HttpPolicy): HttpRequ
   }
   if (code === 'UND_ERR_INVALID_ARG') return new HttpRequestError('invalid_url', message, { cause: err });
   return new HttpRequestError('network', typeof code === 'string' ? `${code}: ${message}` : message, { cause: err });
-}
-
-function portOf(url: URL): number {
-  return Number(url.port || (url.protocol === 'https:' ? 443 : 80));
 }
 
 function checkTarget(url: URL, policy: OutboundPolicy): void {

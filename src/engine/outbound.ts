@@ -224,6 +224,11 @@ export function isExempt(policy: OutboundPolicy, hostname: string, port: number 
   return allowed.has(destinationKey(hostname, port));
 }
 
+/** The port an http(s) URL connects to: its own, or its scheme's. */
+export function portOf(url: URL): number {
+  return Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+}
+
 /** Refuses a literal address early (before any queueing); names are checked when resolved. */
 export function checkLiteral(hostname: string, port: number | string, policy: OutboundPolicy): void {
   const host = bareHost(hostname);

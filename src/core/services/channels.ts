@@ -9,7 +9,7 @@ import { ValidationError, type FieldError } from '../errors.js';
 import { decryptSecret, encryptSecret } from '../secrets.js';
 import { normalizeEmail } from '../validation.js';
 import { isSandboxWorkspace } from './sandbox.js';
-import { checkLiteral, OutboundError, outboundPolicyFrom } from '../../engine/outbound.js';
+import { checkLiteral, OutboundError, outboundPolicyFrom, portOf } from '../../engine/outbound.js';
 
 /**
  * Which provider delivers each channel of a workspace, with its settings and (encrypted)
@@ -285,7 +285,7 @@ function checkDestination(config: Config, channel: Channel, provider: ProviderNa
     [host, port, field] = [settings.host, Number(settings.port), 'host'];
   } else if ((provider === 'twilio' || provider === 'whatsapp') && typeof settings.baseUrl === 'string') {
     const url = new URL(settings.baseUrl);
-    [host, port, field] = [url.hostname, url.port || (url.protocol === 'https:' ? 443 : 80), 'baseUrl'];
+    [host, port, field] = [url.hostname, portOf(url), 'baseUrl'];
   } else return;
   try {
     checkLiteral(host, port, outboundPolicyFrom(config));

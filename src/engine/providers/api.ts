@@ -10,6 +10,7 @@ import {
   MAX_IN_THREAD_WAIT_MS,
   OutboundError,
   parseRetryAfter,
+  portOf,
   waitUntilUnblocked,
   DEFAULT_RATE_LIMIT_DELAY_MS,
   type OutboundPolicy,
@@ -106,7 +107,7 @@ export async function callProviderApi(call: ProviderCall, opts: SendOptions): Pr
   } catch {
     return { ok: false, transient: false, error: `${call.provider}: the base URL is not an http(s) URL` };
   }
-  const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+  const port = portOf(url);
   try {
     checkLiteral(url.hostname, port, policy);
   } catch (err) {
