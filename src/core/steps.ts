@@ -1,6 +1,7 @@
 import type { StepDefinition } from './db/schema.js';
 import { ValidationError, type FieldError } from './errors.js';
 import { liquidSyntaxProblem } from './liquid.js';
+import { checkLiteral, OutboundError, portOf, type OutboundPolicy } from '../engine/outbound.js';
 
 /**
  * The step catalog shared by workflows (steps) and automations (nodes): each type with
@@ -18,7 +19,11 @@ type Fields = Record<string, unknown>;
 
 class StepChecker {
   readonly errors: FieldError[] = [];
-  constructor(private readonly base: string) {}
+  /** policy: the outbound policy a literal destination is checked against as it is saved (none: not checked). */
+  constructor(
+    private readonly base: string,
+    readonly policy?: OutboundPolicy,
+  ) {}
 
   fail(field: string, message: string): void {
     this.errors.push({ path: `${this.base}${field ? `/${field}` : ''}`, message });
@@ -105,6 +110,10 @@ export function checkStepFields(type: StepType, fields: Fields, check: StepCheck
         check.fail('method', `must be one of ${HTTP_METHODS.join(', ')}`);
       check.liquid('url', fields.url, 2000, true);
       if (typeof fields.url === 'string' && !/^(https?:\/\/|\{\{)/i.test(fields.url)) check.fail('url', 'must start with http:// or https://');
+      else if (typeof fields.url === 'string' && check.policy) {
+        const problem = literalDestinationProblem(fields.url, check.policy);
+        if (problem) check.fail('url', problem);
+      }
       if (fields.headers !== undefined) {
         if (!fields.headers || typeof fields.headers !== 'object' || Array.isArray(fields.headers)) check.fail('headers', 'must be an object of strings');
         else for (const [k, v] of Object.entries(fields.headers)) check.liquid(`headers/${k}`, v, 2000, true);
@@ -136,17 +145,45 @@ export function isStepType(type: unknown): type is StepType {
   return typeof type === 'string' && (STEP_TYPES as readonly string[]).includes(type);
 }
 
-export function newStepChecker(base: string): StepChecker {
-  return new StepChecker(base);
+export function newStepChecker(base: string, policy?: OutboundPolicy): StepChecker {
+  return new StepChecker(base, policy);
+}
+
+/**
+ * Why an http_request URL would be refused at every call: its host is a literal private,
+ * loopback or reserved address the policy does not allow (any spelling the URL parser
+ * reads as one, such as 2130706433 or [::ffff:127.0.0.1]). Undefined when it is not, when
+ * Liquid makes up any of its origin (known only when the run renders it) or when it does
+ * not parse yet; names are checked as they resolve, at each call.
+ */
+export function literalDestinationProblem(url: string, policy: OutboundPolicy): string | undefined {
+  const scheme = url.indexOf('://');
+  if (scheme === -1) return undefined;
+  const rest = url.slice(scheme + 3);
+  const end = rest.search(/[/?#]/);
+  if ((end === -1 ? rest : rest.slice(0, end)).includes('{')) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return undefined;
+  }
+  try {
+    checkLiteral(parsed.hostname, portOf(parsed), policy);
+  } catch (err) {
+    if (!(err instanceof OutboundError)) throw err;
+    return `${err.message}: svc sends nowhere private unless allowed (SVC_HTTP_ALLOWED_HOSTS, SVC_HTTP_ALLOW_PRIVATE)`;
+  }
+  return undefined;
 }
 
 /** Validates a workflow's step array; throws 422 listing every problem with its path. */
-export function validateSteps(steps: unknown, base = '/steps'): StepDefinition[] {
+export function validateSteps(steps: unknown, base = '/steps', policy?: OutboundPolicy): StepDefinition[] {
   const errors: FieldError[] = [];
   if (!Array.isArray(steps)) throw new ValidationError('validation_failed', 'steps must be an array', [{ path: base, message: 'must be array' }]);
   if (steps.length > MAX_STEPS) errors.push({ path: base, message: `must have at most ${MAX_STEPS} steps` });
   steps.forEach((step, i) => {
-    const check = new StepChecker(`${base}/${i}`);
+    const check = new StepChecker(`${base}/${i}`, policy);
     if (!step || typeof step !== 'object' || Array.isArray(step)) {
       check.fail('', 'must be an object');
     } else {

@@ -102,6 +102,11 @@ test('graph validation failures, one by one, name the offending node or edge', a
       { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'send_email', data: {} }] },
       '/graph/nodes/4/data/templateId',
     ],
+    [
+      'http_request to a literal loopback address',
+      { ...base, nodes: [...base.nodes.slice(0, 4), { id: 'after', type: 'http_request', data: { method: 'GET', url: 'http://127.0.0.1:9/x' } }] },
+      '/graph/nodes/4/data/url',
+    ],
     ['branch from a non-condition', { ...base, edges: [...base.edges.slice(0, 3), { from: 'yes', to: 'after', branch: true }] }, '/graph/edges/3/branch'],
     ['condition edge without a branch', { ...base, edges: [base.edges[0], { from: 'c', to: 'yes' }, base.edges[2], base.edges[3]] }, '/graph/edges/1/branch'],
     ['two true branches', { ...base, edges: [...base.edges, { from: 'c', to: 'after', branch: true }] }, '/graph/edges/4/branch'],

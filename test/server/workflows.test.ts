@@ -329,6 +329,13 @@ const INVALID_STEPS: [string, unknown, string][] = [
   ['http_request bad method', { type: 'http_request', method: 'FETCH', url: 'https://example.com' }, '/steps/0/method'],
   ['http_request without url', { type: 'http_request', method: 'GET' }, '/steps/0/url'],
   ['http_request non-http url', { type: 'http_request', method: 'GET', url: 'ftp://example.com' }, '/steps/0/url'],
+  // A literal private, loopback or reserved host is refused as it is saved (every call would be
+  // refused), in any spelling the URL parser reads as one; Liquid in the path does not hide it.
+  ['http_request to loopback', { type: 'http_request', method: 'GET', url: 'http://127.0.0.1:8080/x' }, '/steps/0/url'],
+  ['http_request to a v4-mapped loopback', { type: 'http_request', method: 'GET', url: 'http://[::ffff:127.0.0.1]/' }, '/steps/0/url'],
+  ['http_request to a decimal loopback', { type: 'http_request', method: 'GET', url: 'http://2130706433/' }, '/steps/0/url'],
+  ['http_request to the metadata address', { type: 'http_request', method: 'GET', url: 'http://169.254.169.254/latest/meta-data' }, '/steps/0/url'],
+  ['http_request to a private host, templated path', { type: 'http_request', method: 'POST', url: 'https://10.0.0.1/c/{{ contact.id }}' }, '/steps/0/url'],
   ['http_request headers array', { type: 'http_request', method: 'GET', url: 'https://example.com', headers: ['a'] }, '/steps/0/headers'],
   ['filter empty', { type: 'filter', condition: '' }, '/steps/0/condition'],
   ['filter blank', { type: 'filter', condition: '   ' }, '/steps/0/condition'],
@@ -356,6 +363,31 @@ test('invalid steps are refused with 422 and a path per problem, on POST and on 
     [w.id],
   );
   assert.deepEqual(list.body.data[0].steps, [{ type: 'wait', seconds: 1 }]);
+});
+
+test('an http_request URL is checked against the outbound policy as it is saved, when its host is literal', async (t) => {
+  const { s, token } = await setup(t);
+  // Names and templated hosts are known only at the call, and checked there.
+  for (const url of ['http://localhost:9/x', 'https://{{ trigger.host }}/x', '{{ trigger.url }}', 'http://{{ trigger.ip }}:8080/', 'https://93.184.216.34/x']) {
+    const res = await s.request('POST', '/workflows', { token, body: { name: url, steps: [{ type: 'http_request', method: 'GET', url }] } });
+    assert.equal(res.status, 201, `${url}: ${res.text}`);
+  }
+  const refused = await s.request('POST', '/workflows', { token, body: { name: 'x', steps: [{ type: 'http_request', method: 'GET', url: 'http://[::1]:3000/' }] } });
+  assertErrorPaths(refused, ['/steps/0/url']);
+  assert.match(refused.body.errors[0].message, /private, loopback or reserved address.*SVC_HTTP_ALLOWED_HOSTS/);
+
+  // What the operator allows is saved.
+  const allowed = await buildAsOwner(t, { env: { SVC_HTTP_ALLOWED_HOSTS: '127.0.0.1:8080' } });
+  const ok = await allowed.s.request('POST', '/workflows', {
+    token: allowed.token,
+    body: { name: 'allowed', steps: [{ type: 'http_request', method: 'GET', url: 'http://127.0.0.1:8080/hook' }] },
+  });
+  assert.equal(ok.status, 201, ok.text);
+  const otherPort = await allowed.s.request('POST', '/workflows', {
+    token: allowed.token,
+    body: { name: 'other port', steps: [{ type: 'http_request', method: 'GET', url: 'http://127.0.0.1:8081/hook' }] },
+  });
+  assertErrorPaths(otherPort, ['/steps/0/url']);
 });
 
 test('step errors name the right index and every problem at once', async (t) => {

@@ -8,6 +8,7 @@ import type { Page } from '../pagination.js';
 import { changeRunsInSteps } from './cascade.js';
 import { sendStepTemplateErrors } from './templates.js';
 import { compileGraph } from '../program.js';
+import { outboundPolicyFrom, type OutboundPolicy } from '../../engine/outbound.js';
 import { checkStepFields, conditionProblem, isStepType, maskStepSecrets, newStepChecker } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 
@@ -35,7 +36,7 @@ function view(row: AutomationRow): AutomationView {
  * from conditions (one `true`, one `false`), and one way out of any other node.
  * Every problem is reported with its JSON Pointer.
  */
-export function validateGraph(graph: AutomationGraph): AutomationGraph {
+export function validateGraph(graph: AutomationGraph, policy?: OutboundPolicy): AutomationGraph {
   const errors: FieldError[] = [];
   const fail = (path: string, message: string) => errors.push({ path, message });
   if (graph.nodes.length > MAX_NODES) fail('/graph/nodes', `must have at most ${MAX_NODES} nodes`);
@@ -56,7 +57,7 @@ export function validateGraph(graph: AutomationGraph): AutomationGraph {
         fail(`${base}/data/condition`, 'must be a Liquid condition such as trigger.total > 100');
       }
     } else if (isStepType(node.type)) {
-      const check = newStepChecker(`${base}/data`);
+      const check = newStepChecker(`${base}/data`, policy);
       checkStepFields(node.type, node.data, check);
       errors.push(...check.errors);
     } else fail(`${base}/type`, 'must be trigger, condition or a step type of the workflow catalog');
@@ -166,7 +167,7 @@ export async function createAutomation(
   input: { name: string; status?: WorkflowStatus | undefined; graph: AutomationGraph },
 ): Promise<AutomationView> {
   const name = checkName(input.name);
-  const graph = validateGraph(input.graph);
+  const graph = validateGraph(input.graph, outboundPolicyFrom(ctx.config));
   return withTransaction(ctx, async (tx) => {
     if (input.status === 'ACTIVE') await checkSendTemplates(tx, graph);
     const [row] = await tx.db
@@ -191,7 +192,7 @@ export async function updateAutomation(
 ): Promise<AutomationView> {
   const set: Partial<AutomationRow> = {};
   if (input.name !== undefined) set.name = checkName(input.name);
-  if (input.graph !== undefined) set.graph = validateGraph(input.graph);
+  if (input.graph !== undefined) set.graph = validateGraph(input.graph, outboundPolicyFrom(ctx.config));
   if (input.status !== undefined) set.status = input.status;
   return withTransaction(ctx, async (tx) => {
     const before = await findRow(tx, id);

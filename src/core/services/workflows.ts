@@ -7,6 +7,7 @@ import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { parsePath } from '../jsonPath.js';
 import type { Page } from '../pagination.js';
 import { encryptSecret } from '../secrets.js';
+import { outboundPolicyFrom } from '../../engine/outbound.js';
 import { MASKED, maskStepSecrets, validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
 import { normalizeTags } from './contacts.js';
@@ -151,7 +152,7 @@ function columnsFrom(ctx: WorkspaceContext, input: WorkflowInput): Partial<Workf
     set.name = name;
   }
   if (input.triggerSource !== undefined) set.triggerSource = input.triggerSource;
-  if (input.steps !== undefined) set.steps = validateSteps(input.steps);
+  if (input.steps !== undefined) set.steps = validateSteps(input.steps, '/steps', outboundPolicyFrom(ctx.config));
   const webhook = input.webhook;
   if (webhook) {
     if (webhook.lookup !== undefined) set.webhookLookup = webhook.lookup;
