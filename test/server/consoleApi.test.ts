@@ -257,6 +257,8 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
   const lenient = await create({ lookup: 'phone', createIfNotFound: true, defaults: { firstName: 'Webhook', tags: ['inbound'] } });
   await s.request('PATCH', `/workflows/${lenient.id}`, { token, body: { status: 'ACTIVE' } });
   const paused = await create({ lookup: 'email' });
+  const byId = await create({ lookup: 'contactId', createIfNotFound: false });
+  await s.request('PATCH', `/workflows/${byId.id}`, { token, body: { status: 'ACTIVE' } });
   const known = (await s.request('POST', '/contacts', { token, body: { email: 'known@acme.test', firstName: 'Kim' } })).body;
   const stranger = await s.otherWorkspace();
   const viewer = await s.userWithRole('VIEWER');
@@ -287,6 +289,14 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
   assert.equal(created.body.signatureRequired, false);
   assert.deepEqual(created.body.lookup, { kind: 'phone', path: 'phone', value: '+14155550100' });
   assert.deepEqual(created.body.contact, { outcome: 'created', id: null, email: null, phone: '+14155550100', firstName: 'Webhook', lastName: null });
+
+  // An id no contact can have is a miss; the dry run shows it as sent, not as the 0 it is looked up as.
+  for (const contactId of ['99999999999999999999', 2 ** 60, 0]) {
+    const far = await dry(byId.id, { contactId });
+    assert.equal(far.body.status, 404, far.text);
+    assert.equal(far.body.code, 'contact_not_found');
+    assert.deepEqual(far.body.lookup, { kind: 'contactId', path: 'contactId', value: contactId });
+  }
 
   const cases: [number, unknown, number, string][] = [
     [strict.id, [1, 2], 422, 'body_not_object'],

@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import { inWorkspace, type WorkspaceContext } from '../context.js';
 import { contacts, workflows } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
-import { parsePath } from '../jsonPath.js';
+import { parsePath, readPath } from '../jsonPath.js';
 import { jsonDepthExceeds } from '../validation.js';
 import { extractLookup, MAX_BODY_DEPTH, SIGNATURE_HEADER, type LookupValue } from './webhooks.js';
 
@@ -85,7 +85,10 @@ export async function testWebhook(ctx: WorkspaceContext, workflowId: number, bod
     refuse(err);
     return result;
   }
-  result.lookup = { kind: lookup.kind, path: path ?? lookup.kind, value: lookup.value };
+  // An id no contact can have (0, past 2^53) is looked up as 0 and misses; the dry run shows
+  // the id as sent, not that 0.
+  const sent = lookup.kind === 'contactId' && lookup.value === 0 ? readPath(body as Record<string, unknown>, parsePath(path ?? 'contactId') ?? ['contactId']) : undefined;
+  result.lookup = { kind: lookup.kind, path: path ?? lookup.kind, value: typeof sent === 'string' || typeof sent === 'number' ? sent : lookup.value };
 
   const column = lookup.kind === 'contactId' ? contacts.id : lookup.kind === 'email' ? contacts.email : contacts.phone;
   const [found] = await ctx.db
