@@ -47,7 +47,122 @@ const SUMMARIES: Record<string, string> = {
   'GET /settings/channels': 'Get the channel providers',
   'PUT /settings/channels': 'Set the channel providers',
   'POST /messages/test-email': 'Send a test email',
+  'GET /admin/stats': "Get the server's counts (super-admin)",
+  'GET /contacts/export': "Export the workspace's contacts as NDJSON or CSV (streamed)",
+  'POST /contacts/import': 'Import contacts from NDJSON or CSV (streamed; large files become a background job)',
+  'POST /billing/stripe/webhook': 'Receive a Stripe event (signed with Stripe-Signature)',
+  'DELETE /api-keys/:id': 'Revoke an API key',
+  'GET /api-keys': 'List API keys',
+  'POST /api-keys': 'Mint an API key (its raw key is shown once)',
+  'POST /memberships': 'Add someone to the workspace: an invitation, answered alike whether the email has an account',
+  'DELETE /memberships/:id': 'Remove a member from the workspace',
+  'GET /admin/workspaces': 'List every workspace (super-admin)',
+  'GET /admin/workspaces/:id': 'Get any workspace (super-admin)',
+  'GET /admin/users': 'List every user (super-admin)',
+  'POST /billing/checkout': 'Start a checkout to change the plan',
 };
+
+/**
+ * Answers a route may give that errorResponses cannot tell from its declaration; the route
+ * itself is unchanged (only the document lists them).
+ */
+const EXTRA_ANSWERS: Record<string, Record<string, string>> = {
+  'GET /sandbox': { '404': 'The workspace has no sandbox yet (`sandbox_not_found`)' },
+  'POST /billing/checkout': {
+    '502': 'The payment provider could not be reached or refused the checkout (`payment_provider_error`); the plan is unchanged',
+  },
+  'POST /messages/test-email': { '404': 'No such template in the workspace (`template_not_found`)' },
+  'POST /auth/login': { '403': 'The user belongs to no workspace, or not to the one asked for (`no_workspace`, `not_a_member`)' },
+  'POST /billing/stripe/webhook': { '404': 'Stripe billing is not enabled on this server (`not_found`)' },
+};
+
+/** Operations whose JSON body may be left out (sent, it is checked like any other). */
+const OPTIONAL_BODIES = new Set(['POST /sandbox', 'POST /templates/{id}/preview', 'POST /webhook-events/{id}/replay']);
+
+/** Operations that answer 204 with no body on success. */
+const NO_CONTENT = new Set(['POST /auth/logout', 'POST /auth/password']);
+
+const header = (name: string, description: string, required = false) => ({ name, in: 'header', required, description, schema: { type: 'string' } });
+
+/** Bodies the routes read themselves (raw bytes, streamed), which no route schema describes. */
+const RAW_BODIES: Record<string, { content: Record<string, unknown>; parameters?: unknown[] }> = {
+  'POST /v1/webhooks/in/{token}': {
+    content: { 'application/json': { schema: { type: 'object', additionalProperties: true, description: "Any JSON object: the sender's event" } } },
+    parameters: [
+      header('X-Service-Signature', '`sha256=<hex>` HMAC-SHA256 of the exact body bytes with the signing secret; required when the workflow has one'),
+      header('Idempotency-Key', '1 to 255 characters; a repeat within 24 hours answers the first run (`Idempotent-Replayed: true`)'),
+    ],
+  },
+  'POST /contacts/import': {
+    content: {
+      'application/x-ndjson': { schema: { type: 'string', description: 'One JSON object a line: email, phone, firstName, lastName, tags, attributes' } },
+      'text/csv': {
+        schema: {
+          type: 'string',
+          description: 'A header row; columns email, phone, firstName, lastName, tags (separated by `;`), any other column into attributes',
+        },
+      },
+    },
+    parameters: [header('Content-Encoding', '`gzip` or none')],
+  },
+  'POST /billing/stripe/webhook': {
+    content: { 'application/json': { schema: { type: 'object', additionalProperties: true, description: 'A Stripe event' } } },
+    parameters: [header('Stripe-Signature', "Stripe's signature of the exact body bytes", true)],
+  },
+};
+
+type Operation = {
+  parameters?: { in: string; name: string; required?: boolean; schema?: { default?: unknown } }[];
+  requestBody?: { required?: boolean; content: Record<string, unknown> };
+  responses: Record<string, { description: string; content?: Record<string, unknown>; headers?: Record<string, unknown> }>;
+};
+
+/**
+ * What @fastify/swagger cannot know from the route schemas, put into the document it made:
+ * query parameters with a default are optional; a body sent as JSON may be refused for its
+ * Content-Type (415); routes that answer 204 say so; bodies the routes read as raw bytes
+ * are described; optional bodies are optional; and the headers of 401, 429 and the
+ * webhook's 202 are named.
+ */
+export function finishDocument(doc: { paths: Record<string, Record<string, Operation>> }): void {
+  for (const [path, operations] of Object.entries(doc.paths)) {
+    for (const [method, op] of Object.entries(operations)) {
+      const key = `${method.toUpperCase()} ${path}`;
+      for (const p of op.parameters ?? []) if (p.in === 'query' && p.schema?.default !== undefined) p.required = false;
+      const raw = RAW_BODIES[key];
+      if (raw) {
+        op.requestBody = { required: true, content: raw.content };
+        op.parameters = [...(op.parameters ?? []), ...((raw.parameters ?? []) as Operation['parameters'] & object)];
+      }
+      if (op.requestBody && OPTIONAL_BODIES.has(key)) op.requestBody.required = false;
+      if (op.requestBody?.content['application/json'] && !op.responses['415'])
+        op.responses['415'] = problemResponse('The body is not sent as `Content-Type: application/json` (`unsupported_media_type`)');
+      const succeeds = Object.keys(op.responses).some((status) => status < '400');
+      if (!succeeds && (method === 'delete' || NO_CONTENT.has(key))) op.responses['204'] = { description: 'Done; no body' };
+      if (op.responses['401']) op.responses['401'].headers = { 'WWW-Authenticate': { description: '`Bearer`', schema: { type: 'string' } } };
+      if (op.responses['429'])
+        op.responses['429'].headers = { 'Retry-After': { description: 'Seconds to wait before trying again', schema: { type: 'integer' } } };
+    }
+  }
+  const webhook = doc.paths['/v1/webhooks/in/{token}']?.post?.responses['202'];
+  if (webhook)
+    webhook.headers = {
+      'Idempotent-Replayed': { description: '`true` when this answers a repeat of an earlier Idempotency-Key', schema: { type: 'string' } },
+      'X-RateLimit-Limit': { description: 'Webhook requests a minute this address may send', schema: { type: 'integer' } },
+      'X-RateLimit-Remaining': { description: 'What is left of it this minute', schema: { type: 'integer' } },
+      'X-RateLimit-Reset': { description: 'Seconds until the minute ends', schema: { type: 'integer' } },
+    };
+  const stripe = doc.paths['/billing/stripe/webhook']?.post?.responses;
+  if (stripe && !stripe['200'])
+    stripe['200'] = {
+      description: 'The event was received (`ignored` when it changes nothing)',
+      content: {
+        'application/json': {
+          schema: { type: 'object', required: ['received'], properties: { received: { type: 'boolean' }, ignored: { type: 'boolean' } } },
+        },
+      },
+    };
+}
 
 /** "a contact", "an automation". */
 const article = (noun: string) => `${/^[aeiou]/.test(noun) ? 'an' : 'a'} ${noun}`;
@@ -138,6 +253,7 @@ function errorResponses(route: RouteOptions, schema: FastifySchema): Record<stri
   if ((typeof access === 'object' && access.limit) || route.url.startsWith('/v1/webhooks') || route.url === '/auth/login') {
     out['429'] ??= problemResponse('Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`)');
   }
+  for (const [status, description] of Object.entries(EXTRA_ANSWERS[`${method} ${route.url}`] ?? {})) out[status] = problemResponse(description);
   out['500'] = problemResponse('An internal error (`internal_error`); retry with backoff');
   if (method !== 'GET')
     out['503'] = problemResponse(
@@ -193,5 +309,13 @@ export async function registerOpenApi(app: App, opts: { version: string; publicU
       return { schema: documented, url };
     },
   });
-  app.get('/openapi.json', { config: { access: 'public' }, schema: { hide: true } as FastifySchema }, async () => app.swagger());
+  let finished: unknown;
+  app.get('/openapi.json', { config: { access: 'public' }, schema: { hide: true } as FastifySchema }, async () => {
+    if (!finished) {
+      const doc = structuredClone(app.swagger()) as unknown as Parameters<typeof finishDocument>[0];
+      finishDocument(doc);
+      finished = doc;
+    }
+    return finished;
+  });
 }

@@ -27,6 +27,13 @@ test('replaying a refused event after turning on create-if-not-found creates the
   assert.equal(patched.status, 200, patched.text);
   const events = await s.request('GET', `/workflows/${wf.body.id}/webhook-events`, { token });
   assert.equal(events.body.data.length, 1);
+  // Replay takes no body: one may be left out or be {}, but a field in it is refused, not ignored.
+  const extra = await s.request('POST', `/webhook-events/${events.body.data[0].id}/replay`, { token, body: { contactId: 1 } });
+  assert.equal(extra.status, 422, extra.text);
+  assert.deepEqual(
+    extra.body.errors.map((e: { path: string }) => e.path),
+    ['/contactId'],
+  );
   const replay = await s.request('POST', `/webhook-events/${events.body.data[0].id}/replay`, { token });
   assert.equal(replay.status, 202, replay.text);
   const { runId, contactId } = replay.body as { runId: number; contactId: number };

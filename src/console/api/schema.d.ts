@@ -7,7 +7,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List stats */
+        /** Get the server's counts (super-admin) */
         get: operations["getAdminStats"];
         put?: never;
         post?: never;
@@ -24,7 +24,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List users */
+        /** List every user (super-admin) */
         get: operations["getAdminUsers"];
         put?: never;
         post?: never;
@@ -41,7 +41,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List workspaces */
+        /** List every workspace (super-admin) */
         get: operations["getAdminWorkspaces"];
         put?: never;
         post?: never;
@@ -58,7 +58,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a workspace */
+        /** Get any workspace (super-admin) */
         get: operations["getAdminWorkspacesById"];
         put?: never;
         post?: never;
@@ -75,10 +75,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List api keys */
+        /** List API keys */
         get: operations["getApiKeys"];
         put?: never;
-        /** Create an api key */
+        /** Mint an API key (its raw key is shown once) */
         post: operations["postApiKeys"];
         delete?: never;
         options?: never;
@@ -96,7 +96,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Delete an api key */
+        /** Revoke an API key */
         delete: operations["deleteApiKeysById"];
         options?: never;
         head?: never;
@@ -285,7 +285,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a checkout */
+        /** Start a checkout to change the plan */
         post: operations["postBillingCheckout"];
         delete?: never;
         options?: never;
@@ -319,7 +319,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a webhook */
+        /** Receive a Stripe event (signed with Stripe-Signature) */
         post: operations["postBillingStripeWebhook"];
         delete?: never;
         options?: never;
@@ -409,7 +409,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List export
+         * Export the workspace's contacts as NDJSON or CSV (streamed)
          * @description The contacts (with the list filters), newest first, streamed as NDJSON (one contact a line) or CSV (header row; tags joined with `;`; attributes as a JSON object; a cell a spreadsheet would run as a formula, one starting with `=`, `+`, `-`, `@`, a tab or a carriage return other than a signed number, is written after an apostrophe, which the import takes off), gzip-compressed (`Content-Encoding: gzip`) when the request Accept-Encoding takes it. Both import back.
          */
         get: operations["getContactsExport"];
@@ -431,7 +431,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Create an import
+         * Import contacts from NDJSON or CSV (streamed; large files become a background job)
          * @description Imports contacts from NDJSON (`application/x-ndjson`) or CSV (`text/csv`, header row), streamed, optionally gzip-compressed (`Content-Encoding: gzip`), in UTF-8 or the encoding its `charset=` names. Up to the sync size (`SVC_IMPORT_SYNC_BYTES`, declared by Content-Length) it answers 200 with the finished import; larger or unsized uploads answer 202 at once with the job, which GET /contacts/imports/:id follows. A declared length over `SVC_IMPORT_MAX_BYTES` is refused (413).
          */
         post: operations["postContactsImport"];
@@ -536,7 +536,7 @@ export interface paths {
         /** List memberships */
         get: operations["getMemberships"];
         put?: never;
-        /** Create a membership */
+        /** Add someone to the workspace: an invitation, answered alike whether the email has an account */
         post: operations["postMemberships"];
         delete?: never;
         options?: never;
@@ -554,7 +554,7 @@ export interface paths {
         get?: never;
         put?: never;
         post?: never;
-        /** Delete a membership */
+        /** Remove a member from the workspace */
         delete: operations["deleteMembershipsById"];
         options?: never;
         head?: never;
@@ -1028,6 +1028,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1098,9 +1100,9 @@ export interface operations {
     };
     getAdminUsers: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -1156,6 +1158,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1249,9 +1253,9 @@ export interface operations {
     };
     getAdminWorkspaces: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -1305,6 +1309,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1456,6 +1462,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1572,9 +1580,9 @@ export interface operations {
     };
     getApiKeys: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -1628,6 +1636,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1730,6 +1740,7 @@ export interface operations {
             content: {
                 "application/json": {
                     name: string;
+                    /** @description OWNER is refused (422 `role_not_mintable`): it comes only with a membership */
                     role: "VIEWER" | "MEMBER" | "ADMIN" | "OWNER";
                 };
             };
@@ -1777,6 +1788,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1822,6 +1835,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1925,6 +1961,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -1951,6 +1994,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2113,11 +2158,11 @@ export interface operations {
     };
     getAuditLogs: {
         parameters: {
-            query: {
+            query?: {
                 action?: string;
                 actorType?: "USER" | "API_KEY" | "SYSTEM" | "CLI";
                 cursor?: string;
-                limit: number;
+                limit?: number;
                 since?: string;
                 until?: string;
             };
@@ -2182,6 +2227,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2340,6 +2387,54 @@ export interface operations {
             /** @description Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The user belongs to no workspace, or not to the one asked for (`no_workspace`, `not_a_member`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -2386,6 +2481,8 @@ export interface operations {
             /** @description Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2463,6 +2560,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -2489,6 +2593,8 @@ export interface operations {
             /** @description Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2623,6 +2729,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2702,11 +2810,19 @@ export interface operations {
             content: {
                 "application/json": {
                     currentPassword: string;
+                    /** @description At least 8 characters, not only spaces (else 422 `invalid_password`) */
                     newPassword: string;
                 };
             };
         };
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -2733,6 +2849,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2778,6 +2896,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2917,6 +3058,8 @@ export interface operations {
             /** @description Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3050,6 +3193,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3095,6 +3240,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3189,9 +3357,9 @@ export interface operations {
     };
     getAutomations: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -3261,6 +3429,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3445,6 +3615,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3490,6 +3662,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3652,6 +3847,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3777,6 +3974,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -3803,6 +4007,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4058,6 +4264,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4126,6 +4334,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4276,6 +4507,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4365,6 +4598,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -4391,6 +4647,8 @@ export interface operations {
             /** @description Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4514,6 +4772,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4580,6 +4840,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -4605,6 +4888,29 @@ export interface operations {
             };
             /** @description An internal error (`internal_error`); retry with backoff */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The payment provider could not be reached or refused the checkout (`payment_provider_error`); the plan is unchanged */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4709,6 +5015,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4780,14 +5088,81 @@ export interface operations {
     postBillingStripeWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /** @description Stripe's signature of the exact body bytes */
+                "Stripe-Signature": string;
+            };
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
         responses: {
+            /** @description The event was received (`ignored` when it changes nothing) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        ignored?: boolean;
+                        received: boolean;
+                    };
+                };
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Stripe billing is not enabled on this server (`not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4859,10 +5234,10 @@ export interface operations {
     };
     getContacts: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
                 email?: string;
-                limit: number;
+                limit?: number;
                 phone?: string;
                 q?: string;
                 tag?: string;
@@ -4923,6 +5298,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5083,6 +5460,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5128,6 +5507,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5278,6 +5680,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5403,6 +5807,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -5429,6 +5840,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5659,6 +6072,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5727,6 +6142,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5883,6 +6321,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5951,6 +6391,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6055,6 +6518,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -6081,6 +6551,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6243,9 +6715,9 @@ export interface operations {
     };
     getContactsExport: {
         parameters: {
-            query: {
+            query?: {
                 email?: string;
-                format: "ndjson" | "csv";
+                format?: "ndjson" | "csv";
                 phone?: string;
                 q?: string;
                 tag?: string;
@@ -6292,6 +6764,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6361,6 +6835,8 @@ export interface operations {
             /** @description The workspace already has `SVC_EXPORT_CONCURRENCY` exports under way on this server; retry after `Retry-After` seconds (`too_many_exports`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6411,11 +6887,19 @@ export interface operations {
             query?: {
                 mode?: "create" | "update" | "upsert";
             };
-            header?: never;
+            header?: {
+                /** @description `gzip` or none */
+                "Content-Encoding"?: string;
+            };
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/x-ndjson": string;
+                "text/csv": string;
+            };
+        };
         responses: {
             /** @description Default Response */
             200: {
@@ -6509,6 +6993,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6647,6 +7133,8 @@ export interface operations {
             /** @description The workspace already runs `SVC_IMPORT_CONCURRENCY` imports; retry after `Retry-After` seconds (`too_many_imports`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6717,9 +7205,9 @@ export interface operations {
     };
     getContactsImports: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -6789,6 +7277,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6950,6 +7440,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7249,6 +7741,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -7419,6 +7934,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -7492,9 +8030,9 @@ export interface operations {
     };
     getMemberships: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -7547,6 +8085,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7694,6 +8234,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7739,6 +8281,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7842,6 +8407,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -7868,6 +8440,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8087,6 +8661,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8155,6 +8731,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8249,9 +8848,9 @@ export interface operations {
     };
     getMembershipsInvitations: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -8303,6 +8902,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8451,6 +9052,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8496,6 +9099,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8599,6 +9225,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -8625,6 +9258,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8787,9 +9422,9 @@ export interface operations {
     };
     getMessagesDeliveryAttempts: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
                 runId?: number;
                 status?: "QUEUED" | "SENDING" | "SENT" | "FAILED";
             };
@@ -8854,6 +9489,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9008,6 +9645,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9182,6 +9821,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9225,8 +9866,54 @@ export interface operations {
                     };
                 };
             };
+            /** @description No such template in the workspace (`template_not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9274,6 +9961,8 @@ export interface operations {
             /** @description Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9457,11 +10146,11 @@ export interface operations {
     };
     getRuns: {
         parameters: {
-            query: {
+            query?: {
                 automationId?: number;
                 contactId?: number;
                 cursor?: string;
-                limit: number;
+                limit?: number;
                 status?: "QUEUED" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED";
                 workflowId?: number;
             };
@@ -9530,6 +10219,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9688,6 +10379,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9854,6 +10547,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9876,6 +10571,29 @@ export interface operations {
             };
             /** @description The caller may not do this: its role or plan is too low (`forbidden`, `plan_upgrade_required`) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The workspace has no sandbox yet (`sandbox_not_found`) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9929,7 +10647,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": {
                     reset?: boolean;
@@ -10005,6 +10723,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -10050,6 +10770,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10144,9 +10887,9 @@ export interface operations {
     };
     getSandboxRequests: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -10203,6 +10946,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -10360,6 +11105,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -10526,6 +11273,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -10571,6 +11320,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10665,9 +11437,9 @@ export interface operations {
     };
     getTags: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -10716,6 +11488,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -10809,10 +11583,10 @@ export interface operations {
     };
     getTemplates: {
         parameters: {
-            query: {
+            query?: {
                 channel?: "EMAIL" | "SMS" | "WHATSAPP";
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -10867,6 +11641,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11021,6 +11797,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11066,6 +11844,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11213,6 +12014,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11338,6 +12141,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Done; no body */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad request: unreadable JSON, an invalid cursor or header (`bad_request`, `invalid_cursor`, ...) */
             400: {
                 headers: {
@@ -11364,6 +12174,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11589,6 +12401,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11657,6 +12471,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11758,7 +12595,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": {
                     contactId?: number;
@@ -11809,6 +12646,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11898,6 +12737,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -11924,6 +12786,8 @@ export interface operations {
             /** @description Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11995,17 +12859,36 @@ export interface operations {
     postV1WebhooksInByToken: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description 1 to 255 characters; a repeat within 24 hours answers the first run (`Idempotent-Replayed: true`) */
+                "Idempotency-Key"?: string;
+                /** @description `sha256=<hex>` HMAC-SHA256 of the exact body bytes with the signing secret; required when the workflow has one */
+                "X-Service-Signature"?: string;
+            };
             path: {
                 token: string;
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": {
+                    [key: string]: unknown;
+                };
+            };
+        };
         responses: {
             /** @description Default Response */
             202: {
                 headers: {
+                    /** @description `true` when this answers a repeat of an earlier Idempotency-Key */
+                    "Idempotent-Replayed"?: string;
+                    /** @description Webhook requests a minute this address may send */
+                    "X-RateLimit-Limit"?: number;
+                    /** @description What is left of it this minute */
+                    "X-RateLimit-Remaining"?: number;
+                    /** @description Seconds until the minute ends */
+                    "X-RateLimit-Reset"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12041,6 +12924,8 @@ export interface operations {
             /** @description Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12156,6 +13041,8 @@ export interface operations {
             /** @description Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12233,7 +13120,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
         responses: {
             /** @description Default Response */
             202: {
@@ -12273,6 +13164,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12362,6 +13255,29 @@ export interface operations {
                     };
                 };
             };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
@@ -12388,6 +13304,8 @@ export interface operations {
             /** @description Too many requests; wait for the `Retry-After` seconds (`rate_limited`, `too_many_login_attempts`) */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12458,9 +13376,9 @@ export interface operations {
     };
     getWorkflows: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path?: never;
@@ -12531,6 +13449,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12716,6 +13636,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12761,6 +13683,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12924,6 +13869,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -13134,6 +14081,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -13202,6 +14151,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -13296,9 +14268,9 @@ export interface operations {
     };
     getWorkflowsByIdRuns: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
                 status?: "QUEUED" | "RUNNING" | "WAITING" | "COMPLETED" | "FAILED";
             };
             header?: never;
@@ -13368,6 +14340,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -13484,9 +14458,9 @@ export interface operations {
     };
     getWorkflowsByIdWebhookEvents: {
         parameters: {
-            query: {
+            query?: {
                 cursor?: string;
-                limit: number;
+                limit?: number;
             };
             header?: never;
             path: {
@@ -13550,6 +14524,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -13737,6 +14713,8 @@ export interface operations {
             /** @description No valid credentials: a missing, expired or revoked token or key (`unauthorized`, `session_ended`) */
             401: {
                 headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -13805,6 +14783,29 @@ export interface operations {
             };
             /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The body is not sent as `Content-Type: application/json` (`unsupported_media_type`) */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -15,7 +15,13 @@ export async function apiKeyRoutes(app: App): Promise<void> {
     {
       config: { access: admin },
       schema: {
-        body: Type.Object({ name: Type.String({ minLength: 1, maxLength: 100 }), role: Role }, { additionalProperties: false }),
+        body: Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 100 }),
+            role: Type.Union(Role.anyOf, { description: 'OWNER is refused (422 `role_not_mintable`): it comes only with a membership' }),
+          },
+          { additionalProperties: false },
+        ),
         response: { 201: MintedApiKey },
       },
     },

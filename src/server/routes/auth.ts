@@ -112,7 +112,10 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
       config: { access: { role: 'VIEWER' } },
       schema: {
         body: Type.Object(
-          { currentPassword: Type.String({ minLength: 1, maxLength: 1024 }), newPassword: Type.String({ minLength: 1, maxLength: 1024 }) },
+          {
+            currentPassword: Type.String({ minLength: 1, maxLength: 1024 }),
+            newPassword: Type.String({ minLength: 1, maxLength: 1024, description: 'At least 8 characters, not only spaces (else 422 `invalid_password`)' }),
+          },
           { additionalProperties: false },
         ),
       },

@@ -31,7 +31,7 @@ const WebhookInput = Type.Object(
     path: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 256 }))),
     createIfNotFound: Type.Optional(Type.Boolean()),
     defaults: Type.Optional(ContactDefaults),
-    signingSecret: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 512 }))),
+    signingSecret: Type.Optional(Nullable(Type.String({ minLength: 16, maxLength: 512, description: 'Write-only; at least 16 characters; null removes it' }))),
   },
   { additionalProperties: false },
 );
@@ -126,7 +126,14 @@ export async function workflowRoutes(app: App): Promise<void> {
 
   app.post(
     '/webhook-events/:id/replay',
-    { config: { access: { ...write, limit: 'runs' } }, schema: { params: IdParams, response: { 202: RunStarted } } },
+    {
+      config: { access: { ...write, limit: 'runs' } },
+      // It takes no body: one may be left out or be {}, but a field in it is refused, not ignored.
+      schema: { params: IdParams, body: Type.Object({}, { additionalProperties: false }), response: { 202: RunStarted } },
+      preValidation: async (req) => {
+        req.body ??= {};
+      },
+    },
     async (req, reply) => {
       const started = await replayWebhookEvent(req.workspaceCtx(), req.params.id);
       app.runsQueued();
