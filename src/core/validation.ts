@@ -8,7 +8,15 @@ const CONTROL_RE = /\p{Cc}/u;
 /** Lower-cased and trimmed, or undefined when it does not look like an address. */
 export function normalizeEmail(value: string): string | undefined {
   const email = value.trim().toLowerCase();
-  return email.length <= 254 && EMAIL_RE.test(email) && !CONTROL_RE.test(email) ? email : undefined;
+  return email.length <= 254 && EMAIL_RE.test(email) && !CONTROL_RE.test(email) && wellFormed(email) ? email : undefined;
+}
+
+/**
+ * Whether a string is well-formed Unicode: no lone surrogate (`"\ud800"` in JSON), which no
+ * store keeps as sent (SQLite and PostgreSQL write U+FFFD in its place).
+ */
+export function wellFormed(text: string): boolean {
+  return (text as string & { isWellFormed(): boolean }).isWellFormed();
 }
 
 /** E.164, or undefined when the number is not valid for its (or the default) region. */
@@ -45,6 +53,51 @@ export function jsonDepthExceeds(value: unknown, max: number): boolean {
 }
 
 export const MAX_JSON_DEPTH = 32;
+
+/** Where a parsed JSON value holds text no store keeps as sent, and what is wrong with it. */
+export interface UnstorableText {
+  at: string;
+  message: string;
+}
+
+const NUL_MESSAGE = 'must not contain U+0000';
+const SURROGATE_MESSAGE = 'must be well-formed Unicode (a lone surrogate such as \\ud800 is not a character)';
+
+/**
+ * The first string (or object key) in a parsed JSON value that holds U+0000 or a lone
+ * surrogate, or undefined. No store keeps them as sent (PostgreSQL's text and jsonb refuse
+ * U+0000; both stores write a lone surrogate as U+FFFD), so the API refuses them on both
+ * stores alike rather than store something else than it was sent.
+ */
+export function unstorableText(value: unknown): UnstorableText | undefined {
+  // Iterative: a body may nest deeper than the stack (depth limits come later, per field).
+  const items: unknown[] = [value];
+  const places: (Place | null)[] = [null];
+  while (items.length) {
+    const item = items.pop();
+    const at = places.pop() as Place | null;
+    if (typeof item === 'string') {
+      const message = textProblem(item);
+      if (message) return { at: pointerTo(at) || '/', message };
+      continue;
+    }
+    if (item === null || typeof item !== 'object') continue;
+    for (const [key, child] of Object.entries(item)) {
+      const message = textProblem(key);
+      if (message) return { at: pointerTo({ key, parent: at }), message };
+      if (typeof child === 'string' || (child !== null && typeof child === 'object')) {
+        items.push(child);
+        places.push({ key, parent: at });
+      }
+    }
+  }
+  return undefined;
+}
+
+function textProblem(text: string): string | undefined {
+  if (text.includes('\u0000')) return NUL_MESSAGE;
+  return wellFormed(text) ? undefined : SURROGATE_MESSAGE;
+}
 
 /**
  * The JSON Pointer of the first string (or object key) in a parsed JSON value that holds

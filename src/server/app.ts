@@ -11,7 +11,7 @@ import { LoginThrottle } from '../core/services/auth.js';
 import { openRedis, windowsFor } from '../core/redis.js';
 import { clusterSignals } from '../core/signals.js';
 import { AppError, isIdentityEncoding, unsupportedEncoding, ValidationError } from '../core/errors.js';
-import { nulPointer, undecodableQueryPointer } from '../core/validation.js';
+import { nulPointer, undecodableQueryPointer, unstorableText } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
 import { answerClientError, closeConnectionsWithoutRequest, cutOffStalledBodies, trackConnections } from './bodyTimeout.js';
@@ -295,9 +295,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     // A route that stores nothing of its body may take U+0000 in it (the webhook dry run: a
     // real webhook body may hold one where nothing reads it).
     if (req.routeOptions.config.nulInBody) return done();
-    const at = nulPointer(body);
-    if (at === undefined) return done();
-    done(new ValidationError('validation_failed', 'Text may not contain the NUL character (U+0000)', [{ path: at, message: 'must not contain U+0000' }]));
+    const bad = unstorableText(body);
+    if (bad === undefined) return done();
+    done(
+      new ValidationError('validation_failed', 'Text may not contain the NUL character (U+0000) or a lone surrogate', [{ path: bad.at, message: bad.message }]),
+    );
   });
 
   // A shutdown finishes the requests under way, but not for ever: after the grace period

@@ -308,6 +308,7 @@ test('the webhook dry run says what a real POST would do and writes nothing', as
     [strict.id, JSON.parse(`${'{"a":'.repeat(70)}1${'}'.repeat(70)}`), 422, 'body_too_deep'],
     // U+0000 is judged where a real POST judges it: at the lookup (not as the API's refusal of the dry run's own body).
     [strict.id, { data: { customer: { email: 'a\u0000@acme.test' } } }, 422, 'lookup_value_invalid'],
+    [strict.id, { data: { customer: { email: 'a\ud800@acme.test' } } }, 422, 'lookup_value_invalid'],
     [paused.id, { email: 'known@acme.test' }, 404, 'webhook_not_found'],
   ];
   for (const [id, body, status, code] of cases) {

@@ -274,6 +274,42 @@ test('text holding U+0000 is refused with 422 and the pointer to it, on every st
   assert.equal(tab.body.firstName, 'a\tb');
 });
 
+test('a lone surrogate (\\ud800 in JSON) is refused with 422 at its field, not stored as U+FFFD; a pair is a character like any other', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const cases: [string, string, unknown, string][] = [
+    ['POST', '/contacts', { email: 'sur\ud800@example.com' }, '/email'],
+    ['POST', '/contacts', { email: 'lone@example.com', lastName: 'x\udfffy' }, '/lastName'],
+    ['POST', '/contacts', { email: 'lone@example.com', attributes: { ['k\ud83d']: 1 } }, '/attributes/k\ud83d'],
+    ['POST', '/templates', { name: 'n', channel: 'SMS', content: { text: 'end\ud83d' } }, '/content/text'],
+  ];
+  for (const [method, path, body, pointer] of cases) {
+    const res = await s.request(method, path, { token, body });
+    assertProblem(res, 422, 'validation_failed');
+    assert.deepEqual(
+      res.body.errors.map((e: { path: string }) => e.path),
+      [pointer],
+      `${method} ${path} ${JSON.stringify(body)}`,
+    );
+    assert.match(res.body.errors[0].message, /well-formed Unicode/);
+  }
+  assert.equal((await s.request('GET', '/contacts', { token })).body.data.length, 0, 'nothing was stored');
+  const pair = await s.request('POST', '/contacts', { token, body: { email: 'pair@example.com', firstName: 'Ann \ud83d\ude00' } });
+  assert.equal(pair.status, 201, pair.text);
+  assert.equal(pair.body.firstName, 'Ann 😀');
+  // In an import row, at its field; the other rows are imported.
+  const imported = await s.request('POST', '/contacts/import', {
+    token,
+    raw: '{"email":"i1@example.com","firstName":"\\ud800"}\n{"email":"i2@example.com"}\n',
+    headers: { 'content-type': 'application/x-ndjson' },
+  });
+  assert.equal(imported.status, 200, imported.text);
+  assert.deepEqual(
+    imported.body.errors.map((e: { line: number; field: string }) => [e.line, e.field]),
+    [[1, 'firstName']],
+  );
+  assert.equal(imported.body.created, 1);
+});
+
 /** Each GET is 400 invalid_query with one error, at the JSON Pointer given beside it. */
 async function assertRefusedAt(s: TestServer, token: string, queries: [string, string][]): Promise<void> {
   for (const [path, pointer] of queries) {

@@ -8,7 +8,7 @@ import { inWorkspace, nowIso, withTransaction, type SystemContext, type Workspac
 import { execute, rawSql } from '../db/dialect.js';
 import { isSqliteStore, isWriteConflict, type Store } from '../db/store.js';
 import { compactSearchIndex } from '../db/searchIndex.js';
-import { MAX_TAGS_PER_CONTACT, nulPointer, prototypeKeyPointer, TOO_MANY_TAGS } from '../validation.js';
+import { MAX_TAGS_PER_CONTACT, prototypeKeyPointer, TOO_MANY_TAGS, unstorableText } from '../validation.js';
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
@@ -222,7 +222,7 @@ export async function startImport(ctx: WorkspaceContext, opts: ImportOptions): P
 
 /**
  * A row as read from the file, before normalisation: the fields, or why it could not be read.
- * `screened`: its text proved it holds no U+0000 and no key named `__proto__` or
+ * `screened`: its text proved it holds no U+0000, no lone surrogate and no key named `__proto__` or
  * `constructor` (normalizeRow then skips walking it for them).
  */
 type SourceRow = { line: number; input: ContactInput; screened?: boolean } | { line: number; error: ImportRowError };
@@ -276,10 +276,11 @@ function ndjsonRow(line: number, text: string): SourceRow {
 }
 
 /**
- * True when a row's text (a line of JSON, or a CSV record's) cannot give it U+0000 or a key
- * `__proto__` or `constructor`: without a backslash it has no escapes, so every key appears in
- * it as it is, and a JSON string can hold U+0000 only as the escape (JSON.parse refuses the
- * character itself; a CSV record is also checked for the character). Scans of a row's text
+ * True when a row's text (a line of JSON, or a CSV record's) cannot give it U+0000, a lone
+ * surrogate or a key `__proto__` or `constructor`: without a backslash it has no escapes, so
+ * every key appears in it as it is, and a JSON string can hold U+0000 or a lone surrogate
+ * only as an escape (JSON.parse refuses the character itself, and decoded text has no lone
+ * surrogate: the decoder writes U+FFFD; a CSV record is also checked for U+0000). Scans of a row's text
  * instead of two walks of every object of every row (a million in an import).
  */
 function screened(text: string): boolean {
@@ -561,8 +562,8 @@ function normalizeRow(
   row: { line: number; input: ContactInput; screened?: boolean },
 ): { values: ReturnType<typeof normalizeInput>; tags: string[] } | ImportRowError {
   // As the API refuses it in any JSON body (PostgreSQL text cannot hold it): at its field.
-  const nul = row.screened ? undefined : nulPointer(row.input);
-  if (nul !== undefined) return { line: row.line, field: fieldOf(nul), reason: 'must not contain U+0000' };
+  const bad = row.screened ? undefined : unstorableText(row.input);
+  if (bad !== undefined) return { line: row.line, field: fieldOf(bad.at), reason: bad.message };
   const proto = row.screened ? undefined : prototypeKeyPointer(row.input);
   if (proto !== undefined)
     return {
