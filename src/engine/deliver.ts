@@ -9,7 +9,7 @@ import { ValidationError, type FieldError } from '../core/errors.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
 import { createAttempt, emailTemplateContent, markAttempt } from '../core/services/deliveries.js';
 import { getWorkspace } from '../core/services/workspaces.js';
-import { normalizeEmail } from '../core/validation.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail } from '../core/validation.js';
 import { countDelivery } from './counters.js';
 import { outboundPolicyFrom, type OutboundPolicy } from './outbound.js';
 import { providerFor, type SendResult } from './providers/index.js';
@@ -250,6 +250,10 @@ export async function startTestEmail(
 ): Promise<{ accepted: TestEmailAccepted; done: Promise<DeliveryOutcome> }> {
   const to = normalizeEmail(input.to);
   if (!to) throw new ValidationError('validation_failed', 'The test email is invalid', [{ path: '/to', message: 'must be an email address' }]);
+  if (input.data !== undefined && jsonDepthExceeds(input.data, MAX_JSON_DEPTH))
+    throw new ValidationError('validation_failed', 'The test email is invalid', [
+      { path: '/data', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` },
+    ]);
   const source = await testEmailSource(ctx, input);
   const workspace = await getWorkspace(ctx, ctx.workspaceId);
   let rendered: Record<string, unknown>;

@@ -11,7 +11,7 @@ import { LoginThrottle } from '../core/services/auth.js';
 import { openRedis, windowsFor } from '../core/redis.js';
 import { clusterSignals } from '../core/signals.js';
 import { AppError, isIdentityEncoding, unsupportedEncoding, ValidationError } from '../core/errors.js';
-import { nulPointer, undecodableQueryPointer, unstorableText } from '../core/validation.js';
+import { jsonDepthExceeds, nulPointer, undecodableQueryPointer, unstorableText } from '../core/validation.js';
 import { registerAuth } from './plugins/auth.js';
 import { problem, registerErrorHandling, SECURITY_HEADERS, sendProblem } from './plugins/errors.js';
 import { answerClientError, closeConnectionsWithoutRequest, cutOffStalledBodies, trackConnections } from './bodyTimeout.js';
@@ -90,6 +90,8 @@ function requestId(req: IncomingMessage): string {
 
 /** Fastify's defaults for the server it would build, on the one buildApp builds (see serverFactory). */
 const KEEP_ALIVE_TIMEOUT_MS = 72_000;
+/** How deep any JSON body of the API may nest (its fields that hold JSON have lower limits). */
+export const MAX_API_BODY_DEPTH = 128;
 
 /**
  * Bodies are validated strictly (no type coercion, unknown fields refused); query strings
@@ -292,6 +294,10 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     }
     const body = req.body;
     if (body === null || typeof body !== 'object' || Buffer.isBuffer(body) || typeof (body as { pipe?: unknown }).pipe === 'function') return done();
+    // No API body nests this deep (fields that hold JSON have lower limits of their own); a
+    // deeper one would overflow the stack where it is serialised (stored, logged, answered).
+    if (jsonDepthExceeds(body, MAX_API_BODY_DEPTH))
+      return done(new ValidationError('body_too_deep', `The body nests more than ${MAX_API_BODY_DEPTH} levels deep`));
     // A route that stores nothing of its body may take U+0000 in it (the webhook dry run: a
     // real webhook body may hold one where nothing reads it).
     if (req.routeOptions.config.nulInBody) return done();

@@ -367,3 +367,54 @@ test('U+0000 in the URL: a query value is 400 invalid_query at its name, a path 
   assert.equal((await s.request('GET', '/contacts?tag=vip', { token })).body.data.length, 1);
   assert.equal((await s.request('GET', '/audit-logs?action=contact.created', { token })).status, 200);
 });
+
+test('a body nested thousands of levels deep is refused with 422, never a 500; a run trigger or test email data past 32 levels too, and run lists stay readable', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const deep = (levels: number): string => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
+  const contact = (await s.request('POST', '/contacts', { token, body: { email: 'deep@example.com' } })).body;
+  const graph = {
+    nodes: [
+      { id: 't', type: 'trigger', data: { source: 'MANUAL' } },
+      { id: 'a', type: 'add_tags', data: { tags: ['d'] } },
+    ],
+    edges: [{ from: 't', to: 'a' }],
+  };
+  const automation = (await s.request('POST', '/automations', { token, body: { name: 'noop', status: 'ACTIVE', graph } })).body;
+  const json = { 'content-type': 'application/json' };
+  for (const levels of [200, 5_000]) {
+    for (const [path, raw] of [
+      [`/automations/${automation.id}/runs`, `{"contactId":${contact.id},"trigger":{"x":${deep(levels)}}}`],
+      ['/messages/test-email', `{"to":"a@example.com","subject":"s","text":"t","data":{"x":${deep(levels)}}}`],
+      ['/contacts', `{"email":"d2@example.com","attributes":{"x":${deep(levels)}}}`],
+      [`/templates`, `{"name":"n","channel":"SMS","content":{"text":"x"},"extra":${deep(levels)}}`],
+    ] as const) {
+      const res = await s.request('POST', path, { token, raw, headers: json });
+      assertProblem(res, 422, 'body_too_deep');
+      assert.match(res.body.detail, /more than 128 levels/);
+    }
+  }
+  // Within the API's bound, the fields that hold JSON keep their own (a trigger is read back
+  // in every list of runs).
+  const run = await s.request('POST', `/automations/${automation.id}/runs`, { token, raw: `{"contactId":${contact.id},"trigger":${deep(33)}}`, headers: json });
+  assertProblem(run, 422, 'validation_failed');
+  assert.deepEqual(
+    run.body.errors.map((e: { path: string }) => e.path),
+    ['/trigger'],
+  );
+  const mail = await s.request('POST', '/messages/test-email', {
+    token,
+    raw: `{"to":"a@example.com","subject":"s","text":"t","data":${deep(33)}}`,
+    headers: json,
+  });
+  assertProblem(mail, 422, 'validation_failed');
+  assert.deepEqual(
+    mail.body.errors.map((e: { path: string }) => e.path),
+    ['/data'],
+  );
+  const ok = await s.request('POST', `/automations/${automation.id}/runs`, { token, raw: `{"contactId":${contact.id},"trigger":${deep(32)}}`, headers: json });
+  assert.equal(ok.status, 202, ok.text);
+  const runs = await s.request('GET', '/runs', { token });
+  assert.equal(runs.status, 200, runs.text);
+  assert.equal(runs.body.data.length, 1);
+  assert.equal((await s.request('GET', `/runs/${ok.body.runId}`, { token })).status, 200);
+});

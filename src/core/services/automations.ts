@@ -240,6 +240,11 @@ export async function startAutomationRun(
   id: number,
   input: { contactId: number; trigger?: Record<string, unknown> | undefined },
 ): Promise<{ runId: number; contactId: number }> {
+  // As a template preview's: a trigger is stored with the run and read back in every list of runs.
+  if (input.trigger !== undefined && jsonDepthExceeds(input.trigger, MAX_JSON_DEPTH))
+    throw new ValidationError('validation_failed', 'The trigger is invalid', [
+      { path: '/trigger', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` },
+    ]);
   return withTransaction(ctx, async (tx) => {
     const row = await findRow(tx, id);
     if (row.status !== 'ACTIVE') throw new ValidationError('automation_not_active', `Automation ${id} is ${row.status}; activate it first`);
