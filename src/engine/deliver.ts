@@ -149,7 +149,7 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     return { attemptId: attempt.id, status: 'SENT', transient: false };
   }
   // A provider may quote the message back in its error (a refused recipient line, say).
-  const error = redactSecrets(result.error, input.secrets);
+  const error = input.secrets?.length ? secretSafeError(redactSecrets(result.error, input.secrets)) : result.error;
   await markAttempt(deps, attempt.id, { status: 'FAILED', error });
   return {
     attemptId: attempt.id,
@@ -158,6 +158,19 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     error,
     ...(result.retryAfterMs !== undefined ? { retryAfterMs: result.retryAfterMs } : {}),
   };
+}
+
+/** The provider's own words in an error: an SMTP reply's text, an HTTP API's error message. */
+const PROVIDER_WORDS_RE = /^([a-z]+: (?:the server answered|HTTP) \d{3})\b.+$/s;
+
+/**
+ * The error kept for a message that carries a secret (an invitation's token): the reply
+ * code without the provider's words. A server may quote the message back in any encoding,
+ * quoted-printable breaking the token across lines or base64 hiding it whole, which no
+ * search for the secret finds; and readers of delivery attempts include VIEWERs.
+ */
+export function secretSafeError(error: string): string {
+  return error.replace(PROVIDER_WORDS_RE, "$1 (the provider's reply is not kept: the message carried a secret)");
 }
 
 /**
