@@ -219,14 +219,20 @@ export function maskStepSecrets<T extends Record<string, unknown>>(type: unknown
 
 /**
  * A URL with its scheme and host kept and the rest masked: the path and query of a call out
- * often are its credential (a Slack or Discord webhook's path, `?token=`). A URL that does not
- * start with a scheme and host (a Liquid template) is masked whole.
+ * often are its credential (a Slack or Discord webhook's path, `?token=`), and so is a
+ * user and password before the host. The host ends where a URL parser ends it (`\` is a
+ * `/` to it) or where Liquid starts, whose output is known only at the call. A URL that does
+ * not start with a scheme and host (a Liquid template) is masked whole.
  */
 export function maskUrlPath(url: string): string {
-  const origin = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(url)?.[0];
-  if (origin === undefined) return url === '' ? url : MASKED;
+  const found = /^([a-z][a-z0-9+.-]*:\/\/)([^/\\?#{]*)/i.exec(url);
+  if (!found) return url === '' ? url : MASKED;
+  const [origin, scheme, authority] = found as unknown as [string, string, string];
+  const at = authority.lastIndexOf('@');
+  const shown = at === -1 ? origin : `${scheme}${MASKED}@${authority.slice(at + 1)}`;
   const rest = url.slice(origin.length);
-  return rest === '' || rest === '/' ? url : `${origin}/${MASKED}`;
+  if (rest === '' || rest === '/') return at === -1 ? url : `${shown}${rest}`;
+  return rest.startsWith('{') ? `${shown}${MASKED}` : `${shown}/${MASKED}`;
 }
 
 /** Headers with their names kept and their values masked. */

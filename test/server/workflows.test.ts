@@ -929,6 +929,13 @@ test('the header values of http_request steps are whole for MEMBER and above and
     ['https://api.example.com', 'https://api.example.com'],
     ['https://api.example.com/', 'https://api.example.com/'],
     ['{{ trigger.callback }}', '••••'],
+    // A URL parser reads \ as /; Liquid in the host is known only at the call; a user and
+    // password before the host are a credential.
+    ['https://hooks.slack.com\\services\\T0001\\XXXXsecretXXXX', 'https://hooks.slack.com/••••'],
+    ['https://api.example.com:8443\\x?token=secret-token-2', 'https://api.example.com:8443/••••'],
+    ["https://hooks.slack.com{{ '/services/secret' }}", 'https://hooks.slack.com••••'],
+    ['https://bot:hunter2-secret@api.example.com/x', 'https://••••@api.example.com/••••'],
+    ['https://bot:hunter2-secret@api.example.com', 'https://••••@api.example.com'],
   ]) {
     const one = await createWorkflow(s, token, { name: `url ${url}`, triggerSource: 'MANUAL', steps: [{ ...call, url }] });
     const seen = await s.request('GET', `/workflows/${one.id}`, { token: viewer.token });
