@@ -237,6 +237,10 @@ test('PUT refuses invalid settings with 422 naming the field', async (t) => {
     [{ SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'http://169.254.169.254/latest' } } }, '/SMS/settings/baseUrl'],
     [{ WHATSAPP: { ...WHATSAPP, settings: { ...WHATSAPP.settings, baseUrl: 'https://[::1]:8443/v20.0' } } }, '/WHATSAPP/settings/baseUrl'],
     [{ SMS: { ...TWILIO, settings: { ...TWILIO.settings, baseUrl: 'http://0x7f000001' } } }, '/SMS/settings/baseUrl'],
+    // Every spelling a resolver reads as an address (inet_aton's), in an SMTP host too.
+    ...['0x7f000001', '2130706433', '0177.0.0.1', '0x7f.1', '127.1', '0', '::ffff:127.0.0.1', '::ffff:7f00:1'].map(
+      (host) => [{ EMAIL: { ...SMTP, settings: { ...SMTP.settings, host } } }, '/EMAIL/settings/host'] as const,
+    ),
   ] as const) {
     const res = await s.request('PUT', '/settings/channels', { token, body });
     assertProblem(res, 422, 'validation_failed');

@@ -282,7 +282,7 @@ function checkDestination(config: Config, channel: Channel, provider: ProviderNa
   let port: number | string;
   let field: string;
   if (provider === 'smtp' && typeof settings.host === 'string') {
-    [host, port, field] = [settings.host, Number(settings.port), 'host'];
+    [host, port, field] = [hostAsUrlsRead(settings.host), Number(settings.port), 'host'];
   } else if ((provider === 'twilio' || provider === 'whatsapp') && typeof settings.baseUrl === 'string') {
     const url = new URL(settings.baseUrl);
     [host, port, field] = [url.hostname, portOf(url), 'baseUrl'];
@@ -295,6 +295,18 @@ function checkDestination(config: Config, channel: Channel, provider: ProviderNa
       path: `/${channel}/settings/${field}`,
       message: `${err.message}: svc sends nowhere private unless allowed (SVC_HTTP_ALLOWED_HOSTS, SVC_HTTP_ALLOW_PRIVATE)`,
     });
+  }
+}
+
+/**
+ * A host as a URL parser (and the system's resolver) reads it: `0x7f000001`, `2130706433`,
+ * `0177.0.0.1` and `127.1` are all 127.0.0.1, so they are checked as that address.
+ */
+function hostAsUrlsRead(host: string): string {
+  try {
+    return new URL(`http://${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}/`).hostname;
+  } catch {
+    return host;
   }
 }
 
