@@ -38,6 +38,8 @@ export function liquidSyntaxProblem(source: string): LiquidProblem | undefined {
   } catch (err) {
     const e = err as Error & { token?: { getPosition?: () => [number, number] } };
     const pos = e.token?.getPosition?.();
+    // A template nested thousands of tags deep outgrows the parser's stack: say so, not how.
+    if (err instanceof RangeError || /Maximum call stack size exceeded/.test(e.message)) return { message: 'the template nests its tags too deeply' };
     const message = e.message.split('\n')[0] ?? 'invalid template';
     return pos ? { message, line: pos[0], col: pos[1] } : { message };
   }

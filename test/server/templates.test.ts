@@ -395,6 +395,15 @@ test('a Liquid syntax error is 422 template_syntax_error naming the field and th
   assertErrorPaths(two, ['/content/subject', '/content/html'], 'template_syntax_error');
   assert.deepEqual(await templateRows(s), []);
 
+  // Tags nested deeper than the parser's stack are a syntax error, told as such (not as a stack overflow).
+  const nested = await s.request('POST', '/templates', {
+    token,
+    body: { name: 'deep', channel: 'EMAIL', content: { subject: 'ok', html: `${'{%if x%}'.repeat(4500)}${'{%endif%}'.repeat(4500)}` } },
+  });
+  assertErrorPaths(nested, ['/content/html'], 'template_syntax_error');
+  assert.match(nested.body.errors[0].message, /nests its tags too deeply/);
+  assert.doesNotMatch(nested.text, /stack/i);
+
   const tpl = await createTemplate(s, token, { name: 'good', channel: 'SMS', content: { text: 'ok' } });
   const patched = await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { content: { text: '{{ a' } } });
   assertErrorPaths(patched, ['/content/text'], 'template_syntax_error');
