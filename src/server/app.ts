@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { isUtf8 } from 'node:buffer';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Ajv } from 'ajv';
 import fastJsonStringify from 'fast-json-stringify';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type RouteOptions } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type RouteOptions } from 'fastify';
 import type { Config } from '../core/config.js';
 import { isSqliteStore, type PgStore, type Store } from '../core/db/store.js';
 import { pgIntake, sqliteIntake } from '../core/db/intake.js';
@@ -254,6 +255,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   app.setSerializerCompiler(serializerCompiler);
   // Only JSON is accepted; text/plain would otherwise slip past as a string body.
   app.removeContentTypeParser('text/plain');
+  registerJsonParser(app);
 
   // The hooks every request passes are callback-style: an async hook costs a promise each.
   app.addHook('onRequest', (req, reply, done) => {
@@ -442,4 +444,35 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     await metrics?.close();
   });
   return app;
+}
+
+/**
+ * Fastify's own JSON parser (secure-json-parse: `__proto__` and `constructor.prototype` are
+ * refused), read as bytes first: a body that is not UTF-8 is 400 (JSON is UTF-8; decoded
+ * leniently, its bad bytes became U+FFFD in what was stored); a refused key is named, not
+ * called invalid JSON; and a DELETE with `Content-Type: application/json` and no body, as
+ * some clients send every request, is a DELETE without a body.
+ */
+function registerJsonParser(app: App): void {
+  const parse = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body: Buffer, done) => {
+    if (body.length === 0 && req.method === 'DELETE') return done(null, undefined);
+    if (!isUtf8(body)) return done(new AppError(400, 'invalid_json', 'The body is not valid JSON: it is not UTF-8 text'));
+    const text = body.toString('utf8');
+    void parse(req, text, (err, value) => {
+      if (err && (err as FastifyError).code === 'FST_ERR_CTP_INVALID_JSON_BODY' && parsesAsJson(text))
+        return done(new AppError(400, 'invalid_json', 'The body has a key "__proto__", or "constructor" holding "prototype": such keys are refused'));
+      done(err as FastifyError | null, value);
+    });
+  });
+}
+
+function parsesAsJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
 }

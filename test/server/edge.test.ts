@@ -279,7 +279,7 @@ test('a lone surrogate (\\ud800 in JSON) is refused with 422 at its field, not s
   const cases: [string, string, unknown, string][] = [
     ['POST', '/contacts', { email: 'sur\ud800@example.com' }, '/email'],
     ['POST', '/contacts', { email: 'lone@example.com', lastName: 'x\udfffy' }, '/lastName'],
-    ['POST', '/contacts', { email: 'lone@example.com', attributes: { ['k\ud83d']: 1 } }, '/attributes/k\ud83d'],
+    ['POST', '/contacts', { email: 'lone@example.com', attributes: { 'k\ud83d': 1 } }, '/attributes/k\ud83d'],
     ['POST', '/templates', { name: 'n', channel: 'SMS', content: { text: 'end\ud83d' } }, '/content/text'],
   ];
   for (const [method, path, body, pointer] of cases) {
@@ -417,4 +417,37 @@ test('a body nested thousands of levels deep is refused with 422, never a 500; a
   assert.equal(runs.status, 200, runs.text);
   assert.equal(runs.body.data.length, 1);
   assert.equal((await s.request('GET', `/runs/${ok.body.runId}`, { token })).status, 200);
+});
+
+test('a JSON body is UTF-8 or 400; a refused key is named; a DELETE saying JSON with no body is a DELETE', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const post = (raw: string | Buffer) => s.request('POST', '/contacts', { token, raw, headers: { 'content-type': 'application/json' } });
+  // Latin-1 é, a lone continuation byte, an overlong encoding: not UTF-8, not stored as U+FFFD.
+  for (const bytes of [
+    Buffer.from('{"email":"caf\xe9@example.com"}', 'latin1'),
+    Buffer.from([...Buffer.from('{"email":"x'), 0xff, ...Buffer.from('@example.com"}')]),
+    Buffer.from([...Buffer.from('{"firstName":"'), 0xc0, 0xaf, ...Buffer.from('","email":"o@example.com"}')]),
+  ]) {
+    const res = await post(bytes);
+    assertProblem(res, 400, 'invalid_json');
+    assert.match(res.body.detail, /not UTF-8/);
+  }
+  assert.equal((await s.request('GET', '/contacts', { token })).body.data.length, 0, 'nothing was stored');
+  const bom = await post(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"email":"bom@example.com","firstName":"Zoë"}')]));
+  assert.equal(bom.status, 201, bom.text);
+  assert.equal(bom.body.firstName, 'Zoë');
+
+  for (const raw of ['{"__proto__":{"x":1},"email":"p@example.com"}', '{"email":"p@example.com","attributes":{"constructor":{"prototype":{"x":1}}}}']) {
+    const res = await post(raw);
+    assertProblem(res, 400, 'invalid_json');
+    assert.match(res.body.detail, /"__proto__", or "constructor" holding "prototype"/);
+  }
+  assert.match((await post('{"email":')).body.detail, /not valid JSON/);
+  assertProblem(await post(''), 400, 'invalid_json');
+
+  const json = { 'content-type': 'application/json' };
+  const del = await s.request('DELETE', `/contacts/${bom.body.id}`, { token, headers: json });
+  assert.equal(del.status, 204, del.text);
+  const key = await s.request('POST', '/api-keys', { token, body: { name: 'k', role: 'VIEWER' } });
+  assert.equal((await s.request('DELETE', `/api-keys/${key.body.id}`, { token, headers: json })).status, 204);
 });
