@@ -132,27 +132,37 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     return { attemptId: sent.id, status: 'SENT', transient: false };
   }
 
-  const attempt = await createAttempt(deps, { ...row, provider: channel.provider, status: 'SENDING' });
-  deps.beforeNetwork?.();
-  deps.onRecorded?.(attempt.id, 'SENDING');
-
+  // The SENDING row is written once the message has its turn, right before it leaves.
+  let attempt: { id: number } | undefined;
+  const onStart = async () => {
+    attempt = await createAttempt(deps, { ...row, provider: channel.provider, status: 'SENDING' });
+    deps.beforeNetwork?.();
+    deps.onRecorded?.(attempt.id, 'SENDING');
+  };
   let result: SendResult;
   try {
-    result = await provider.send(message, channel.settings, channel.credentials, opts);
+    result = await provider.send(message, channel.settings, channel.credentials, { ...opts, onStart });
   } catch (err) {
+    if (attempt === undefined) throw err;
     // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
     result = { ok: false, transient: true, error: `${channel.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
   }
   countDelivery(input.channel, channel.provider, result.ok ? 'SENT' : 'FAILED');
+  // A try that never left (a refused destination, a rate-limit block) is recorded as it ended.
+  const settle = async (end: { status: 'SENT'; providerMessageId: string | null } | { status: 'FAILED'; error: string }) => {
+    if (attempt) return markAttempt(deps, attempt.id, end);
+    attempt = await createAttempt(deps, { ...row, provider: channel.provider, ...end });
+    deps.onRecorded?.(attempt.id, end.status);
+  };
   if (result.ok) {
-    await markAttempt(deps, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
-    return { attemptId: attempt.id, status: 'SENT', transient: false };
+    await settle({ status: 'SENT', providerMessageId: result.providerMessageId });
+    return { attemptId: attempt!.id, status: 'SENT', transient: false };
   }
   // A provider may quote the message back in its error (a refused recipient line, say).
   const error = input.secrets?.length ? secretSafeError(redactSecrets(result.error, input.secrets)) : result.error;
-  await markAttempt(deps, attempt.id, { status: 'FAILED', error });
+  await settle({ status: 'FAILED', error });
   return {
-    attemptId: attempt.id,
+    attemptId: attempt!.id,
     status: 'FAILED',
     transient: result.transient,
     error,

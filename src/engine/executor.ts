@@ -370,8 +370,13 @@ export class RunExecutor {
     // may have happened before a crash (still SENDING) is not repeated.
     const previous = await this.sql.attemptsForStep(run.id, index);
     if (previous.some((a) => a.status === 'SENT')) return { kind: 'completed' };
-    if (previous.some((a) => a.status === 'SENDING')) {
-      return { kind: 'failed', error: 'the process stopped while this message was being sent; it is not sent again, to avoid a duplicate' };
+    const underWay = previous.filter((a) => a.status === 'SENDING');
+    if (underWay.length) {
+      // Its attempt is settled with the step, not left SENDING for ever.
+      const error = 'the process stopped while this message was being sent; it is not sent again, to avoid a duplicate';
+      const now = isoNow();
+      for (const { id } of underWay) exec.ops.push((s) => s.markAttempt({ id, status: 'FAILED', providerMessageId: null, error, now }));
+      return { kind: 'failed', error };
     }
     const template = await this.sql.template(Number(step.templateId), run.workspace_id);
     if (!template) return { kind: 'failed', error: `template ${step.templateId} does not exist in this workspace` };
@@ -410,30 +415,50 @@ export class RunExecutor {
       return { kind: 'failed', error: err.message };
     }
 
-    // The SENDING row is committed with the run's progress, under its lease, before the call.
-    let attemptId = 0;
-    await this.beforeNetwork(exec, [
-      (s) =>
-        then(s.insertAttempt({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }), (id) => {
-          attemptId = id;
-        }),
-    ]);
+    // The SENDING row is committed with the run's progress, under its lease, once the message
+    // has its turn (a slot of its destination) and before it leaves: a message still waiting
+    // for its turn when the process stops has no such row, and is sent after the restart.
+    let attemptId: number | undefined;
+    const onStart = () =>
+      this.beforeNetwork(exec, [
+        (s) =>
+          then(s.insertAttempt({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }), (id) => {
+            attemptId = id;
+          }),
+      ]);
     let result: SendResult;
     try {
       result = await providerFor(resolved.provider).send({ channel, to, rendered }, resolved.settings, resolved.credentials, {
         timeoutMs: this.config.httpTimeoutMs,
         outbound: this.outbound,
+        onStart,
       });
     } catch (err) {
+      // The run stopped (shutdown, a lost lease) at its turn: nothing left.
+      if (attemptId === undefined) throw err;
       // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
       result = { ok: false, transient: true, error: `${resolved.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
     }
-    // What the provider answered is a fact whatever became of the lease: recorded regardless.
     const now = isoNow();
-    const mark: AttemptMark = result.ok
-      ? { id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now }
-      : { id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now };
-    void this.committer.always((s) => s.markAttempt(mark));
+    if (attemptId === undefined) {
+      // It never left (a refused destination, a rate-limit block): the try is recorded with the run's progress.
+      const failure = result.ok ? null : clip(result.error);
+      exec.ops.push((s) =>
+        s.insertAttempt({
+          ...row,
+          provider: resolved.provider,
+          status: result.ok ? 'SENT' : 'FAILED',
+          providerMessageId: result.ok ? result.providerMessageId : null,
+          error: failure,
+        }),
+      );
+    } else {
+      // What the provider answered is a fact whatever became of the lease: recorded regardless.
+      const mark: AttemptMark = result.ok
+        ? { id: attemptId, status: 'SENT', providerMessageId: result.providerMessageId, error: null, now }
+        : { id: attemptId, status: 'FAILED', providerMessageId: null, error: clip(result.error), now };
+      void this.committer.always((s) => s.markAttempt(mark));
+    }
     countDelivery(channel, resolved.provider, result.ok ? 'SENT' : 'FAILED');
     if (result.ok) return { kind: 'completed' };
     // A rate-limit answer defers the send to the time the provider named; it is no failed try.

@@ -87,7 +87,7 @@ export interface EngineSql {
   /** Whether another contact of the workspace has this email (phone). */
   emailTaken(workspaceId: number, email: string, exceptId: number): Maybe<boolean>;
   phoneTaken(workspaceId: number, phone: string, exceptId: number): Maybe<boolean>;
-  attemptsForStep(runId: number, stepIndex: number): Maybe<{ status: string }[]>;
+  attemptsForStep(runId: number, stepIndex: number): Maybe<{ id: number; status: string }[]>;
   /** The workspace's provider for a channel (a sandbox has none: every channel is its outbox). */
   provider(workspaceId: number, channel: string): Maybe<string | undefined>;
   addTag(contactId: number, workspaceId: number, key: string, name: string): Maybe<unknown>;
@@ -158,8 +158,8 @@ export function sqliteEngineSql(db: Db): EngineSql {
          updated_at = ?, finished_at = ? WHERE id = ? AND lease_owner = ?`,
     ),
     saveProgress: c.prepare('UPDATE workflow_runs SET step_states = ?, updated_at = ? WHERE id = ? AND lease_owner = ?'),
-    attemptsForStep: c.prepare<[number, number], { status: string }>(
-      'SELECT status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id',
+    attemptsForStep: c.prepare<[number, number], { id: number; status: string }>(
+      'SELECT id, status FROM delivery_attempts WHERE run_id = ? AND step_index = ? ORDER BY attempt, id',
     ),
     insertAttempt: c.prepare<unknown[]>(
       `INSERT INTO delivery_attempts (workspace_id, channel, provider, "to", status, attempt, provider_message_id, error, run_id, step_index, template_id, rendered)
@@ -228,7 +228,7 @@ export function pgEngineSql(client: Pick<pg.Pool, 'query'> | Pick<pg.PoolClient,
     phoneTaken: async (ws, phone, id) =>
       (await one('phone_taken', 'SELECT id FROM contacts WHERE workspace_id = $1 AND phone = $2 AND id != $3', [ws, phone, id])) !== undefined,
     attemptsForStep: (runId, stepIndex) =>
-      q('attempts', 'SELECT status FROM delivery_attempts WHERE run_id = $1 AND step_index = $2 ORDER BY attempt, id', [runId, stepIndex]),
+      q('attempts', 'SELECT id, status FROM delivery_attempts WHERE run_id = $1 AND step_index = $2 ORDER BY attempt, id', [runId, stepIndex]),
     provider: async (ws, channel) => (await one<{ provider: string }>('provider', numbered(PROVIDER_SQL), [ws, channel]))?.provider,
     addTag: async (contactId, ws, key, name) => {
       const added = await q(
@@ -492,12 +492,12 @@ export function pgReadingEngineSql(pool: Pick<pg.Pool, 'query'>): EngineSql {
     }),
   );
   const attempts = batchLoader(async (keys: { runId: number; stepIndex: number }[]) => {
-    const rows = await read<{ run_id: number; step_index: number; status: string }>(
+    const rows = await read<{ id: number; run_id: number; step_index: number; status: string }>(
       'attempts_of_runs',
-      'SELECT run_id, step_index, status FROM delivery_attempts WHERE run_id = ANY($1::bigint[]) ORDER BY attempt, id',
+      'SELECT id, run_id, step_index, status FROM delivery_attempts WHERE run_id = ANY($1::bigint[]) ORDER BY attempt, id',
       [[...new Set(keys.map((k) => k.runId))]],
     );
-    return keys.map((k) => rows.filter((r) => r.run_id === k.runId && r.step_index === k.stepIndex).map((r) => ({ status: r.status })));
+    return keys.map((k) => rows.filter((r) => r.run_id === k.runId && r.step_index === k.stepIndex).map((r) => ({ id: Number(r.id), status: r.status })));
   });
   return {
     ...base,

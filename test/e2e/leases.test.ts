@@ -199,3 +199,100 @@ test('kill -9 with 500 runs in flight: every accepted run completes after a rest
   assert.deepEqual(sentTwice, []);
   await second.stop();
 });
+
+/**
+ * A Twilio-compatible API that holds every message until `hold` is false, counting the
+ * messages of each run (the body names the run).
+ */
+async function heldTwilio(t: import('node:test').TestContext) {
+  const state = { hold: true, received: new Map<string, number>(), waiting: [] as (() => void)[] };
+  const server = createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8').on('data', (d: string) => (body += d));
+    req.on('end', () => {
+      const text = new URLSearchParams(body).get('Body') ?? '';
+      state.received.set(text, (state.received.get(text) ?? 0) + 1);
+      const answer = () => {
+        if (!res.destroyed) res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ sid: `SM${Math.random()}` }));
+      };
+      if (state.hold) state.waiting.push(answer);
+      else answer();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const release = () => {
+    state.hold = false;
+    for (const answer of state.waiting.splice(0)) answer();
+  };
+  return { state, release, host: `127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+for (const stop of ['SIGKILL', 'SIGTERM'] as const) {
+  test(`${stop} while messages wait for their turn (a slot of their destination): they are sent after the restart, only the one under way is not`, async (t) => {
+    const twilio = await heldTwilio(t);
+    const dataDir = await initFolder(t, 'svc-leases-');
+    // One message at a time to the provider: the others wait for their turn in the process.
+    const e = {
+      SVC_LOG_LEVEL: 'warn',
+      SVC_WEBHOOK_RATE_LIMIT: '1000000',
+      SVC_RUN_LEASE_SECONDS: '2',
+      SVC_SHUTDOWN_GRACE: '1',
+      SVC_HTTP_TIMEOUT_MS: '60000',
+      SVC_HTTP_ALLOWED_HOSTS: twilio.host,
+      SVC_OUTBOUND_PER_HOST_CONCURRENCY: '1',
+    };
+    const first = await startServe(t, dataDir, ['--port', '0'], { env: e });
+    const token = await login(first);
+    const put = await request(first.url, 'PUT', '/settings/channels', {
+      token,
+      body: {
+        SMS: {
+          provider: 'twilio',
+          settings: { baseUrl: `http://${twilio.host}`, accountSid: 'AC123', from: '+15005550006' },
+          credentials: { authToken: 'token' },
+        },
+      },
+    });
+    assert.equal(put.status, 200, put.text);
+    const template = await request(first.url, 'POST', '/templates', { token, body: { name: 's', channel: 'SMS', content: { text: 'run {{ run.id }}' } } });
+    const path = await workflow(first, token, [{ type: 'send_sms', templateId: template.body.id, to: '+15005550009' }]);
+    const ids = await postMany(first.url, path, 5);
+    await waitUntil('the first message at the provider', () => twilio.state.received.size === 1);
+    // Give the others time to reach their turn's queue, then stop the process.
+    await new Promise((r) => setTimeout(r, 500));
+    const sending = () => readDb<{ n: number }>(dataDir, "SELECT COUNT(*) AS n FROM delivery_attempts WHERE status = 'SENDING'")[0]!.n;
+    assert.equal(sending(), 1, 'only the message under way is recorded as being sent');
+    if (stop === 'SIGKILL') {
+      first.child.kill('SIGKILL');
+      await new Promise((r) => first.child.once('exit', r));
+    } else {
+      const stopped = await first.stop('SIGTERM', 30_000);
+      assert.equal(stopped.code, 0, first.stderr());
+    }
+    twilio.release();
+
+    const second = await startServe(t, dataDir, ['--port', '0'], { env: e });
+    await waitUntil('5 finished runs', () => {
+      const s = statuses(dataDir);
+      return (s.COMPLETED ?? 0) + (s.FAILED ?? 0) === 5;
+    });
+    // The one under way may have been sent: it is not sent again (at most once); its attempt is settled.
+    const [underWay] = [...twilio.state.received.keys()];
+    const failed = readDb<{ id: number }>(dataDir, "SELECT id FROM workflow_runs WHERE status = 'FAILED'").map((r) => r.id);
+    if (stop === 'SIGKILL')
+      assert.deepEqual(
+        failed.map((id) => `run ${id}`),
+        [underWay],
+      );
+    for (const id of ids) {
+      const messages = twilio.state.received.get(`run ${id}`) ?? 0;
+      assert.equal(messages, 1, `run ${id}: ${messages} messages`);
+    }
+    assert.equal(sending(), 0, 'no attempt is left SENDING');
+    await second.stop();
+  });
+}

@@ -43,6 +43,26 @@ export interface SendOptions {
    * (strict until then: no private, loopback or reserved address).
    */
   outbound?: OutboundPolicy;
+  /**
+   * Called once the message has its turn (a slot of its destination, a connection of its
+   * SMTP pool), right before it leaves, and never when it does not leave (a refused
+   * destination, a rate-limit block): a send recorded as under way (SENDING) then only ever
+   * stands for one that may really have been made. When it throws, nothing is sent and the
+   * send rejects with its error (the one case a provider throws).
+   */
+  onStart?: (() => Promise<void>) | undefined;
+}
+
+/** Takes a destination's slot and calls onStart; the slot is given back if onStart throws. */
+export async function takeTurn(destination: string, cap: number, opts: SendOptions): Promise<() => void> {
+  const release = await acquireSlot(destination, cap);
+  try {
+    await opts.onStart?.();
+  } catch (err) {
+    release();
+    throw err;
+  }
+  return release;
 }
 
 export interface Provider {
@@ -117,7 +137,7 @@ export async function callProviderApi(call: ProviderCall, opts: SendOptions): Pr
   const left = await waitUntilUnblocked(key, MAX_IN_THREAD_WAIT_MS);
   if (left > 0) return rateLimited(call.provider, left, 'an earlier send was told to slow down');
 
-  const release = await acquireSlot(destinationKey(url.hostname, port), policy.perHostConcurrency);
+  const release = await takeTurn(destinationKey(url.hostname, port), policy.perHostConcurrency, opts);
   let reply: ApiReply;
   try {
     reply = await postToProvider(url, call.headers, call.body, opts.timeoutMs, policy);

@@ -4,7 +4,6 @@ import type { Transporter } from 'nodemailer';
 import type { SmtpCredentials, SmtpSettings } from '../../core/services/channels.js';
 import {
   accountKey,
-  acquireSlot,
   blockDestination,
   checkLiteral,
   connectChecked,
@@ -16,7 +15,10 @@ import {
   waitUntilUnblocked,
   type OutboundPolicy,
 } from '../outbound.js';
-import { errorText, rateLimited, refusedDestination, type Provider, type SendFailure } from './api.js';
+import { errorText, rateLimited, refusedDestination, takeTurn, type Provider, type SendFailure } from './api.js';
+
+/** Connections of one account's pool, and so its sends at once. */
+const MAX_CONNECTIONS = 3;
 
 /**
  * EMAIL over SMTP with nodemailer. One pooled transport per distinct server, account,
@@ -86,7 +88,7 @@ function transportFor(
     socketTimeout: timeoutMs,
     dnsTimeout: timeoutMs,
     idleTimeout: 60_000,
-    maxConnections: 3,
+    maxConnections: MAX_CONNECTIONS,
     logger: false,
     // The guarded connector: nodemailer never resolves or connects by itself.
     getSocket(_options: unknown, callback: (err: Error | null, socketOptions?: { connection?: Socket } | false) => void) {
@@ -184,7 +186,9 @@ export const smtpProvider: Provider = {
 
     nodemailer ??= import('nodemailer');
     const { createTransport } = await nodemailer;
-    const release = await acquireSlot(destination, policy.perHostConcurrency);
+    // As many sends of one account at once as its pool has connections: one more would wait
+    // in nodemailer's queue, out of sight, as if it were being sent.
+    const release = await takeTurn(rateKey, Math.min(policy.perHostConcurrency, MAX_CONNECTIONS), opts);
     const entry = transportFor(createTransport, s, c, opts.timeoutMs, policy);
     entry.inFlight++;
     const r = msg.rendered;
