@@ -153,6 +153,7 @@ test("a provider error that quotes the message keeps none of it: a token split b
   assert.equal(received.length, 1, 'the server did receive the message');
   const stored = JSON.stringify(attempt);
   const { token: secret } = invited.body as { token: string };
-  for (let i = 0; i + 8 <= secret.length; i++) assert.ok(!stored.includes(secret.slice(i, i + 8)), `the stored error holds part of the token: ${attempt.error}`);
+  for (let i = 0; i + 8 <= secret.length; i++)
+    assert.ok(!stored.includes(secret.slice(i, i + 8)), `the stored error holds part of the token: ${attempt.error}`);
   assert.equal(attempt.error, "smtp: the server answered 554 (the provider's reply is not kept: the message carried a secret)");
 });

@@ -372,7 +372,10 @@ test('an http_request URL is checked against the outbound policy as it is saved,
     const res = await s.request('POST', '/workflows', { token, body: { name: url, steps: [{ type: 'http_request', method: 'GET', url }] } });
     assert.equal(res.status, 201, `${url}: ${res.text}`);
   }
-  const refused = await s.request('POST', '/workflows', { token, body: { name: 'x', steps: [{ type: 'http_request', method: 'GET', url: 'http://[::1]:3000/' }] } });
+  const refused = await s.request('POST', '/workflows', {
+    token,
+    body: { name: 'x', steps: [{ type: 'http_request', method: 'GET', url: 'http://[::1]:3000/' }] },
+  });
   assertErrorPaths(refused, ['/steps/0/url']);
   assert.match(refused.body.errors[0].message, /private, loopback or reserved address.*SVC_HTTP_ALLOWED_HOSTS/);
 

@@ -87,7 +87,8 @@ export async function testWebhook(ctx: WorkspaceContext, workflowId: number, bod
   }
   // An id no contact can have (0, past 2^53) is looked up as 0 and misses; the dry run shows
   // the id as sent, not that 0.
-  const sent = lookup.kind === 'contactId' && lookup.value === 0 ? readPath(body as Record<string, unknown>, parsePath(path ?? 'contactId') ?? ['contactId']) : undefined;
+  const sent =
+    lookup.kind === 'contactId' && lookup.value === 0 ? readPath(body as Record<string, unknown>, parsePath(path ?? 'contactId') ?? ['contactId']) : undefined;
   result.lookup = { kind: lookup.kind, path: path ?? lookup.kind, value: typeof sent === 'string' || typeof sent === 'number' ? sent : lookup.value };
 
   const column = lookup.kind === 'contactId' ? contacts.id : lookup.kind === 'email' ? contacts.email : contacts.phone;
