@@ -54,7 +54,8 @@ function NewWorkflow() {
         body: {
           name: name.trim(),
           triggerSource: trigger,
-          ...(trigger === 'WEBHOOK' ? { webhook: { lookup: 'email' as const, createIfNotFound: true } } : {}),
+          // Create-if-not-found stays off, as SPEC.md has it: turned on only where the settings say so.
+          ...(trigger === 'WEBHOOK' ? { webhook: { lookup: 'email' as const, createIfNotFound: false } } : {}),
         },
       }),
     onSuccess: (w) => {
