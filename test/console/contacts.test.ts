@@ -344,3 +344,45 @@ test('attributes seeded by the API (nested, null, quoted) are shown faithfully a
   await screenshot(v.page, 'contact-attributes-viewer');
   assert.deepEqual(v.problems, []);
 });
+
+test('an unrelated edit leaves tags holding a comma and an attribute with an empty name as they are; a VIEWER gets no create or import form', {
+  skip: skipOutsideCI,
+}, async (t) => {
+  const { s, token } = await consoleServer(t);
+  const res = await s.request('POST', '/contacts', {
+    token,
+    body: { email: 'comma@example.com', firstName: 'Com', tags: ['vip, gold', 'plain'], attributes: { '': 'empty name', plan: 'pro' } },
+  });
+  assert.equal(res.status, 201, res.text);
+  const id = res.body.id as number;
+  const { context, page, problems } = await newContext(browser!, s.url);
+  t.after(() => context.close());
+  await page.goto(`/app/contacts/${id}`);
+  await logIn(page, s.owner.email, s.owner.password);
+  await page.getByLabel('Name of attribute 2').waitFor();
+  await page.getByLabel('First name').fill('Comma');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
+  const after = (await s.request('GET', `/contacts/${id}`, { token })).body;
+  assert.equal(after.firstName, 'Comma');
+  assert.deepEqual([...after.tags].sort(), ['plain', 'vip, gold']);
+  assert.deepEqual(after.attributes, { '': 'empty name', plan: 'pro' });
+  // Editing the tags field does change them.
+  await page.getByLabel('Tags').fill('plain, new');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
+  assert.deepEqual([...(await s.request('GET', `/contacts/${id}`, { token })).body.tags].sort(), ['new', 'plain']);
+  assert.deepEqual(problems, []);
+
+  const viewer = await s.userWithRole('VIEWER');
+  const v = await newContext(browser!, s.url);
+  t.after(() => v.context.close());
+  await v.page.goto('/app/contacts/new');
+  await logIn(v.page, viewer.email, viewer.password);
+  await v.page.getByText('Creating contacts needs the MEMBER role or above; you have VIEWER.').waitFor();
+  assert.equal(await v.page.getByLabel('Email').count(), 0, 'no form');
+  await v.page.goto('/app/contacts/import');
+  await v.page.getByText('Importing contacts needs the MEMBER role or above; you have VIEWER.').waitFor();
+  assert.equal(await v.page.getByRole('button', { name: 'Import' }).count(), 0);
+  assert.deepEqual(v.problems, []);
+});

@@ -57,6 +57,38 @@ test('log in, reload without losing the session, switch workspace, log out', { s
   assert.deepEqual(problems, []);
 });
 
+test('a workspace switched in another tab: this tab writes nothing into it, and shows it', { skip: skipOutsideCI }, async (t) => {
+  const { s, token } = await consoleServer(t);
+  const other = await addWorkspace(s, 'Second shop');
+  await addMembership(s, other, s.owner.id, 'ADMIN');
+  const { context, page, problems } = await newContext(browser!, s.url);
+  t.after(() => context.close());
+  await page.goto('/app/contacts');
+  await logIn(page, s.owner.email, s.owner.password);
+  await assertOneH1(page, 'Contacts');
+  // The switcher is readable (the header's light text on the field's white was not).
+  await assertAccessible(page, 'the header with a workspace switcher');
+  const second = await context.newPage();
+  await second.goto('/app/contacts/new');
+  await assertOneH1(second, 'New contact');
+
+  await page.getByLabel('Workspace').selectOption({ label: 'Second shop (admin)' });
+  await page.getByText('admin', { exact: true }).waitFor();
+  await second.getByLabel('Email').fill('wrong-place@example.com');
+  await second.getByRole('button', { name: 'Save' }).click();
+  await second.getByRole('alert').filter({ hasText: 'Another tab switched to another workspace, so nothing was done here.' }).waitFor();
+  await second.getByLabel('Workspace').waitFor();
+  assert.equal(await second.getByLabel('Workspace').inputValue(), String(other), 'the tab now shows the workspace it is in');
+  const anywhere = await s.request('GET', '/contacts?email=wrong-place@example.com', { token });
+  assert.deepEqual(anywhere.body.data, [], 'nothing in the first workspace');
+  const inOther = await s.request('GET', '/contacts?email=wrong-place@example.com', { token: await s.mintKey('VIEWER', other) });
+  assert.deepEqual(inOther.body.data, [], 'nor in the second');
+  assert.deepEqual(
+    problems.filter((p) => !/401/.test(p)),
+    [],
+  );
+});
+
 test('wrong password, too many attempts (with the wait) and an unreachable server are told apart', { skip: skipOutsideCI }, async (t) => {
   const { s } = await consoleServer(t, { env: { SVC_LOGIN_RATE_LIMIT: '2' } });
   const { context, page, problems } = await newContext(browser!, s.url);

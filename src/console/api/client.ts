@@ -55,7 +55,28 @@ export class NetworkError extends Error {
 
 let accessToken: string | null = null;
 let onSessionLost: () => void = () => {};
+let onWorkspaceMoved: () => void = () => {};
 let refreshing: Promise<string | null> | null = null;
+
+/** The workspace an access token is for (its `wid` claim), or null when it cannot be read. */
+export function workspaceOf(token: string | null): number | null {
+  const payload = token?.split('.')[1];
+  if (!payload) return null;
+  try {
+    const claims = JSON.parse(atob(payload.replace(/-/g, '+').replace(/_/g, '/'))) as { wid?: unknown };
+    return typeof claims.wid === 'number' ? claims.wid : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Called when a renewed token is for another workspace than the one this tab was showing:
+ * another tab switched the session (the refresh cookie is the browser's, not the tab's).
+ */
+export function onWorkspaceChanged(callback: () => void): void {
+  onWorkspaceMoved = callback;
+}
 
 export function setAccessToken(token: string | null): void {
   accessToken = token;
@@ -143,13 +164,24 @@ export async function request<T>(verb: string, url: string, body?: unknown): Pro
  * throws ApiError for a problem.
  */
 async function authorized(url: string, call: (token: string | null) => Promise<Response>): Promise<Response> {
-  let res = await call(accessToken);
-  if (res.status === 401 && accessToken && !url.startsWith('/auth/login') && !url.startsWith('/auth/refresh')) {
+  const sent = accessToken;
+  let res = await call(sent);
+  if (res.status === 401 && sent && !url.startsWith('/auth/login') && !url.startsWith('/auth/refresh')) {
     const token = await refreshSession();
     if (!token) {
       accessToken = null;
       onSessionLost();
       throw await readProblem(res);
+    }
+    // The session now belongs to another workspace (switched in another tab): the call is not
+    // made again there, where this tab's page would write or read what it does not show.
+    if (workspaceOf(token) !== workspaceOf(sent)) {
+      onWorkspaceMoved();
+      throw new ApiError(
+        409,
+        'workspace_changed',
+        'Another tab switched to another workspace, so nothing was done here. This tab now shows that workspace; check the page and try again.',
+      );
     }
     res = await call(token);
   }

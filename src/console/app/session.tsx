@@ -2,7 +2,7 @@
 // to. The access token lives in the API client's memory; a reload asks the refresh cookie.
 import { useQueryClient } from '@tanstack/react-query';
 import { createContext, useCallback, useContext, useEffect, useMemo, useState, type ReactNode } from 'react';
-import { api, onSessionEnded, refreshSession, request, setAccessToken, type ResultOf } from '../api/client';
+import { api, onSessionEnded, onWorkspaceChanged, refreshSession, request, setAccessToken, type ResultOf } from '../api/client';
 
 export type Role = 'VIEWER' | 'MEMBER' | 'ADMIN' | 'OWNER';
 const ROLE_ORDER: Role[] = ['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'];
@@ -48,6 +48,15 @@ export function SessionProvider({ children }: { children: ReactNode }) {
 
   useEffect(() => {
     onSessionEnded(() => end('Your session has ended. Log in again.'));
+    // Another tab switched workspace: show the one the session is in now, with its own data.
+    onWorkspaceChanged(() => {
+      // Queries only: the failed call's own error stays on its page (clear() would drop mutations).
+      void queries.resetQueries();
+      whoAmI().then(
+        (me) => setState({ status: 'signed-in', me }),
+        () => end('Your session has ended. Log in again.'),
+      );
+    });
     let live = true;
     refreshSession()
       .then(async (token) => {
@@ -59,7 +68,7 @@ export function SessionProvider({ children }: { children: ReactNode }) {
     return () => {
       live = false;
     };
-  }, [end]);
+  }, [end, queries]);
 
   const value = useMemo<SessionApi>(
     () => ({

@@ -87,7 +87,8 @@ export function attributesToSend(
   for (const row of rows) {
     const key = keyOf(row);
     const at: RowProblem = {};
-    if (key === '') at.name = 'Enter a name, or remove this row.';
+    // An empty name the contact already has (the API takes one) is kept as it is.
+    if (key === '' && row.originalName !== '') at.name = 'Enter a name, or remove this row.';
     else if (seen.has(key)) at.name = `Another row is already named “${key}”.`;
     seen.add(key);
     const value = readValue(row.value);

@@ -2,7 +2,7 @@ import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { useEffect, useState, type FormEvent } from 'react';
 import { Link, useLocation } from 'wouter';
 import { api, ApiError, describeError, fieldError } from '../api/client';
-import { useCan } from '../app/session';
+import { useCan, useMe } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { Field } from '../ui/Field';
@@ -50,11 +50,14 @@ function conflictField(err: unknown): 'email' | 'phone' | undefined {
 /** New contact (id null) or an existing one: edit, tags, delete. */
 export function ContactFormPage({ id }: { id: number | null }) {
   const canWrite = useCan('MEMBER');
+  const { role } = useMe();
   const queries = useQueryClient();
   const [, navigate] = useLocation();
   const [form, setForm] = useState<Form>(EMPTY);
   const [saved, setSaved] = useState(false);
   const [rows, setRows] = useState<AttributeRow[]>([]);
+  /** The tags as the field showed them when loaded: left as they are unless the field changed (a tag may hold a comma). */
+  const [tagsShown, setTagsShown] = useState('');
   /** Problems found in the browser before sending (names, values); cleared by the next edit of the rows. */
   const [rowProblems, setRowProblems] = useState<AttributeProblems>(NO_PROBLEMS);
   const contact = useQuery({
@@ -67,6 +70,7 @@ export function ContactFormPage({ id }: { id: number | null }) {
     const c = contact.data;
     if (c) {
       setForm({ email: c.email ?? '', phone: c.phone ?? '', firstName: c.firstName ?? '', lastName: c.lastName ?? '', tags: c.tags.join(', ') });
+      setTagsShown(c.tags.join(', '));
       setRows(rowsOf(c.attributes));
       setRowProblems(NO_PROBLEMS);
     }
@@ -79,6 +83,7 @@ export function ContactFormPage({ id }: { id: number | null }) {
       if (id === null) return api('post', '/contacts', { body: { ...fields, tags, ...(attributes ? { attributes } : {}) } });
       // PATCH merges attributes (a null removes a name): `attributes` holds only what changed.
       let updated = await api('patch', '/contacts/{id}', { params: { id }, body: { ...fields, ...(attributes ? { attributes } : {}) } });
+      if (f.tags === tagsShown) return updated;
       const had = new Map(updated.tags.map((t) => [t.toLowerCase(), t]));
       const wanted = new Set(tags.map((t) => t.toLowerCase()));
       const added = tags.filter((t) => !had.has(t.toLowerCase()));
@@ -127,6 +132,14 @@ export function ContactFormPage({ id }: { id: number | null }) {
     return (
       <Page title="Contact">
         <ErrorAlert error={contact.error} />
+        <Link href="/contacts">Back to contacts</Link>
+      </Page>
+    );
+  }
+  if (id === null && !canWrite) {
+    return (
+      <Page title="New contact">
+        <Alert kind="info">Creating contacts needs the MEMBER role or above; you have {role}.</Alert>
         <Link href="/contacts">Back to contacts</Link>
       </Page>
     );

@@ -2,6 +2,7 @@ import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { type FormEvent, useEffect, useState } from 'react';
 import { Link, useSearchParams } from 'wouter';
 import { api, apiUrl, type ResultOf, upload } from '../api/client';
+import { useCan, useMe } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
 import { SelectField } from '../ui/Field';
@@ -118,6 +119,8 @@ function ImportProgress({ id }: { id: number }) {
  * is in the address (?job=ID), so a reload or a link comes back to it.
  */
 export function ContactsImportPage() {
+  const me = useMe();
+  const canWrite = useCan('MEMBER');
   const [params, setParams] = useSearchParams();
   const jobId = Number(params.get('job')) || null;
   const [file, setFile] = useState<File | null>(null);
@@ -171,67 +174,71 @@ export function ContactsImportPage() {
         by <code>;</code>, and any other column kept as an attribute), or NDJSON (one contact object a line). A file compressed with gzip (<code>.gz</code>) is
         sent as it is. Each row is matched to a contact by email, then by phone.
       </p>
-      <form className="form" aria-label="Import a file" onSubmit={submit} noValidate>
-        <div className={`field${fileError ? ' field-invalid' : ''}`}>
-          <label htmlFor="import-file">File</label>
-          <input
-            id="import-file"
-            type="file"
-            accept=".csv,.ndjson,.jsonl,.gz,text/csv,application/x-ndjson"
-            aria-invalid={fileError ? true : undefined}
-            aria-describedby={fileError ? 'import-file-error' : undefined}
-            onChange={(e) => {
-              setFile(e.target.files?.[0] ?? null);
-              setFileError(undefined);
-            }}
+      {!canWrite ? (
+        <Alert kind="info">Importing contacts needs the MEMBER role or above; you have {me.role}.</Alert>
+      ) : (
+        <form className="form" aria-label="Import a file" onSubmit={submit} noValidate>
+          <div className={`field${fileError ? ' field-invalid' : ''}`}>
+            <label htmlFor="import-file">File</label>
+            <input
+              id="import-file"
+              type="file"
+              accept=".csv,.ndjson,.jsonl,.gz,text/csv,application/x-ndjson"
+              aria-invalid={fileError ? true : undefined}
+              aria-describedby={fileError ? 'import-file-error' : undefined}
+              onChange={(e) => {
+                setFile(e.target.files?.[0] ?? null);
+                setFileError(undefined);
+              }}
+            />
+            {fileError && (
+              <p className="field-error" id="import-file-error">
+                {fileError}
+              </p>
+            )}
+            {file && (
+              <p className="hint">
+                {file.name}: {size(file.size)}
+                {chosen ? `, ${chosen === 'csv' ? 'CSV' : 'NDJSON'}` : ''}
+              </p>
+            )}
+          </div>
+          <SelectField
+            label="Format"
+            value={format}
+            onChange={(e) => setFormat(e.target.value as Format)}
+            options={[
+              { value: 'auto', label: 'From the file name' },
+              { value: 'csv', label: 'CSV' },
+              { value: 'ndjson', label: 'NDJSON' },
+            ]}
           />
-          {fileError && (
-            <p className="field-error" id="import-file-error">
-              {fileError}
-            </p>
+          <SelectField
+            label="Existing contacts"
+            value={mode}
+            onChange={(e) => setMode(e.target.value as Mode)}
+            options={[
+              { value: 'upsert', label: 'Update them, and create new ones' },
+              { value: 'create', label: 'Leave them as they are; only create new ones' },
+              { value: 'update', label: 'Update them; create none' },
+            ]}
+          />
+          <ErrorAlert error={send.error} />
+          {send.isPending && sent && (
+            <>
+              <progress max={sent.total || 1} value={sent.sent} aria-label="Upload progress" />
+              <p role="status">
+                Sending the file: {size(sent.sent)} of {size(sent.total)}; its rows are imported as they arrive.
+              </p>
+            </>
           )}
-          {file && (
-            <p className="hint">
-              {file.name}: {size(file.size)}
-              {chosen ? `, ${chosen === 'csv' ? 'CSV' : 'NDJSON'}` : ''}
-            </p>
-          )}
-        </div>
-        <SelectField
-          label="Format"
-          value={format}
-          onChange={(e) => setFormat(e.target.value as Format)}
-          options={[
-            { value: 'auto', label: 'From the file name' },
-            { value: 'csv', label: 'CSV' },
-            { value: 'ndjson', label: 'NDJSON' },
-          ]}
-        />
-        <SelectField
-          label="Existing contacts"
-          value={mode}
-          onChange={(e) => setMode(e.target.value as Mode)}
-          options={[
-            { value: 'upsert', label: 'Update them, and create new ones' },
-            { value: 'create', label: 'Leave them as they are; only create new ones' },
-            { value: 'update', label: 'Update them; create none' },
-          ]}
-        />
-        <ErrorAlert error={send.error} />
-        {send.isPending && sent && (
-          <>
-            <progress max={sent.total || 1} value={sent.sent} aria-label="Upload progress" />
-            <p role="status">
-              Sending the file: {size(sent.sent)} of {size(sent.total)}; its rows are imported as they arrive.
-            </p>
-          </>
-        )}
-        <div className="form-actions">
-          <button type="submit" className="button-primary" disabled={send.isPending}>
-            {send.isPending ? 'Uploading…' : 'Import'}
-          </button>
-        </div>
-      </form>
+          <div className="form-actions">
+            <button type="submit" className="button-primary" disabled={send.isPending}>
+              {send.isPending ? 'Uploading…' : 'Import'}
+            </button>
+          </div>
+        </form>
+      )}
       {jobId !== null && <ImportProgress key={jobId} id={jobId} />}
       <h2>Recent imports</h2>
       <ErrorAlert error={recent.error} />
