@@ -4,6 +4,9 @@ import { useMe } from '../app/session';
 import { ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
+
+const PAGE = 50;
 
 const words = (key: string) => key.replace(/([a-z])([A-Z])/g, '$1 $2').toLowerCase();
 
@@ -12,8 +15,16 @@ export function AdminPage() {
   const me = useMe();
   const enabled = me.superAdmin;
   const stats = useQuery({ queryKey: ['admin', 'stats'], queryFn: () => api('get', '/admin/stats'), enabled, refetchInterval: 15_000 });
-  const workspaces = useQuery({ queryKey: ['admin', 'workspaces'], queryFn: () => api('get', '/admin/workspaces', { query: { limit: 200 } }), enabled });
-  const users = useQuery({ queryKey: ['admin', 'users'], queryFn: () => api('get', '/admin/users', { query: { limit: 200 } }), enabled });
+  const { query: workspaces, rows: workspaceRows } = usePagedList({
+    queryKey: ['admin', 'workspaces'],
+    fetchPage: (cursor) => api('get', '/admin/workspaces', { query: { limit: PAGE, cursor } }),
+    enabled,
+  });
+  const { query: users, rows: userRows } = usePagedList({
+    queryKey: ['admin', 'users'],
+    fetchPage: (cursor) => api('get', '/admin/users', { query: { limit: PAGE, cursor } }),
+    enabled,
+  });
   if (!enabled) {
     return (
       <Page title="Admin">
@@ -21,7 +32,7 @@ export function AdminPage() {
       </Page>
     );
   }
-  const names = new Map((workspaces.data?.data ?? []).map((w) => [w.id, w.name]));
+  const names = new Map((workspaceRows ?? []).map((w) => [w.id, w.name]));
   return (
     <Page title="Admin">
       <ErrorAlert error={stats.error ?? workspaces.error ?? users.error} />
@@ -50,7 +61,7 @@ export function AdminPage() {
       <h2>Workspaces</h2>
       <DataTable
         caption="Workspaces"
-        rows={workspaces.data?.data}
+        rows={workspaceRows}
         rowKey={(w) => w.id}
         columns={[
           { header: 'Name', cell: (w) => w.name },
@@ -60,10 +71,11 @@ export function AdminPage() {
           { header: 'Created', cell: (w) => formatTime(w.createdAt) },
         ]}
       />
+      <LoadMore query={workspaces} label="Load more workspaces" />
       <h2>Users</h2>
       <DataTable
         caption="Users"
-        rows={users.data?.data}
+        rows={userRows}
         rowKey={(u) => u.id}
         columns={[
           { header: 'Email', cell: (u) => u.email },
@@ -73,6 +85,7 @@ export function AdminPage() {
           { header: 'Created', cell: (u) => formatTime(u.createdAt) },
         ]}
       />
+      <LoadMore query={users} label="Load more users" />
     </Page>
   );
 }

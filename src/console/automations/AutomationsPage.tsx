@@ -1,12 +1,16 @@
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
 import { lazy, Suspense, useState, type FormEvent } from 'react';
 import { Link, Route, Switch, useLocation } from 'wouter';
+import type { InfiniteData } from '@tanstack/react-query';
 import { api, describeError, fieldError, type ResultOf } from '../api/client';
 import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
-import { Field, SelectField } from '../ui/Field';
+import { ContactPicker } from '../ui/ContactPicker';
+import { Field } from '../ui/Field';
+import { idOf, NotFoundPage } from '../ui/NotFound';
 import { formatTime, Page } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 import { StatusBadge } from '../ui/StatusBadge';
 import { initialGraph } from './catalog';
 
@@ -48,10 +52,16 @@ function NewAutomation({ onCancel }: { onCancel: () => void }) {
   );
 }
 
+const PAGE = 50;
+const LIST_KEY = ['automations', 'list'];
+
 function AutomationList() {
   const canWrite = useCan('MEMBER');
   const [creating, setCreating] = useState(false);
-  const automations = useQuery({ queryKey: ['automations'], queryFn: () => api('get', '/automations', { query: { limit: 200 } }) });
+  const { query: automations, rows } = usePagedList({
+    queryKey: LIST_KEY,
+    fetchPage: (cursor) => api('get', '/automations', { query: { limit: PAGE, cursor } }),
+  });
   return (
     <Page
       title="Automations"
@@ -69,7 +79,7 @@ function AutomationList() {
       <DataTable
         caption="Automations"
         loading={automations.isPending && 'Loading automations…'}
-        rows={automations.data?.data ?? []}
+        rows={rows ?? []}
         rowKey={(a) => a.id}
         empty="No automations yet."
         columns={[
@@ -79,6 +89,7 @@ function AutomationList() {
           { header: 'Updated', cell: (a) => formatTime(a.updatedAt) },
         ]}
       />
+      <LoadMore query={automations} />
     </Page>
   );
 }
@@ -90,7 +101,11 @@ function AutomationDetail({ id }: { id: number }) {
     queryKey: ['automation', id],
     queryFn: () => api('get', '/automations/{id}', { params: { id } }),
     // The list's row names the page at once; the graph waits for the automation itself.
-    placeholderData: () => queries.getQueryData<ResultOf<'/automations', 'get'>>(['automations'])?.data.find((a) => a.id === id),
+    placeholderData: () =>
+      queries
+        .getQueryData<InfiniteData<ResultOf<'/automations', 'get'>>>(LIST_KEY)
+        ?.pages.flatMap((p) => p.data)
+        .find((a) => a.id === id),
   });
   const status = useMutation({
     mutationFn: (next: 'ACTIVE' | 'PAUSED') => api('patch', '/automations/{id}', { params: { id }, body: { status: next } }),
@@ -153,7 +168,6 @@ function AutomationDetail({ id }: { id: number }) {
 
 /** Starts a run of the automation for one contact (manual trigger). */
 function RunOnContact({ automationId, active }: { automationId: number; active: boolean }) {
-  const contacts = useQuery({ queryKey: ['contacts', 'pick'], queryFn: () => api('get', '/contacts', { query: { limit: 100 } }) });
   const [contactId, setContactId] = useState('');
   const start = useMutation({
     mutationFn: () => api('post', '/automations/{id}/runs', { params: { id: automationId }, body: { contactId: Number(contactId) } }),
@@ -164,15 +178,7 @@ function RunOnContact({ automationId, active }: { automationId: number; active: 
   };
   return (
     <form className="card inline-form" onSubmit={submit} noValidate aria-label="Run on a contact">
-      <SelectField
-        label="Contact"
-        value={contactId}
-        onChange={(e) => setContactId(e.target.value)}
-        options={[
-          { value: '', label: 'Choose a contact' },
-          ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` })),
-        ]}
-      />
+      <ContactPicker value={contactId} onChange={setContactId} noneLabel="Choose a contact" />
       <button
         type="submit"
         className="button-primary"
@@ -195,7 +201,12 @@ export function AutomationsPage() {
   return (
     <Switch>
       <Route path="/" component={AutomationList} />
-      <Route path="/:id">{(p) => <AutomationDetail id={Number(p.id)} />}</Route>
+      <Route path="/:id">
+        {(p) => {
+          const id = idOf(p.id);
+          return id === null ? <NotFoundPage /> : <AutomationDetail id={id} />;
+        }}
+      </Route>
     </Switch>
   );
 }

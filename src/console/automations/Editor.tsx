@@ -1,7 +1,8 @@
-import { useMutation, useQuery } from '@tanstack/react-query';
+import { useMutation } from '@tanstack/react-query';
 import { Background, Controls, ReactFlow, ReactFlowProvider, useReactFlow, type Connection, type Edge, type EdgeChange, type NodeChange } from '@xyflow/react';
 import { useCallback, useEffect, useMemo, useRef, useState, type DragEvent } from 'react';
 import { api, ApiError, describeError, type ResultOf } from '../api/client';
+import { useTemplateOptions } from '../templates/options';
 import { Alert } from '../ui/Alert';
 import { SelectField } from '../ui/Field';
 import { kindLabel, layout, NODE_KINDS, newNodeData, nodeSummary, type Graph, type GraphNode, type Position } from './catalog';
@@ -125,11 +126,8 @@ function EditorCanvas({ automationId, graph, onSaved }: EditorProps) {
   /** The graph before the drag in progress, recorded as one undo step when it ends. */
   const dragStart = useRef<EdGraph | null>(null);
 
-  const templates = useQuery({ queryKey: ['templates'], queryFn: () => api('get', '/templates', { query: { limit: 200 } }) });
-  const templateOptions: TemplateOption[] = useMemo(
-    () => (templates.data?.data ?? []).map((t) => ({ id: t.id, name: t.name, channel: t.channel })),
-    [templates.data],
-  );
+  const { options: loadedTemplates, more: moreTemplates } = useTemplateOptions();
+  const templateOptions: TemplateOption[] = useMemo(() => loadedTemplates ?? [], [loadedTemplates]);
   const templateName = useCallback((id: number) => templateOptions.find((t) => t.id === id)?.name, [templateOptions]);
 
   const byId = useMemo(() => new Map(g.nodes.map((n) => [n.id, n])), [g.nodes]);
@@ -476,6 +474,7 @@ function EditorCanvas({ automationId, graph, onSaved }: EditorProps) {
               key={selectedNode.id}
               node={selectedNode}
               templates={templateOptions}
+              moreTemplates={moreTemplates}
               onChange={(data, field) => setNodeData(selectedNode.id, data, field)}
               errorAt={(field) => {
                 const p = problems.find((p) => p.nodeId === selectedNode.id && (p.field === `data/${field}` || p.field?.startsWith(`data/${field}/`)));

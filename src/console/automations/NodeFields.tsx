@@ -1,5 +1,6 @@
 import { useEffect, useRef, useState } from 'react';
 import { Field, SelectField, TextAreaField } from '../ui/Field';
+import { LoadMore, type MoreQuery } from '../ui/paging';
 import { durationText, HTTP_METHODS, MAX_WAIT_SECONDS, parseTags, RECIPIENT, SEND_CHANNEL } from '../steps/catalog';
 import type { GraphNode } from './catalog';
 
@@ -16,6 +17,8 @@ interface Props {
   /** Problems of the last refused save at this node's data fields ("condition", "tags/0"). */
   errorAt: (field: string) => string | undefined;
   templates: TemplateOption[];
+  /** The next page of templates, while the API has more. */
+  moreTemplates?: MoreQuery | undefined;
 }
 
 /**
@@ -72,7 +75,7 @@ function without(data: Record<string, unknown>, key: string): Record<string, unk
 }
 
 /** The fields of the selected node, by its type (the step catalog of API.md section 3). */
-export function NodeFields({ node, onChange, errorAt, templates }: Props) {
+export function NodeFields({ node, onChange, errorAt, templates, moreTemplates }: Props) {
   const d = node.data;
   const set = (key: string, value: unknown) => onChange(value === undefined ? without(d, key) : { ...d, [key]: value }, key);
   const [tagsText, setTagsText] = useDraft(d.tags, formatTags);
@@ -144,10 +147,15 @@ export function NodeFields({ node, onChange, errorAt, templates }: Props) {
             onChange={(e) => set('templateId', e.target.value ? Number(e.target.value) : undefined)}
             error={errorAt('templateId')}
             options={[
-              { value: '', label: options.length ? 'Choose a template' : `No ${channel.toLowerCase()} template yet` },
+              { value: '', label: options.length || moreTemplates?.hasNextPage ? 'Choose a template' : `No ${channel.toLowerCase()} template yet` },
               ...options.map((t) => ({ value: String(t.id), label: t.name })),
+              // A template chosen before, on a page not loaded yet.
+              ...(typeof d.templateId === 'number' && !options.some((t) => t.id === d.templateId)
+                ? [{ value: String(d.templateId), label: `Template #${d.templateId}` }]
+                : []),
             ]}
           />
+          {moreTemplates && <LoadMore query={moreTemplates} label="Load more templates" />}
           <Field
             label="To (optional)"
             value={typeof d.to === 'string' ? d.to : ''}

@@ -1,4 +1,4 @@
-import { useInfiniteQuery, useMutation, useQuery } from '@tanstack/react-query';
+import { useInfiniteQuery, useMutation } from '@tanstack/react-query';
 import { useEffect, useState } from 'react';
 import { Link, useSearchParams } from 'wouter';
 import { api, apiUrl, download } from '../api/client';
@@ -6,6 +6,7 @@ import { useCan } from '../app/session';
 import { ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
 import { formatTime, Page } from '../ui/Page';
+import { usePagedList } from '../ui/paging';
 
 const PAGE = 50;
 /** Requests the list makes by itself to fill its first page when pages come back short. */
@@ -34,7 +35,11 @@ export function ContactsPage() {
     return () => clearTimeout(timer);
   }, [search, q, setParams]);
 
-  const tags = useQuery({ queryKey: ['tags'], queryFn: () => api('get', '/tags', { query: { limit: 200 } }) });
+  // Every tag is a choice: the filter's list reads the tags a page at a time ("More tags").
+  const { query: tags, rows: tagRows } = usePagedList({
+    queryKey: ['tags', 'filter'],
+    fetchPage: (cursor) => api('get', '/tags', { query: { limit: 200, cursor } }),
+  });
   const contacts = useInfiniteQuery({
     queryKey: ['contacts', { q, tag }],
     queryFn: ({ pageParam }) => api('get', '/contacts', { query: { limit: PAGE, q: q || undefined, tag: tag || undefined, cursor: pageParam } }),
@@ -94,13 +99,20 @@ export function ContactsPage() {
           <label htmlFor="contact-tag">Tag</label>
           <select id="contact-tag" value={tag} onChange={(e) => setParams((p) => withParam(p, 'tag', e.target.value))}>
             <option value="">All tags</option>
-            {tags.data?.data.map((t) => (
+            {tagRows?.map((t) => (
               <option key={t.name} value={t.name}>
                 {t.name} ({t.count})
               </option>
             ))}
+            {/* A tag from the address that is not among the tags loaded so far. */}
+            {tag && tagRows && !tagRows.some((t) => t.name === tag) && <option value={tag}>{tag}</option>}
           </select>
         </div>
+        {tags.hasNextPage && (
+          <button type="button" className="button-secondary" onClick={() => void tags.fetchNextPage()} disabled={tags.isFetchingNextPage}>
+            {tags.isFetchingNextPage ? 'Loading…' : 'More tags'}
+          </button>
+        )}
       </form>
       <ErrorAlert error={contacts.error ?? exporting.error} />
       <DataTable

@@ -1,16 +1,19 @@
-import { useQuery } from '@tanstack/react-query';
 import { Link, Route, Switch } from 'wouter';
 import { DeliveryDetail } from './DeliveryDetail';
 import { api } from '../api/client';
 import { ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
+import { idOf, NotFoundPage } from '../ui/NotFound';
 import { formatTime, Page } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 import { StatusBadge } from '../ui/StatusBadge';
 
+const PAGE = 50;
+
 function DeliveryList() {
-  const deliveries = useQuery({
-    queryKey: ['deliveries'],
-    queryFn: () => api('get', '/messages/delivery-attempts', { query: { limit: 100 } }),
+  const { query: deliveries, rows } = usePagedList({
+    queryKey: ['deliveries', 'list'],
+    fetchPage: (cursor) => api('get', '/messages/delivery-attempts', { query: { limit: PAGE, cursor } }),
     refetchInterval: 10_000,
   });
   return (
@@ -19,7 +22,7 @@ function DeliveryList() {
       <DataTable
         caption="Deliveries"
         loading={deliveries.isPending && 'Loading deliveries…'}
-        rows={deliveries.data?.data ?? []}
+        rows={rows ?? []}
         rowKey={(d) => d.id}
         empty="No messages sent yet."
         columns={[
@@ -39,6 +42,7 @@ function DeliveryList() {
           { header: 'Created', cell: (d) => formatTime(d.createdAt) },
         ]}
       />
+      <LoadMore query={deliveries} />
     </Page>
   );
 }
@@ -47,7 +51,12 @@ export function DeliveriesPage() {
   return (
     <Switch>
       <Route path="/" component={DeliveryList} />
-      <Route path="/:id">{(p) => <DeliveryDetail id={Number(p.id)} />}</Route>
+      <Route path="/:id">
+        {(p) => {
+          const id = idOf(p.id);
+          return id === null ? <NotFoundPage /> : <DeliveryDetail id={id} />;
+        }}
+      </Route>
     </Switch>
   );
 }

@@ -9,6 +9,9 @@ import { formatTime, Page } from '../ui/Page';
 import { StatusBadge } from '../ui/StatusBadge';
 
 const IN_FLIGHT = ['QUEUED', 'RUNNING', 'WAITING'];
+/** Soon while the run is queued or running; now and then while it waits (up to 30 days); not once it has ended. */
+const pollEvery = (status: string | undefined): number | false =>
+  status === 'QUEUED' || status === 'RUNNING' ? 2_000 : status && IN_FLIGHT.includes(status) ? 30_000 : false;
 
 /** A sent message's subject, or its text when it has none. */
 const renderedPreview = (rendered: unknown): string => {
@@ -21,12 +24,12 @@ export function RunDetail({ runId }: { runId: number }) {
   const run = useQuery({
     queryKey: ['run', runId],
     queryFn: () => api('get', '/runs/{runId}', { params: { runId } }),
-    refetchInterval: (q) => (q.state.data && IN_FLIGHT.includes(q.state.data.status) ? 2_000 : false),
+    refetchInterval: (q) => pollEvery(q.state.data?.status),
   });
   const deliveries = useQuery({
     queryKey: ['deliveries', { runId }],
     queryFn: () => api('get', '/messages/delivery-attempts', { query: { runId, limit: 100 } }),
-    refetchInterval: run.data && IN_FLIGHT.includes(run.data.status) ? 2_000 : false,
+    refetchInterval: pollEvery(run.data?.status),
   });
   const r = run.data;
   const automation = useQuery({

@@ -1,29 +1,48 @@
-import { useQuery } from '@tanstack/react-query';
-import { useState } from 'react';
-import { Link, Route, Switch } from 'wouter';
+import { Link, Route, Switch, useSearchParams } from 'wouter';
 import { RunDetail } from './RunDetail';
 import { api, ApiError } from '../api/client';
 import { ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
+import { idOf, NotFoundPage } from '../ui/NotFound';
 import { formatTime, Page } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 import { StatusBadge } from '../ui/StatusBadge';
 
 const STATUSES = ['', 'QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED'] as const;
 type Status = (typeof STATUSES)[number];
+const PAGE = 50;
+
+/**
+ * How often the list is fetched again: soon while a run shown is queued or running (they
+ * change within seconds); else now and then, for new runs and for runs that wait (a wait
+ * lasts up to 30 days: polling every few seconds for it would be waste).
+ */
+function runsPollInterval(rows: { status: string }[]): number {
+  return rows.some((r) => r.status === 'QUEUED' || r.status === 'RUNNING') ? 3_000 : 30_000;
+}
 
 function RunList() {
-  const [status, setStatus] = useState<Status>('');
-  const runs = useQuery({
-    queryKey: ['runs', status],
-    queryFn: () => api('get', '/runs', { query: { limit: 100, status: status || undefined } }),
+  // The filter is in the address (?status=), so a reload or a shared link keeps it.
+  const [params, setParams] = useSearchParams();
+  const asked = params.get('status') ?? '';
+  const status: Status = (STATUSES as readonly string[]).includes(asked) ? (asked as Status) : '';
+  const setStatus = (next: Status) =>
+    setParams((p) => {
+      if (next) p.set('status', next);
+      else p.delete('status');
+      return p;
+    });
+  const { query: runs, rows } = usePagedList({
+    queryKey: ['runs', 'list', status],
+    fetchPage: (cursor) => api('get', '/runs', { query: { limit: PAGE, status: status || undefined, cursor } }),
     // Runs in flight change by themselves.
-    refetchInterval: (q) => (q.state.data?.data.some((r) => ['QUEUED', 'RUNNING', 'WAITING'].includes(r.status)) ? 3_000 : 15_000),
+    refetchInterval: runsPollInterval,
     retry: false,
   });
   const missing = runs.error instanceof ApiError && runs.error.status === 404;
   return (
     <Page title="Runs">
-      <form className="toolbar" onSubmit={(e) => e.preventDefault()}>
+      <form className="toolbar" aria-label="Filter runs" onSubmit={(e) => e.preventDefault()}>
         <div className="field">
           <label htmlFor="run-status">Status</label>
           <select id="run-status" value={status} onChange={(e) => setStatus(e.target.value as Status)}>
@@ -39,7 +58,7 @@ function RunList() {
       <DataTable
         caption="Runs"
         loading={runs.isPending && 'Loading runs…'}
-        rows={missing ? undefined : (runs.data?.data ?? [])}
+        rows={missing ? undefined : (rows ?? [])}
         rowKey={(r) => r.runId}
         empty="No runs."
         columns={[
@@ -54,6 +73,7 @@ function RunList() {
           { header: 'Finished', cell: (r) => formatTime(r.finishedAt) },
         ]}
       />
+      {!missing && <LoadMore query={runs} />}
     </Page>
   );
 }
@@ -62,7 +82,12 @@ export function RunsPage() {
   return (
     <Switch>
       <Route path="/" component={RunList} />
-      <Route path="/:runId">{(p) => <RunDetail runId={Number(p.runId)} />}</Route>
+      <Route path="/:runId">
+        {(p) => {
+          const runId = idOf(p.runId);
+          return runId === null ? <NotFoundPage /> : <RunDetail runId={runId} />;
+        }}
+      </Route>
     </Switch>
   );
 }

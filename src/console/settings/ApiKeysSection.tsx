@@ -7,15 +7,25 @@ import { CopyField } from '../ui/CopyField';
 import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
 import { formatTime } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 
 const MINTABLE = ['VIEWER', 'MEMBER', 'ADMIN'] as const;
 type MintableRole = (typeof MINTABLE)[number];
+const PAGE = 50;
+const roleLabel = (r: string) => r[0] + r.slice(1).toLowerCase();
 
 export function ApiKeysSection() {
   const queries = useQueryClient();
-  const keys = useQuery({ queryKey: ['api-keys'], queryFn: () => api('get', '/api-keys', { query: { limit: 200 } }) });
+  const { query: keys, rows } = usePagedList({
+    queryKey: ['api-keys'],
+    fetchPage: (cursor) => api('get', '/api-keys', { query: { limit: PAGE, cursor } }),
+  });
+  // The plan decides which roles a key may have (GET /billing/plan): only those are offered.
+  const plan = useQuery({ queryKey: ['billing-plan'], queryFn: () => api('get', '/billing/plan') });
+  const allowed = plan.data ? MINTABLE.filter((r) => plan.data.features.apiKeyRoles.includes(r)) : undefined;
   const [name, setName] = useState('');
-  const [role, setRole] = useState<MintableRole>('VIEWER');
+  const [picked, setRole] = useState<MintableRole>('VIEWER');
+  const role: MintableRole = allowed && !allowed.includes(picked) ? (allowed[0] ?? 'VIEWER') : picked;
   // The raw key lives here only until the person dismisses it or leaves the page.
   const [minted, setMinted] = useState<{ name: string; key: string } | null>(null);
 
@@ -55,8 +65,17 @@ export function ApiKeysSection() {
           value={role}
           onChange={(e) => setRole(e.target.value as MintableRole)}
           error={roleError}
-          options={MINTABLE.map((r) => ({ value: r, label: r[0] + r.slice(1).toLowerCase() }))}
+          options={(allowed ?? MINTABLE).map((r) => ({ value: r, label: roleLabel(r) }))}
         />
+        {allowed && allowed.length < MINTABLE.length && plan.data && (
+          <p className="hint">
+            On the {roleLabel(plan.data.plan)} plan a key may be {allowed.map(roleLabel).join(' or ')};{' '}
+            {MINTABLE.filter((r) => !allowed.includes(r))
+              .map(roleLabel)
+              .join(' and ')}{' '}
+            keys need a higher plan (see Billing).
+          </p>
+        )}
         <button type="submit" className="button-primary" disabled={create.isPending}>
           Create API key
         </button>
@@ -65,7 +84,7 @@ export function ApiKeysSection() {
       <ErrorAlert error={keys.error} />
       <DataTable
         caption="API keys"
-        rows={keys.data?.data}
+        rows={rows}
         rowKey={(k) => k.id}
         empty="No API keys yet."
         columns={[
@@ -93,6 +112,7 @@ export function ApiKeysSection() {
           )
         }
       />
+      <LoadMore query={keys} />
     </section>
   );
 }

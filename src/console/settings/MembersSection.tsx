@@ -1,4 +1,4 @@
-import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
+import { useMutation, useQueryClient } from '@tanstack/react-query';
 import { useState, type FormEvent } from 'react';
 import { api, ApiError, describeError, fieldError, type ResultOf } from '../api/client';
 import { useCan, useMe, type Role } from '../app/session';
@@ -8,10 +8,12 @@ import { CopyField } from '../ui/CopyField';
 import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
 import { formatTime } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 
 type Member = ResultOf<'/memberships', 'get'>['data'][number];
 
 const ROLES: Role[] = ['VIEWER', 'MEMBER', 'ADMIN', 'OWNER'];
+const PAGE = 50;
 const label = (r: string) => r[0] + r.slice(1).toLowerCase();
 
 export function MembersSection() {
@@ -21,10 +23,13 @@ export function MembersSection() {
   // Only an OWNER grants or removes OWNER.
   const grantable = ROLES.filter((r) => r !== 'OWNER' || isOwner);
   const queries = useQueryClient();
-  const members = useQuery({ queryKey: ['memberships'], queryFn: () => api('get', '/memberships', { query: { limit: 200 } }) });
-  const pending = useQuery({
+  const { query: members, rows: memberRows } = usePagedList({
+    queryKey: ['memberships'],
+    fetchPage: (cursor) => api('get', '/memberships', { query: { limit: PAGE, cursor } }),
+  });
+  const { query: pending, rows: invitationRows } = usePagedList({
     queryKey: ['invitations'],
-    queryFn: () => api('get', '/memberships/invitations', { query: { limit: 200 } }),
+    fetchPage: (cursor) => api('get', '/memberships/invitations', { query: { limit: PAGE, cursor } }),
     enabled: isAdmin,
     retry: false,
   });
@@ -56,7 +61,7 @@ export function MembersSection() {
     invite.mutate();
   };
   const emailError = fieldError(invite.error, '/email');
-  const pendingRows = pending.data?.data ?? [];
+  const pendingRows = invitationRows ?? [];
   const editable = (m: Member) => isAdmin && m.userId !== me.user.id && (m.role !== 'OWNER' || isOwner);
 
   return (
@@ -66,7 +71,7 @@ export function MembersSection() {
       {rowError ? <Alert>{describeError(rowError)}</Alert> : null}
       <DataTable
         caption="Members"
-        rows={members.data?.data}
+        rows={memberRows}
         rowKey={(m) => m.id}
         columns={[
           { header: 'Name', cell: (m) => m.name ?? '—' },
@@ -104,6 +109,7 @@ export function MembersSection() {
             ))
         }
       />
+      <LoadMore query={members} label="Load more members" />
 
       {isAdmin && (
         <>
@@ -153,6 +159,7 @@ export function MembersSection() {
                   />
                 )}
               />
+              <LoadMore query={pending} label="Load more invitations" />
             </>
           )}
           {pending.error instanceof ApiError && pending.error.status !== 404 ? <ErrorAlert error={pending.error} /> : null}

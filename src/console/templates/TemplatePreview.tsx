@@ -1,14 +1,14 @@
-import { useMutation, useQuery } from '@tanstack/react-query';
+import { useMutation } from '@tanstack/react-query';
 import { useEffect, useState, type FormEvent } from 'react';
 import { api, describeError, fieldError } from '../api/client';
 import { Alert } from '../ui/Alert';
-import { SelectField, TextAreaField } from '../ui/Field';
+import { ContactPicker } from '../ui/ContactPicker';
+import { TextAreaField } from '../ui/Field';
 
 const SAMPLE = '{\n  "total": 120\n}';
 
 /** The saved template rendered for a chosen contact and a sample trigger body. */
 export function TemplatePreview({ id, version }: { id: number; version: string }) {
-  const contacts = useQuery({ queryKey: ['contacts', 'preview'], queryFn: () => api('get', '/contacts', { query: { limit: 100 } }) });
   const [contactId, setContactId] = useState('');
   const [trigger, setTrigger] = useState(SAMPLE);
   const [jsonError, setJsonError] = useState<string | undefined>();
@@ -44,15 +44,7 @@ export function TemplatePreview({ id, version }: { id: number; version: string }
     <section className="card preview" aria-labelledby="preview-heading">
       <h2 id="preview-heading">Preview</h2>
       <form onSubmit={submit} noValidate aria-label="Preview settings">
-        <SelectField
-          label="Contact"
-          value={contactId}
-          onChange={(e) => setContactId(e.target.value)}
-          options={[
-            { value: '', label: 'No contact' },
-            ...(contacts.data?.data ?? []).map((c) => ({ value: String(c.id), label: c.email ?? c.phone ?? `Contact ${c.id}` })),
-          ]}
-        />
+        <ContactPicker value={contactId} onChange={setContactId} noneLabel="No contact" />
         <TextAreaField
           label="Trigger body (JSON)"
           value={trigger}

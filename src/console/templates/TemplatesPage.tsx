@@ -1,15 +1,22 @@
-import { useQuery } from '@tanstack/react-query';
 import { Link, Route, Switch } from 'wouter';
 import { api } from '../api/client';
 import { useCan } from '../app/session';
 import { ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
+import { NeedsRolePage } from '../ui/NeedsRole';
+import { idOf, NotFoundPage } from '../ui/NotFound';
 import { formatTime, Page } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 import { TemplateEditor } from './TemplateEditor';
+
+const PAGE = 50;
 
 function TemplateList() {
   const canWrite = useCan('MEMBER');
-  const templates = useQuery({ queryKey: ['templates'], queryFn: () => api('get', '/templates', { query: { limit: 200 } }) });
+  const { query: templates, rows } = usePagedList({
+    queryKey: ['templates', 'list'],
+    fetchPage: (cursor) => api('get', '/templates', { query: { limit: PAGE, cursor } }),
+  });
   return (
     <Page
       title="Templates"
@@ -25,7 +32,7 @@ function TemplateList() {
       <DataTable
         caption="Templates"
         loading={templates.isPending && 'Loading templates…'}
-        rows={templates.data?.data ?? []}
+        rows={rows ?? []}
         rowKey={(t) => t.id}
         empty="No templates yet."
         columns={[
@@ -34,16 +41,36 @@ function TemplateList() {
           { header: 'Updated', cell: (t) => formatTime(t.updatedAt) },
         ]}
       />
+      <LoadMore query={templates} />
     </Page>
   );
+}
+
+/** A new template: the editor for MEMBER and above; for a VIEWER, which role it needs. */
+function NewTemplate() {
+  if (!useCan('MEMBER')) {
+    return (
+      <NeedsRolePage title="New template" needs="MEMBER" doing="Creating a template">
+        <p>
+          <Link href="/">← All templates</Link>
+        </p>
+      </NeedsRolePage>
+    );
+  }
+  return <TemplateEditor id={null} />;
 }
 
 export function TemplatesPage() {
   return (
     <Switch>
       <Route path="/" component={TemplateList} />
-      <Route path="/new">{() => <TemplateEditor id={null} />}</Route>
-      <Route path="/:id">{(p) => <TemplateEditor id={Number(p.id)} />}</Route>
+      <Route path="/new" component={NewTemplate} />
+      <Route path="/:id">
+        {(p) => {
+          const id = idOf(p.id);
+          return id === null ? <NotFoundPage /> : <TemplateEditor id={id} />;
+        }}
+      </Route>
     </Switch>
   );
 }

@@ -1,20 +1,20 @@
 import type { ReactNode } from 'react';
 import { Link } from 'wouter';
+import type { TemplateOption } from '../templates/options';
 import { Field, SelectField, TextAreaField } from '../ui/Field';
+import { LoadMore, type MoreQuery } from '../ui/paging';
 import { HTTP_METHODS, RECIPIENT, SEND_CHANNEL, WAIT_UNITS, type Channel, type WaitUnit } from '../steps/catalog';
 import { CONTACT_FIELDS, newKey, setKeyOf, type HeaderRow, type SetRow, type StepDraft } from './stepCatalog';
 
-export interface TemplateOption {
-  id: number;
-  name: string;
-  channel: Channel;
-}
+export type { TemplateOption };
 
 interface Props {
   step: StepDraft;
   /** The step's position (1-based), for the names of repeated controls. */
   number: number;
   templates: TemplateOption[] | undefined;
+  /** The next page of templates, while the API has more. */
+  moreTemplates?: MoreQuery | undefined;
   onChange: (patch: Partial<StepDraft>) => void;
   /** The problem at a field of this step ("/templateId"), if any. */
   error: (path: string) => string | undefined;
@@ -24,12 +24,12 @@ const CHANNEL_WORD: Record<Channel, string> = { EMAIL: 'email', SMS: 'SMS', WHAT
 const CHOOSE: Record<Channel, string> = { EMAIL: 'Choose an email template…', SMS: 'Choose an SMS template…', WHATSAPP: 'Choose a WhatsApp template…' };
 
 /** The inputs of one step, fitting its type. */
-export function StepFields({ step, number, templates, onChange, error }: Props) {
+export function StepFields({ step, number, templates, moreTemplates, onChange, error }: Props) {
   switch (step.type) {
     case 'send_email':
     case 'send_sms':
     case 'send_whatsapp':
-      return <SendFields step={step} templates={templates} onChange={onChange} error={error} />;
+      return <SendFields step={step} templates={templates} moreTemplates={moreTemplates} onChange={onChange} error={error} />;
     case 'wait':
       return (
         <div className="step-row">
@@ -77,15 +77,19 @@ export function StepFields({ step, number, templates, onChange, error }: Props) 
   }
 }
 
-function SendFields({ step, templates, onChange, error }: Omit<Props, 'number'>) {
+function SendFields({ step, templates, moreTemplates, onChange, error }: Omit<Props, 'number'>) {
   const channel = SEND_CHANNEL[step.type]!;
   const ofChannel = (templates ?? []).filter((t) => t.channel === channel);
   const chosen = step.templateId ? Number(step.templateId) : null;
   const known = chosen !== null && ofChannel.some((t) => t.id === chosen);
+  // Templates not loaded yet may hold it: "missing" only once every page is in.
+  const allLoaded = templates !== undefined && !moreTemplates?.hasNextPage;
   const options = [
     { value: '', label: templates ? CHOOSE[channel] : 'Loading templates…' },
     ...ofChannel.map((t) => ({ value: String(t.id), label: `${t.name} (#${t.id})` })),
-    ...(chosen !== null && !known && templates ? [{ value: String(chosen), label: `Template #${chosen} (missing, or not ${CHANNEL_WORD[channel]})` }] : []),
+    ...(chosen !== null && !known && templates
+      ? [{ value: String(chosen), label: allLoaded ? `Template #${chosen} (missing, or not ${CHANNEL_WORD[channel]})` : `Template #${chosen}` }]
+      : []),
   ];
   return (
     <div className="step-row">
@@ -98,14 +102,15 @@ function SendFields({ step, templates, onChange, error }: Omit<Props, 'number'>)
           options={options}
         />
         <p className="hint">
-          {templates && ofChannel.length === 0 ? (
+          {allLoaded && ofChannel.length === 0 ? (
             <>
               No {CHANNEL_WORD[channel]} template yet: <Link href="~/app/templates/new">create one</Link>.
             </>
-          ) : known ? (
+          ) : known || (chosen !== null && !allLoaded) ? (
             <Link href={`~/app/templates/${chosen}`}>Open the template</Link>
           ) : null}
         </p>
+        {moreTemplates && <LoadMore query={moreTemplates} label="Load more templates" />}
       </div>
       <Field
         label="Send to"

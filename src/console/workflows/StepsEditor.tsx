@@ -1,21 +1,16 @@
-import { useMutation, useQuery } from '@tanstack/react-query';
+import { useMutation } from '@tanstack/react-query';
 import { useEffect, useLayoutEffect, useRef, useState, type FormEvent } from 'react';
 import { api, ApiError, describeError } from '../api/client';
 import { Alert } from '../ui/Alert';
 import { ConfirmButton } from '../ui/ConfirmButton';
 import { SelectField } from '../ui/Field';
-import { StepFields, type TemplateOption } from './StepFields';
+import { useTemplateOptions } from '../templates/options';
+import { StepFields } from './StepFields';
 import { STEP_DESCRIPTIONS, STEP_FIELDS, STEP_LABELS, STEP_TYPES, type StepType } from '../steps/catalog';
 import { blankStep, describeStep, fromApi, toApi, type StepDraft, type StepProblem } from './stepCatalog';
 import type { WorkflowSectionProps } from './types';
 
 type Problems = Map<string, StepProblem[]>;
-
-/** The templates a send step can pick (every channel; each step shows its own). */
-export function useTemplateOptions(): TemplateOption[] | undefined {
-  const templates = useQuery({ queryKey: ['templates', 'options'], queryFn: () => api('get', '/templates', { query: { limit: 200 } }) });
-  return templates.data?.data.map((t) => ({ id: t.id, name: t.name, channel: t.channel }));
-}
 
 /**
  * The 422 pointers under /steps/N, filed under the key of the step that was at N when the
@@ -44,7 +39,7 @@ function problemAt(problems: StepProblem[] | undefined, path: string): string | 
 
 /** Steps as an ordered list: add, move, remove, and edit each one's fields; Save sends them all. */
 export function StepsEditor({ workflow, canWrite, onSaved, activationError }: WorkflowSectionProps) {
-  const templates = useTemplateOptions();
+  const { options: templates, more: moreTemplates } = useTemplateOptions();
   const savedJson = JSON.stringify(workflow.steps);
   const [draft, setDraft] = useState<StepDraft[]>(() => workflow.steps.map(fromApi));
   const [dirty, setDirty] = useState(false);
@@ -176,7 +171,11 @@ export function StepsEditor({ workflow, canWrite, onSaved, activationError }: Wo
       <h2 id="steps-heading" tabIndex={-1}>
         Steps
       </h2>
-      <p className="hint">Each run goes through the steps in order, for the contact the webhook names.</p>
+      <p className="hint">
+        {workflow.triggerSource === 'WEBHOOK'
+          ? 'Each run goes through the steps in order, for the contact the webhook names.'
+          : 'Each run would go through the steps in order, for one contact; but this manual workflow has no trigger, so nothing starts its runs (the API has no call for it, and replays are only for a webhook’s events).'}
+      </p>
       <form onSubmit={submit} noValidate aria-label="Steps">
         {saved && <Alert kind="success">Saved.</Alert>}
         {save.error ? (
@@ -251,6 +250,7 @@ export function StepsEditor({ workflow, canWrite, onSaved, activationError }: Wo
                         step={s}
                         number={i + 1}
                         templates={templates}
+                        moreTemplates={moreTemplates}
                         onChange={(patch) => patchStep(s.key, patch)}
                         error={(path) => problemAt(own, path)}
                       />

@@ -63,7 +63,8 @@ export function WorkflowDetail({ id }: { id: number }) {
         <Link href="/">← All workflows</Link>
       </p>
       <p className="meta">
-        <StatusBadge status={w.status} /> Trigger: {w.triggerSource.toLowerCase()} · {w.steps.length} step{w.steps.length === 1 ? '' : 's'}
+        <StatusBadge status={w.status} /> Trigger: {w.triggerSource === 'MANUAL' ? 'manual (none yet: nothing starts its runs)' : w.triggerSource.toLowerCase()}{' '}
+        · {w.steps.length} step{w.steps.length === 1 ? '' : 's'}
       </p>
       {update.error ? <Alert>{describeError(update.error)}</Alert> : null}
       {w.triggerSource === 'WEBHOOK' && <Endpoint workflow={w} canWrite={canWrite} />}
@@ -111,7 +112,8 @@ function RecentRuns({ workflowId }: { workflowId: number }) {
   const runs = useQuery({
     queryKey: ['workflow-runs', workflowId],
     queryFn: () => api('get', '/workflows/{id}/runs', { params: { id: workflowId }, query: { limit: 10 } }),
-    refetchInterval: (q) => (q.state.data?.data.some((r) => ['QUEUED', 'RUNNING', 'WAITING'].includes(r.status)) ? 2_000 : 10_000),
+    // Soon while a run is queued or running; a waiting run (up to 30 days) is not watched so.
+    refetchInterval: (q) => (q.state.data?.data.some((r) => r.status === 'QUEUED' || r.status === 'RUNNING') ? 2_000 : 10_000),
   });
   return (
     <section className="card" aria-labelledby="runs-heading">

@@ -1,4 +1,4 @@
-import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
+import { useMutation, useQueryClient } from '@tanstack/react-query';
 import { useState, type FormEvent } from 'react';
 import { Link, Route, Switch, useLocation } from 'wouter';
 import { api, describeError, fieldError } from '../api/client';
@@ -6,13 +6,21 @@ import { useCan } from '../app/session';
 import { Alert, ErrorAlert } from '../ui/Alert';
 import { DataTable } from '../ui/DataTable';
 import { Field, SelectField } from '../ui/Field';
+import { NeedsRolePage } from '../ui/NeedsRole';
+import { idOf, NotFoundPage } from '../ui/NotFound';
 import { formatTime, Page } from '../ui/Page';
+import { LoadMore, usePagedList } from '../ui/paging';
 import { StatusBadge } from '../ui/StatusBadge';
 import { WorkflowDetail } from './WorkflowDetail';
 
+const PAGE = 50;
+
 function WorkflowList() {
   const canWrite = useCan('MEMBER');
-  const workflows = useQuery({ queryKey: ['workflows'], queryFn: () => api('get', '/workflows', { query: { limit: 200 } }) });
+  const { query: workflows, rows } = usePagedList({
+    queryKey: ['workflows', 'list'],
+    fetchPage: (cursor) => api('get', '/workflows', { query: { limit: PAGE, cursor } }),
+  });
   return (
     <Page
       title="Workflows"
@@ -28,7 +36,7 @@ function WorkflowList() {
       <DataTable
         caption="Workflows"
         loading={workflows.isPending && 'Loading workflows…'}
-        rows={workflows.data?.data ?? []}
+        rows={rows ?? []}
         rowKey={(w) => w.id}
         empty="No workflows yet."
         columns={[
@@ -39,11 +47,25 @@ function WorkflowList() {
           { header: 'Updated', cell: (w) => formatTime(w.updatedAt) },
         ]}
       />
+      <LoadMore query={workflows} />
     </Page>
   );
 }
 
 function NewWorkflow() {
+  if (!useCan('MEMBER')) {
+    return (
+      <NeedsRolePage title="New workflow" needs="MEMBER" doing="Creating a workflow">
+        <p>
+          <Link href="/">← All workflows</Link>
+        </p>
+      </NeedsRolePage>
+    );
+  }
+  return <NewWorkflowForm />;
+}
+
+function NewWorkflowForm() {
   const queries = useQueryClient();
   const [, navigate] = useLocation();
   const [name, setName] = useState('');
@@ -83,9 +105,15 @@ function NewWorkflow() {
           onChange={(e) => setTrigger(e.target.value as 'WEBHOOK' | 'MANUAL')}
           options={[
             { value: 'WEBHOOK', label: 'Webhook: another system posts JSON' },
-            { value: 'MANUAL', label: 'Manual: started by hand or by the API' },
+            { value: 'MANUAL', label: 'Manual: no trigger yet (nothing starts its runs)' },
           ]}
         />
+        {trigger === 'MANUAL' && (
+          <p className="hint">
+            Nothing can start a manual workflow&apos;s runs: the API has no call for it, and replays are only for a webhook&apos;s events. It keeps its steps
+            without running them.
+          </p>
+        )}
         <button type="submit" className="button-primary" disabled={create.isPending}>
           Create workflow
         </button>
@@ -99,7 +127,12 @@ export function WorkflowsPage() {
     <Switch>
       <Route path="/" component={WorkflowList} />
       <Route path="/new" component={NewWorkflow} />
-      <Route path="/:id">{(p) => <WorkflowDetail id={Number(p.id)} />}</Route>
+      <Route path="/:id">
+        {(p) => {
+          const id = idOf(p.id);
+          return id === null ? <NotFoundPage /> : <WorkflowDetail id={id} />;
+        }}
+      </Route>
     </Switch>
   );
 }
