@@ -70,28 +70,7 @@ const SURROGATE_MESSAGE = 'must be well-formed Unicode (a lone surrogate such as
  * stores alike rather than store something else than it was sent.
  */
 export function unstorableText(value: unknown): UnstorableText | undefined {
-  // Iterative: a body may nest deeper than the stack (depth limits come later, per field).
-  const items: unknown[] = [value];
-  const places: (Place | null)[] = [null];
-  while (items.length) {
-    const item = items.pop();
-    const at = places.pop() as Place | null;
-    if (typeof item === 'string') {
-      const message = textProblem(item);
-      if (message) return { at: pointerTo(at) || '/', message };
-      continue;
-    }
-    if (item === null || typeof item !== 'object') continue;
-    for (const [key, child] of Object.entries(item)) {
-      const message = textProblem(key);
-      if (message) return { at: pointerTo({ key, parent: at }), message };
-      if (typeof child === 'string' || (child !== null && typeof child === 'object')) {
-        items.push(child);
-        places.push({ key, parent: at });
-      }
-    }
-  }
-  return undefined;
+  return firstText(value, textProblem);
 }
 
 function textProblem(text: string): string | undefined {
@@ -101,10 +80,14 @@ function textProblem(text: string): string | undefined {
 
 /**
  * The JSON Pointer of the first string (or object key) in a parsed JSON value that holds
- * U+0000, or undefined. No store keeps it (PostgreSQL's text and jsonb refuse it), so the API
- * refuses it on both stores alike.
+ * U+0000, or undefined (a URL's parameters: they cannot hold a lone surrogate).
  */
 export function nulPointer(value: unknown): string | undefined {
+  return firstText(value, (text) => (text.includes('\u0000') ? NUL_MESSAGE : undefined))?.at;
+}
+
+/** The first string or object key of a parsed JSON value with a problem, where it is and what. */
+function firstText(value: unknown, problemOf: (text: string) => string | undefined): UnstorableText | undefined {
   // Iterative: a body may nest deeper than the stack (depth limits come later, per field).
   const items: unknown[] = [value];
   const places: (Place | null)[] = [null];
@@ -112,12 +95,14 @@ export function nulPointer(value: unknown): string | undefined {
     const item = items.pop();
     const at = places.pop() as Place | null;
     if (typeof item === 'string') {
-      if (item.includes('\u0000')) return pointerTo(at) || '/';
+      const message = problemOf(item);
+      if (message) return { at: pointerTo(at) || '/', message };
       continue;
     }
     if (item === null || typeof item !== 'object') continue;
     for (const [key, child] of Object.entries(item)) {
-      if (key.includes('\u0000')) return pointerTo({ key, parent: at });
+      const message = problemOf(key);
+      if (message) return { at: pointerTo({ key, parent: at }), message };
       if (typeof child === 'string' || (child !== null && typeof child === 'object')) {
         items.push(child);
         places.push({ key, parent: at });
