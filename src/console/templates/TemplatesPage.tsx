@@ -46,25 +46,25 @@ function TemplateList() {
   );
 }
 
-/** A new template: the editor for MEMBER and above; for a VIEWER, which role it needs. */
-function NewTemplate() {
-  if (!useCan('MEMBER')) {
-    return (
-      <NeedsRolePage title="New template" needs="MEMBER" doing="Creating a template">
-        <p>
-          <Link href="/">← All templates</Link>
-        </p>
-      </NeedsRolePage>
-    );
-  }
-  return <TemplateEditor id={null} />;
-}
-
 export function TemplatesPage() {
+  const canWrite = useCan('MEMBER');
   return (
     <Switch>
       <Route path="/" component={TemplateList} />
-      <Route path="/new" component={NewTemplate} />
+      {/* The editor at the same place as for /:id, so that it stays mounted (with its "Saved.") when a new template gets its address. */}
+      <Route path="/new">
+        {() =>
+          canWrite ? (
+            <TemplateEditor id={null} />
+          ) : (
+            <NeedsRolePage title="New template" needs="MEMBER" doing="Creating a template">
+              <p>
+                <Link href="/">← All templates</Link>
+              </p>
+            </NeedsRolePage>
+          )
+        }
+      </Route>
       <Route path="/:id">
         {(p) => {
           const id = idOf(p.id);
