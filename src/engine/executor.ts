@@ -4,6 +4,7 @@ import type { Config } from '../core/config.js';
 import type { Db } from '../core/db/connection.js';
 import type { Channel, StepDefinition, StepState } from '../core/db/schema.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
+import { STOPPED_WHILE_SENDING } from '../core/services/deliveries.js';
 import { ATTRIBUTES_MAX_BYTES, MAX_TAGS_PER_CONTACT, normalizeEmail, normalizePhone, TOO_MANY_TAGS } from '../core/validation.js';
 import { nextStep, type ProgramStep } from '../core/program.js';
 import { maskUrlPath } from '../core/steps.js';
@@ -373,7 +374,7 @@ export class RunExecutor {
     const underWay = previous.filter((a) => a.status === 'SENDING');
     if (underWay.length) {
       // Its attempt is settled with the step, not left SENDING for ever.
-      const error = 'the process stopped while this message was being sent; it is not sent again, to avoid a duplicate';
+      const error = STOPPED_WHILE_SENDING;
       const now = isoNow();
       for (const { id } of underWay) exec.ops.push((s) => s.markAttempt({ id, status: 'FAILED', providerMessageId: null, error, now }));
       return { kind: 'failed', error };

@@ -43,6 +43,7 @@ import { WriteBatcher } from '../core/db/batcher.js';
 import { Engine, type EngineOptions } from '../engine/scheduler.js';
 import { WebhookReceiver } from '../core/services/webhooks.js';
 import { pruneAll, pruneAllPg, Pruner } from '../core/services/retention.js';
+import { settleAbandonedSends } from '../core/services/deliveries.js';
 import { compactSearchIndex } from '../core/db/searchIndex.js';
 import { StorageHealth } from '../core/db/storage.js';
 import { Metrics, metricsRoute, registerMetrics } from './metrics.js';
@@ -424,6 +425,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     pruning ??= (pruner && batcher ? pruneAll(pruner, (work) => batcher.run(work)) : pruneAllPg(deps.store, config))
       .then(async (deleted) => {
         if (Object.values(deleted).some((n) => n > 0)) app.log.info({ deleted }, 'pruned what the retention settings no longer keep');
+        const settled = await settleAbandonedSends({ db: deps.store.db, store: deps.store }, new Date(Date.now() - abandonedAfterMs(config)).toISOString());
+        if (settled > 0) app.log.warn({ settled }, 'settled system emails left SENDING by a process that stopped');
         await compact().catch((err: unknown) => app.log.warn({ err }, 'compacting the contact search index failed; it is tried again in 10 minutes'));
       })
       .catch((err: unknown) => app.log.warn({ err }, 'pruning failed; it is tried again in 10 minutes'))
@@ -475,4 +478,12 @@ function parsesAsJson(text: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * How long a system email's attempt may stay SENDING before it counts as abandoned by a
+ * stopped process: far past what one try can take (the outbound timeout bounds it).
+ */
+function abandonedAfterMs(config: Pick<Config, 'httpTimeoutMs'>): number {
+  return 10 * 60_000 + 3 * config.httpTimeoutMs;
 }

@@ -1,4 +1,4 @@
-import { and, asc, eq } from 'drizzle-orm';
+import { and, asc, eq, isNull, lt } from 'drizzle-orm';
 import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
 import type { Db } from '../db/connection.js';
 import { deliveryAttempts, templates, type Channel, type DeliveryStatus, type ProviderName } from '../db/schema.js';
@@ -108,6 +108,26 @@ export async function markAttempt(ctx: Pick<SystemContext, 'db' | 'store'>, id: 
       .update(deliveryAttempts)
       .set({ ...set, updatedAt: nowIso() })
       .where(eq(deliveryAttempts.id, id));
+  });
+}
+
+/** What an attempt says when the process stopped while it was under way. */
+export const STOPPED_WHILE_SENDING = 'the process stopped while this message was being sent; it is not sent again, to avoid a duplicate';
+
+/**
+ * Settles the attempts of system emails (a test email, an invitation: no run) left SENDING
+ * since before `olderThan` by a process that stopped while sending them: their retries lived
+ * in that process, so nothing else ever would. A run's attempt is settled by its run when
+ * the run is taken up again. Reads the few rows without a run through the run index.
+ */
+export async function settleAbandonedSends(ctx: Pick<SystemContext, 'db' | 'store'>, olderThan: string): Promise<number> {
+  return withTransaction(ctx, async (tx) => {
+    const settled = await tx.db
+      .update(deliveryAttempts)
+      .set({ status: 'FAILED', error: STOPPED_WHILE_SENDING, updatedAt: nowIso() })
+      .where(and(isNull(deliveryAttempts.runId), eq(deliveryAttempts.status, 'SENDING'), lt(deliveryAttempts.updatedAt, olderThan)))
+      .returning({ id: deliveryAttempts.id });
+    return settled.length;
   });
 }
 
