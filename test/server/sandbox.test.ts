@@ -262,6 +262,17 @@ test('the sandbox address takes only sandbox credentials; users reach the sandbo
   assertProblem(await viaHost(s, sandboxHost, 'POST', '/sandbox', { token: inSandbox }), 403, 'forbidden');
   assert.equal((await s.request('GET', '/contacts?email=m@example.com', { token: member.token })).body.data.length, 0, 'the contact went to the sandbox');
 
+  // A sandbox has no members of its own: inviting someone there is refused, whatever the
+  // email (an account made so could never be used), and nothing is written.
+  for (const [path, email] of [
+    ['/memberships/invitations', 'new-to-svc@example.com'],
+    ['/memberships', 'new-to-svc@example.com'],
+    ['/memberships/invitations', member.email],
+  ] as const) {
+    assertProblem(await viaHost(s, sandboxHost, 'POST', path, { token: test, body: { email, role: 'VIEWER' } }), 422, 'not_in_sandbox');
+  }
+  assert.equal(Number((await rowsOf<{ n: number }>(s, sql`SELECT count(*) AS n FROM invitations WHERE workspace_id = ${sandboxId}`))[0]!.n), 0);
+
   // Someone outside the live workspace cannot reach its sandbox.
   const other = await s.otherWorkspace();
   assertProblem(await s.request('POST', '/auth/switch', { token: other.token, body: { workspaceId: sandboxId } }), 403, 'not_a_member');

@@ -8,6 +8,7 @@ import { decodeCursor, toPage, type Page } from '../pagination.js';
 import { roleAtLeast } from '../roles.js';
 import { passwordProblem } from '../validation.js';
 import { endSessions, findUserByEmail, requireEmail, userView, type UserView } from './users.js';
+import { assertNotSandbox } from './sandbox.js';
 import { getWorkspace } from './workspaces.js';
 
 /**
@@ -164,13 +165,15 @@ export async function removeMembership(ctx: WorkspaceContext, id: number, caller
  * Creates an invitation and the email that carries it. The token is 32 random bytes
  * (base64url), returned once; only its SHA-256 is stored, and it is never audited.
  */
-export function createInvitation(
+export async function createInvitation(
   ctx: WorkspaceContext,
   input: { email: string; role: Role },
   caller: { role: Role; userId: number | null },
 ): Promise<{ invitation: InvitationCreated; email: InvitationEmail }> {
   const email = requireEmail(input.email);
   assertMayGrant(caller.role, input.role);
+  // A sandbox has no members of its own: its live workspace's members have their roles there.
+  await assertNotSandbox(ctx.db, ctx.workspaceId, 'Inviting someone');
   const token = randomToken(32);
   const expiresAt = new Date(Date.now() + ctx.config.invitationDays * DAY_MS).toISOString();
   return withTransaction(ctx, async (tx) => {
