@@ -120,81 +120,92 @@ export function registerServe(program: Command): void {
         config = await withPort();
         if (!json) process.stdout.write(`${describeInit(initialised, { publicUrl: config.publicUrl, dataDirFlag: globals(cmd).dataDir })}\n\n`);
       }
-      config ??= await withPort();
-      serveLock.notePublicUrl(config.publicUrl);
-      boundHeapGrowth(config);
-      const { store, applied } = await openStore(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
-      const cfg = config;
-      // Loaded here, not at the top: the other commands need none of the HTTP server.
-      const { buildApp } = await import('../server/app.js');
-      // Refused before serving: keys that cannot decrypt the stored data, or a node that may not
-      // join the others on this database (core/cluster.ts). Nothing is left open.
-      let membership: NodeMembership | undefined;
-      const app = await (async () => {
-        await checkStoredSecrets(store, cfg);
-        const built = await buildApp({ config: cfg, store, engine: cfg.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
-        try {
-          membership = await joinCluster(cfg, { warn: (msg) => built.log.warn(msg), info: (msg) => built.log.info(msg) });
-        } catch (err) {
-          await built.close();
-          throw err;
-        }
-        return built;
-      })().catch(async (err: unknown) => {
-        await reserved?.release();
-        await store.close();
-        serveLock.release();
-        throw err;
-      });
-      if (applied.length) app.log.info({ applied }, 'applied pending migrations');
-
-      let backups: BackupSchedule | null = null;
-      let closing = false;
-      const shutdown = async (signal: string) => {
-        if (closing) {
-          app.log.warn('second signal: exiting without waiting');
-          process.exit(1);
-        }
-        closing = true;
-        backups?.stop();
-        app.log.info({ signal }, 'shutting down: finishing in-flight requests');
-        await stopAll();
-        app.log.info('stopped');
-      };
-      const stopAll = async () => {
-        try {
-          await app.close();
-        } finally {
-          await membership?.release();
+      try {
+        config ??= await withPort();
+        serveLock.notePublicUrl(config.publicUrl);
+        boundHeapGrowth(config);
+        const { store, applied } = await openStore(config, (tag) => process.stderr.write(`applied migration ${tag}\n`));
+        const cfg = config;
+        // Loaded here, not at the top: the other commands need none of the HTTP server.
+        const { buildApp } = await import('../server/app.js');
+        // Refused before serving: keys that cannot decrypt the stored data, or a node that may not
+        // join the others on this database (core/cluster.ts). Nothing is left open.
+        let membership: NodeMembership | undefined;
+        const app = await (async () => {
+          await checkStoredSecrets(store, cfg);
+          const built = await buildApp({ config: cfg, store, engine: cfg.engine, ...(json ? { logTo: 'stderr' as const } : {}) });
+          try {
+            membership = await joinCluster(cfg, { warn: (msg) => built.log.warn(msg), info: (msg) => built.log.info(msg) });
+          } catch (err) {
+            await built.close();
+            throw err;
+          }
+          return built;
+        })().catch(async (err: unknown) => {
+          await reserved?.release();
           await store.close();
           serveLock.release();
-        }
-      };
-      process.on('SIGTERM', () => void shutdown('SIGTERM'));
-      process.on('SIGINT', () => void shutdown('SIGINT'));
-
-      let address: string;
-      try {
-        if (app.metrics && config.metricsPort !== null) {
-          const metricsUrl = await app.metrics.listen(config.metricsPort).catch((err: unknown) => {
-            throw listenError(err, '127.0.0.1', config.metricsPort!, '--metrics-port (or SVC_METRICS_PORT)');
-          });
-          app.log.info({ url: `${metricsUrl}/metrics` }, 'metrics served on the loopback address');
-        }
-        await reserved?.release();
-        address = await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
-          throw listenError(err, config.host, config.port, '--port (or SVC_PORT)');
+          throw err;
         });
+        if (applied.length) app.log.info({ applied }, 'applied pending migrations');
+
+        let backups: BackupSchedule | null = null;
+        let closing = false;
+        const shutdown = async (signal: string) => {
+          if (closing) {
+            app.log.warn('second signal: exiting without waiting');
+            process.exit(1);
+          }
+          closing = true;
+          backups?.stop();
+          app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+          await stopAll();
+          app.log.info('stopped');
+        };
+        const stopAll = async () => {
+          try {
+            await app.close();
+          } finally {
+            await membership?.release();
+            await store.close();
+            serveLock.release();
+          }
+        };
+        process.on('SIGTERM', () => void shutdown('SIGTERM'));
+        process.on('SIGINT', () => void shutdown('SIGINT'));
+
+        let address: string;
+        try {
+          if (app.metrics && config.metricsPort !== null) {
+            const metricsUrl = await app.metrics.listen(config.metricsPort).catch((err: unknown) => {
+              throw listenError(err, '127.0.0.1', cfg.metricsPort!, '--metrics-port (or SVC_METRICS_PORT)');
+            });
+            app.log.info({ url: `${metricsUrl}/metrics` }, 'metrics served on the loopback address');
+          }
+          await reserved?.release();
+          address = await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
+            throw listenError(err, cfg.host, cfg.port, '--port (or SVC_PORT)');
+          });
+        } catch (err) {
+          // A port already taken, say. Everything started so far is stopped, so the process exits
+          // with the error instead of staying up unreachable, held by its pool, Redis or heartbeat.
+          await reserved?.release();
+          closing = true;
+          await stopAll().catch((closeErr: unknown) => app.log.error({ err: closeErr }, 'stopping after a failed start'));
+          throw err;
+        }
+        backups = startBackupSchedule(config, app.log);
+        if (json) process.stdout.write(`${JSON.stringify(startLine(address, config, initialised))}\n`);
+        else process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);
       } catch (err) {
-        // A port already taken, say. Everything started so far is stopped, so the process exits
-        // with the error instead of staying up unreachable, held by its pool, Redis or heartbeat.
-        await reserved?.release();
-        closing = true;
-        await stopAll().catch((closeErr: unknown) => app.log.error({ err: closeErr }, 'stopping after a failed start'));
+        // With --json the generated password goes out only in the line printed once serving: a
+        // start that fails after making the folder (a port in use) tells it here, or nobody
+        // would ever know it (the next start finds the folder made and prints none).
+        if (json && initialised?.generatedPassword)
+          process.stderr.write(
+            `The data folder was initialised before the start failed: its owner is ${initialised.user.email} with the password ${initialised.generatedPassword} (shown only now; change it with svc user passwd).\n`,
+          );
         throw err;
       }
-      backups = startBackupSchedule(config, app.log);
-      if (json) process.stdout.write(`${JSON.stringify(startLine(address, config, initialised))}\n`);
-      else process.stdout.write(`svc listening on ${address} (public URL ${config.publicUrl}, data ${config.dataDir})\n`);
     });
 }

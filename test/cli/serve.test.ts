@@ -154,6 +154,29 @@ describe('svc serve', { concurrency: true }, () => {
     await serve.stop();
   });
 
+  test('serve --json on an empty folder whose port is taken: the generated owner password is not lost (stderr names it)', async (t) => {
+    const dataDir = join(tempDir(t), 'data');
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    t.after(() => holder.close());
+    const taken = (holder.address() as AddressInfo).port;
+    const r = await runCli(dataDir, ['serve', '--json', '--port', String(taken)]);
+    assert.equal(r.code, 1, show(r));
+    assert.equal(r.stdout, '', 'nothing on stdout: --json prints only once serving');
+    const told = /its owner is (\S+) with the password (\S+) \(shown only now/.exec(r.stderr);
+    assert.ok(told, show(r));
+    assert.match(r.stderr, new RegExp(`error: 127\\.0\\.0\\.1:${taken} is already in use`), show(r));
+    // The password told is the owner's: a server on another port lets them in with it.
+    const serve = await startServe(t, dataDir, ['--port', '0']);
+    const login = await fetch(`${serve.url}/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email: told[1], password: told[2] }),
+    });
+    assert.equal(login.status, 200);
+    await serve.stop();
+  });
+
   test('a data folder that is a file, or a host that does not resolve, is refused with one line naming it', async (t) => {
     const file = join(tempDir(t), 'not-a-folder');
     writeFileSync(file, 'x');
