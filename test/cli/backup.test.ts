@@ -301,6 +301,15 @@ describe('svc backup and restore', { concurrency: true }, () => {
       'nothing was left in the folder',
     );
 
+    // Refused into a folder that did not exist, it leaves none behind (a later serve would
+    // take an empty folder for a new one).
+    const fresh = join(dir, 'fresh');
+    for (const file of [newer, damaged]) {
+      const r = await runCli(fresh, ['restore', file]);
+      assert.notEqual(r.code, 0, show(r));
+      assert.equal(existsSync(fresh), false, `the refused restore of ${file} left ${fresh}`);
+    }
+
     const ok = await runCli(dataDir, ['restore', good, '--json']);
     assert.equal(ok.code, 0, show(ok));
   });

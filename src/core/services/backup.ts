@@ -9,6 +9,7 @@ import {
   readFileSync,
   readSync,
   renameSync,
+  rmSync,
   statSync,
   unlinkSync,
   writeFileSync,
@@ -338,8 +339,10 @@ export function restoreBackup(
   if (!existsSync(from)) throw new ValidationError('no_such_file', `${from} does not exist`);
   if (!statSync(from).isFile()) throw notABackup(from, 'it is not a file');
   if (readHeader(from) !== SQLITE_MAGIC) throw notABackup(from, 'it is not an SQLite database');
-  if (existsSync(dataDir)) assertNoServer(dataDir); // early, before copying a large file
+  const existed = existsSync(dataDir);
+  if (existed) assertNoServer(dataDir); // early, before copying a large file
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  let restored = false;
 
   const stamp = fileStamp();
   const dbFile = join(dataDir, 'svc.db');
@@ -411,6 +414,7 @@ export function restoreBackup(
     previous.config = restoreSecrets(dataDir, info.secrets, stamp);
     fsyncDir(dataDir);
     onStep?.('done', `restored ${dbFile}`);
+    restored = true;
     return {
       dataDir,
       from,
@@ -428,5 +432,8 @@ export function restoreBackup(
     removeQuietly(`${staged}-wal`);
     removeQuietly(`${staged}-shm`);
     lock.release();
+    // A refused restore into a folder it made leaves none behind (a later svc serve would
+    // otherwise take that empty folder for a new one and start afresh there).
+    if (!restored && !existed) rmSync(dataDir, { recursive: true, force: true });
   }
 }
