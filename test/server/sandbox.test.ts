@@ -231,6 +231,11 @@ test('the sandbox address takes only sandbox credentials; users reach the sandbo
     401,
     'live_credentials_on_sandbox',
   );
+  // The sandbox's name without its port (a proxy that drops it) or with a final dot is still its address.
+  for (const host of ['sandbox.test', 'sandbox.test.:8443', 'SANDBOX.TEST.']) {
+    assertProblem(await viaHost(s, host, 'GET', '/contacts', { token: live }), 401, 'live_credentials_on_sandbox');
+    assert.equal((await viaHost(s, host, 'GET', '/contacts', { token: test })).status, 200, host);
+  }
   assert.equal((await viaHost(s, liveHost, 'GET', '/contacts', { token: live })).status, 200);
   // svc_test_ keys may also be sent to the main address: they still act only on the sandbox.
   assert.equal((await viaHost(s, liveHost, 'GET', '/sandbox', { token: test })).body.id, sandboxId);

@@ -92,11 +92,22 @@ export function sandboxHostMatcher(config: Pick<Config, 'publicUrl' | 'sandboxUr
   const expected = hostOf(config.sandboxUrl);
   // A Host header may spell out the default port that URL.host leaves out.
   const withDefaultPort = `${expected}${new URL(config.sandboxUrl).protocol === 'https:' ? ':443' : ':80'}`;
+  // When the two addresses differ by name (sandbox.example.com, api.example.com), the name
+  // alone tells them apart: a proxy that drops the port, or a name with its final dot, still
+  // reaches the sandbox's side. When they differ only by port, the port must match too.
+  const name = new URL(config.sandboxUrl).hostname.toLowerCase();
+  const byName = name !== new URL(config.publicUrl).hostname.toLowerCase();
   return (host) => {
     if (!host) return false;
     const named = host.trim().toLowerCase();
-    return named === expected || named === withDefaultPort;
+    if (named === expected || named === withDefaultPort) return true;
+    return byName && hostnameOf(named) === name;
   };
+}
+
+/** The name of a (lower-cased) Host header: without its port and a final dot. */
+function hostnameOf(host: string): string {
+  return host.replace(/:\d*$/, '').replace(/\.$/, '');
 }
 
 export async function getSandbox(ctx: SystemContext, workspaceId: number): Promise<SandboxView> {
