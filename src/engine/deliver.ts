@@ -7,7 +7,7 @@ import type { Db } from '../core/db/connection.js';
 import type { Channel, DeliveryStatus } from '../core/db/schema.js';
 import { ValidationError, type FieldError } from '../core/errors.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
-import { createAttempt, emailTemplateContent, markAttempt } from '../core/services/deliveries.js';
+import { createAttempt, emailTemplateContent, markAttempt, markAttemptSending } from '../core/services/deliveries.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail } from '../core/validation.js';
 import { countDelivery } from './counters.js';
@@ -21,12 +21,12 @@ export interface DeliverDeps {
   store: Store;
   config: Config;
   /**
-   * Called after the SENDING row is written and before the provider is called: a caller
+   * Called after the row is marked SENDING and before the provider is called: a caller
    * that batches writes in an open transaction commits here, so the row is durable (a
    * crash during the send leaves evidence) and no lock is held across the network.
    */
   beforeNetwork?: () => void;
-  /** Called once the attempt row exists (SENDING, or SENT/FAILED when no send was needed). */
+  /** Called once the attempt row exists (QUEUED, or SENT/FAILED when no send was needed). */
   onRecorded?: (attemptId: number, status: DeliveryStatus) => void;
 }
 
@@ -132,37 +132,32 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
     return { attemptId: sent.id, status: 'SENT', transient: false };
   }
 
-  // The SENDING row is written once the message has its turn, right before it leaves.
-  let attempt: { id: number } | undefined;
+  // The row is written QUEUED at once (a test email's 202 names it) and marked SENDING once
+  // the message has its turn, right before it leaves: one still waiting when the process
+  // stops was never sent, and says so when it is settled (settleAbandonedSends).
+  const attempt = await createAttempt(deps, { ...row, provider: channel.provider, status: 'QUEUED' });
+  deps.onRecorded?.(attempt.id, 'QUEUED');
   const onStart = async () => {
-    attempt = await createAttempt(deps, { ...row, provider: channel.provider, status: 'SENDING' });
+    await markAttemptSending(deps, attempt.id);
     deps.beforeNetwork?.();
-    deps.onRecorded?.(attempt.id, 'SENDING');
   };
   let result: SendResult;
   try {
     result = await provider.send(message, channel.settings, channel.credentials, { ...opts, onStart });
   } catch (err) {
-    if (attempt === undefined) throw err;
     // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
     result = { ok: false, transient: true, error: `${channel.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
   }
   countDelivery(input.channel, channel.provider, result.ok ? 'SENT' : 'FAILED');
-  // A try that never left (a refused destination, a rate-limit block) is recorded as it ended.
-  const settle = async (end: { status: 'SENT'; providerMessageId: string | null } | { status: 'FAILED'; error: string }) => {
-    if (attempt) return markAttempt(deps, attempt.id, end);
-    attempt = await createAttempt(deps, { ...row, provider: channel.provider, ...end });
-    deps.onRecorded?.(attempt.id, end.status);
-  };
   if (result.ok) {
-    await settle({ status: 'SENT', providerMessageId: result.providerMessageId });
-    return { attemptId: attempt!.id, status: 'SENT', transient: false };
+    await markAttempt(deps, attempt.id, { status: 'SENT', providerMessageId: result.providerMessageId });
+    return { attemptId: attempt.id, status: 'SENT', transient: false };
   }
   // A provider may quote the message back in its error (a refused recipient line, say).
   const error = input.secrets?.length ? secretSafeError(redactSecrets(result.error, input.secrets)) : result.error;
-  await settle({ status: 'FAILED', error });
+  await markAttempt(deps, attempt.id, { status: 'FAILED', error });
   return {
-    attemptId: attempt!.id,
+    attemptId: attempt.id,
     status: 'FAILED',
     transient: result.transient,
     error,

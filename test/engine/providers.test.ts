@@ -151,8 +151,8 @@ test('retries through deliverWithRetries: separate rows numbered 1..n, a 503 the
   for (const a of attempts.slice(0, 2)) assert.match(a.error ?? '', /HTTP 503/);
   assert.deepEqual(
     recorded,
-    attempts.map((a) => [a.id, 'SENDING']),
-    'each try recorded as SENDING first',
+    attempts.map((a) => [a.id, 'QUEUED']),
+    'each try recorded as QUEUED first (SENDING at its turn)',
   );
 
   // The API view through the server shows the same history.
@@ -241,7 +241,7 @@ test('the SENDING row is committed before the provider is called', async (t) => 
   );
   assert.equal(outcome.status, 'SENT');
   assert.deepEqual(during, [{ status: 'SENDING', attempt: 1 }]);
-  assert.deepEqual(order, ['beforeNetwork:1', 'recorded:SENDING']);
+  assert.deepEqual(order, ['recorded:QUEUED', 'beforeNetwork:1']);
   const [sent] = await rows(s);
   assert.equal(sent!.status, 'SENT');
   assert.equal(sent!.providerMessageId, 'SM0004');

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { sql } from 'drizzle-orm';
 import pg from 'pg';
 import { execute } from '../../src/core/db/dialect.js';
-import { createAttempt, settleAbandonedSends, STOPPED_WHILE_SENDING } from '../../src/core/services/deliveries.js';
+import { createAttempt, settleAbandonedSends, STOPPED_BEFORE_SENDING, STOPPED_WHILE_SENDING } from '../../src/core/services/deliveries.js';
 import { PRUNE_BATCH, PRUNE_LOCK_KEY, pruneAll, pruneAllPg, Pruner, type PruneCounts } from '../../src/core/services/retention.js';
 import { build, rowsOf, scalarOf, sqliteStoreOf, testStore, webhookWorkflow, type TestServer } from '../helpers.js';
 
@@ -127,6 +127,7 @@ test("a system email left SENDING by a stopped process is settled FAILED once it
   const ctx = { db: s.store.db, store: s.store };
   const base = { workspaceId: s.workspaceId, channel: 'EMAIL' as const, provider: 'smtp' as const, to: 'a@example.com', attempt: 1, rendered: {} };
   const old = await createAttempt(ctx, { ...base, status: 'SENDING' });
+  const waiting = await createAttempt(ctx, { ...base, status: 'QUEUED' });
   const recent = await createAttempt(ctx, { ...base, status: 'SENDING' });
   const sent = await createAttempt(ctx, { ...base, status: 'SENT' });
   await s.store.transaction((tx) =>
@@ -135,14 +136,15 @@ test("a system email left SENDING by a stopped process is settled FAILED once it
   const run = (await scalarOf(s, sql`SELECT MAX(id) FROM workflow_runs`))!;
   const ofRun = await createAttempt(ctx, { ...base, status: 'SENDING', runId: run, stepIndex: 0 });
   await s.store.transaction((tx) =>
-    execute(s.store, tx, sql`UPDATE delivery_attempts SET updated_at = ${ago(1)} WHERE id IN (${old.id}, ${sent.id}, ${ofRun.id})`),
+    execute(s.store, tx, sql`UPDATE delivery_attempts SET updated_at = ${ago(1)} WHERE id IN (${old.id}, ${waiting.id}, ${sent.id}, ${ofRun.id})`),
   );
 
-  assert.equal(await settleAbandonedSends(ctx, new Date(Date.now() - 600_000).toISOString()), 1);
+  assert.equal(await settleAbandonedSends(ctx, new Date(Date.now() - 600_000).toISOString()), 2);
   const row = async (id: number) =>
     (await rowsOf<{ status: string; error: string | null }>(s, sql`SELECT status, error FROM delivery_attempts WHERE id = ${id}`))[0]!;
   const status = async (id: number) => (await row(id)).status;
   assert.deepEqual(await row(old.id), { status: 'FAILED', error: STOPPED_WHILE_SENDING });
+  assert.deepEqual(await row(waiting.id), { status: 'FAILED', error: STOPPED_BEFORE_SENDING });
   assert.deepEqual([await status(recent.id), await status(sent.id), await status(ofRun.id)], ['SENDING', 'SENT', 'SENDING']);
   assert.equal(await settleAbandonedSends(ctx, new Date(Date.now() - 600_000).toISOString()), 0, 'settled once');
 });

@@ -111,25 +111,44 @@ export async function markAttempt(ctx: Pick<SystemContext, 'db' | 'store'>, id: 
   });
 }
 
+/** A QUEUED attempt (a system email's) has its turn and leaves now. */
+export async function markAttemptSending(ctx: Pick<SystemContext, 'db' | 'store'>, id: number): Promise<void> {
+  await withTransaction(ctx, async (tx) => {
+    await tx.db.update(deliveryAttempts).set({ status: 'SENDING', updatedAt: nowIso() }).where(eq(deliveryAttempts.id, id));
+  });
+}
+
 /** What an attempt says when the process stopped while it was under way. */
 export const STOPPED_WHILE_SENDING = 'the process stopped while this message was being sent; it is not sent again, to avoid a duplicate';
 
 /**
  * Settles the attempts of system emails (a test email, an invitation: no run) left SENDING
- * since before `olderThan` by a process that stopped while sending them: their retries lived
+ * or QUEUED since before `olderThan` by a process that stopped while sending them, or
+ * before their turn: their retries lived
  * in that process, so nothing else ever would. A run's attempt is settled by its run when
  * the run is taken up again. Reads the few rows without a run through the run index.
  */
 export async function settleAbandonedSends(ctx: Pick<SystemContext, 'db' | 'store'>, olderThan: string): Promise<number> {
   return withTransaction(ctx, async (tx) => {
-    const settled = await tx.db
+    const now = nowIso();
+    const stale = (status: 'SENDING' | 'QUEUED') =>
+      and(isNull(deliveryAttempts.runId), eq(deliveryAttempts.status, status), lt(deliveryAttempts.updatedAt, olderThan));
+    const sending = await tx.db
       .update(deliveryAttempts)
-      .set({ status: 'FAILED', error: STOPPED_WHILE_SENDING, updatedAt: nowIso() })
-      .where(and(isNull(deliveryAttempts.runId), eq(deliveryAttempts.status, 'SENDING'), lt(deliveryAttempts.updatedAt, olderThan)))
+      .set({ status: 'FAILED', error: STOPPED_WHILE_SENDING, updatedAt: now })
+      .where(stale('SENDING'))
       .returning({ id: deliveryAttempts.id });
-    return settled.length;
+    const queued = await tx.db
+      .update(deliveryAttempts)
+      .set({ status: 'FAILED', error: STOPPED_BEFORE_SENDING, updatedAt: now })
+      .where(stale('QUEUED'))
+      .returning({ id: deliveryAttempts.id });
+    return sending.length + queued.length;
   });
 }
+
+/** What a system email's attempt says when the process stopped before its turn. */
+export const STOPPED_BEFORE_SENDING = 'the process stopped before this message had its turn: it was not sent (send it again)';
 
 export async function getDeliveryAttempt(ctx: WorkspaceContext, id: number): Promise<DeliveryAttemptView> {
   const [row] = await ctx.db
