@@ -68,6 +68,17 @@ class RunStopped extends Error {
   }
 }
 
+/** The channel's settings changed while the message waited for its turn: it is sent afresh. */
+class ChannelChanged extends Error {}
+
+/** How often one step's message starts again on changed settings before it goes with what it has. */
+const MAX_CHANNEL_CHANGES = 3;
+
+/** Whether two resolutions of a channel differ (provider, settings or credentials). */
+function sameChannel(a: ResolvedChannel, b: ResolvedChannel): boolean {
+  return a.provider === b.provider && JSON.stringify([a.settings, a.credentials]) === JSON.stringify([b.settings, b.credentials]);
+}
+
 export type RunOutcome = 'COMPLETED' | 'FAILED' | 'WAITING' | 'SKIPPED' | 'LOST' | 'RELEASED' | 'ERROR';
 
 export interface ExecutorDeps {
@@ -364,6 +375,7 @@ export class RunExecutor {
     state: StepState,
     ctx: RenderContext,
     contact: LiveContact | undefined,
+    changes = 0,
   ): Promise<Outcome> {
     const run = exec.row;
     const channel = CHANNEL_OF[step.type]!;
@@ -419,14 +431,19 @@ export class RunExecutor {
     // The SENDING row is committed with the run's progress, under its lease, once the message
     // has its turn (a slot of its destination) and before it leaves: a message still waiting
     // for its turn when the process stops has no such row, and is sent after the restart.
+    // Settings changed while it waited (another provider, a rotated password, the outbox) are
+    // the ones it goes with: it starts again from them.
     let attemptId: number | undefined;
-    const onStart = () =>
-      this.beforeNetwork(exec, [
+    const onStart = async () => {
+      if (changes < MAX_CHANNEL_CHANGES && !sameChannel(resolved, await resolveChannel(this.db, this.config, run.workspace_id, channel)))
+        throw new ChannelChanged();
+      await this.beforeNetwork(exec, [
         (s) =>
           then(s.insertAttempt({ ...row, provider: resolved.provider, status: 'SENDING', providerMessageId: null, error: null }), (id) => {
             attemptId = id;
           }),
       ]);
+    };
     let result: SendResult;
     try {
       result = await providerFor(resolved.provider).send({ channel, to, rendered }, resolved.settings, resolved.credentials, {
@@ -435,6 +452,7 @@ export class RunExecutor {
         onStart,
       });
     } catch (err) {
+      if (err instanceof ChannelChanged || err instanceof ChannelUnusableError) return this.send(exec, index, step, state, ctx, contact, changes + 1);
       // The run stopped (shutdown, a lost lease) at its turn: nothing left.
       if (attemptId === undefined) throw err;
       // Providers answer rather than throw; this is a bug, but the message may deserve a retry.

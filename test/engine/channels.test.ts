@@ -169,3 +169,62 @@ test('a hostile template fails its step cleanly and the engine goes on with othe
   const ok = await s.request('POST', new URL(fine.body.webhook.url).pathname, { body: { phone: '+14155552671' } });
   assert.equal((await waitForRun(s, token, ok.body.runId, ['COMPLETED', 'FAILED'])).status, 'COMPLETED');
 });
+
+test('messages waiting for their turn go with the channel settings of their turn: switched to the outbox, they leave through it', async (t) => {
+  const held: (() => void)[] = [];
+  const calls: string[] = [];
+  const api = createServer((req: IncomingMessage, res: ServerResponse) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      calls.push(body);
+      held.push(() => res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ sid: `SM${calls.length}` })));
+    });
+  });
+  await new Promise<void>((r) => api.listen(0, '127.0.0.1', r));
+  t.after(() => {
+    api.closeAllConnections();
+    return new Promise<void>((r) => api.close(() => r()));
+  });
+  const baseUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
+  // One message at a time to the provider: the others wait for their turn.
+  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_HTTP_ALLOW_PRIVATE: '1', SVC_OUTBOUND_PER_HOST_CONCURRENCY: '1' } });
+  const token = await s.login(s.owner.email, s.owner.password);
+  assert.equal((await s.request('PUT', '/settings/channels', { token, body: { SMS: smsSettings(baseUrl) } })).status, 200);
+  const template = await s.request('POST', '/templates', { token, body: { name: 'n', channel: 'SMS', content: { text: 'hi' } } });
+  const wf = await s.request('POST', '/workflows', {
+    token,
+    body: {
+      name: 'w',
+      triggerSource: 'WEBHOOK',
+      status: 'ACTIVE',
+      steps: [{ type: 'send_sms', templateId: template.body.id }],
+      webhook: { lookup: 'phone', createIfNotFound: true },
+    },
+  });
+  const path = new URL(wf.body.webhook.url).pathname;
+  const runs: number[] = [];
+  for (const phone of ['+14155552671', '+14155552672', '+14155552673']) runs.push((await s.request('POST', path, { body: { phone } })).body.runId as number);
+  const started = Date.now();
+  while (calls.length < 1 && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 20));
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(calls.length, 1, 'one message at the provider, the others waiting for their turn');
+
+  // The admin switches the channel to the outbox: the waiting messages go there, not to the old provider.
+  assert.equal((await s.request('PUT', '/settings/channels', { token, body: { SMS: { provider: 'outbox' } } })).status, 200);
+  for (const answer of held.splice(0)) answer();
+  const done = await Promise.all(runs.map((id) => waitForRun(s, token, id, ['COMPLETED', 'FAILED'])));
+  assert.deepEqual(
+    done.map((r) => r.status),
+    ['COMPLETED', 'COMPLETED', 'COMPLETED'],
+  );
+  assert.equal(calls.length, 1, 'nothing more reached the old provider');
+  const providers = [];
+  for (const id of runs)
+    providers.push(
+      (await s.request('GET', `/messages/delivery-attempts?runId=${id}`, { token })).body.data.map(
+        (a: { provider: string; status: string }) => `${a.provider}:${a.status}`,
+      ),
+    );
+  assert.deepEqual(providers.flat().sort(), ['outbox:SENT', 'outbox:SENT', 'twilio:SENT']);
+});
