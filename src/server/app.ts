@@ -276,7 +276,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   // holds one: a path as its 404, a query as its 400) as in the body.
   app.addHook('preValidation', (req, _reply, done) => {
     const query = req.url.indexOf('?');
-    if (query !== -1 && req.url.includes('%', query)) {
+    if (query !== -1 && req.url.includes('%', query) && !req.routeOptions.config.page) {
       const at = undecodableQueryPointer(req.url.slice(query + 1));
       if (at !== undefined)
         return done(
@@ -285,7 +285,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
           }),
         );
     }
-    if (req.url.includes('%00')) {
+    if (req.url.includes('%00') && !req.routeOptions.config.page) {
       if (nulPointer(req.params) !== undefined) return done(new AppError(404, 'not_found', 'No resource has this id'));
       const inQuery = nulPointer(req.query);
       if (inQuery !== undefined)

@@ -129,7 +129,9 @@ const NOT_BUILT_PAGE = Buffer.from(
 );
 
 const hidden = { hide: true } as FastifySchema;
-const route = { config: { access: 'public' as const }, schema: hidden };
+// `page`: the console's own HTML, whose query string is the console's to read (a search box's
+// `?q=%` is no API query, so it is not refused as one).
+const route = { config: { access: 'public' as const, page: true }, schema: hidden };
 
 export async function consoleRoutes(app: App, opts: { files?: Map<string, ConsoleFile> | null } = {}): Promise<void> {
   const files = opts.files !== undefined ? opts.files : source !== undefined ? source : readConsoleFiles();

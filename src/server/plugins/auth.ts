@@ -29,6 +29,8 @@ declare module 'fastify' {
     access?: Access;
     /** The route stores nothing of its body, so U+0000 may be in it (app.ts refuses it elsewhere). */
     nulInBody?: boolean;
+    /** A page of the console: its query string is the console's, not an API query (app.ts). */
+    page?: boolean;
   }
   interface FastifyRequest {
     principal: Principal | null;
