@@ -7,7 +7,7 @@ import type { Db } from '../core/db/connection.js';
 import type { Channel, DeliveryStatus } from '../core/db/schema.js';
 import { ValidationError, type FieldError } from '../core/errors.js';
 import { ChannelUnusableError, resolveChannel, type ResolvedChannel } from '../core/services/channels.js';
-import { createAttempt, emailTemplateContent, markAttempt, markAttemptSending } from '../core/services/deliveries.js';
+import { createAttempt, emailTemplateContent, markAttempt, markAttemptSending, STOPPED_BEFORE_SENDING } from '../core/services/deliveries.js';
 import { getWorkspace } from '../core/services/workspaces.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH, normalizeEmail } from '../core/validation.js';
 import { countDelivery } from './counters.js';
@@ -95,7 +95,7 @@ function outboundOf(config: Config): OutboundPolicy {
  * delivery attempt row. The row is written as SENDING before the provider is called and
  * marked SENT or FAILED after; the outbox (nothing to call) writes it SENT at once.
  */
-export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Promise<DeliveryOutcome> {
+export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput, signal?: AbortSignal): Promise<DeliveryOutcome> {
   const { config } = deps;
   const row = {
     workspaceId: input.workspaceId,
@@ -137,7 +137,10 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
   // stops was never sent, and says so when it is settled (settleAbandonedSends).
   const attempt = await createAttempt(deps, { ...row, provider: channel.provider, status: 'QUEUED' });
   deps.onRecorded?.(attempt.id, 'QUEUED');
+  // Once the server is stopping, a message that gets its turn no longer starts.
+  const stopping = new Error('stopping');
   const onStart = async () => {
+    if (signal?.aborted) throw stopping;
     await markAttemptSending(deps, attempt.id);
     deps.beforeNetwork?.();
   };
@@ -145,6 +148,10 @@ export async function deliverOnce(deps: DeliverDeps, input: DeliveryInput): Prom
   try {
     result = await provider.send(message, channel.settings, channel.credentials, { ...opts, onStart });
   } catch (err) {
+    if (err === stopping) {
+      await markAttempt(deps, attempt.id, { status: 'FAILED', error: STOPPED_BEFORE_SENDING });
+      return { attemptId: attempt.id, status: 'FAILED', transient: false, error: STOPPED_BEFORE_SENDING };
+    }
     // Providers answer rather than throw; this is a bug, but the message may deserve a retry.
     result = { ok: false, transient: true, error: `${channel.provider}: unexpected error: ${(err as Error).message ?? String(err)}` };
   }
@@ -201,7 +208,7 @@ export async function deliverWithRetries(
 ): Promise<DeliveryOutcome> {
   const max = deps.config.deliveryMaxAttempts;
   for (let attempt = 1; ; attempt++) {
-    const outcome = await deliverOnce(deps, { ...input, attempt });
+    const outcome = await deliverOnce(deps, { ...input, attempt }, opts.signal);
     if (outcome.status === 'SENT' || !outcome.transient || attempt >= max || opts.signal?.aborted) return outcome;
     try {
       // A rate-limit answer says when to come back: never sooner than it asks.

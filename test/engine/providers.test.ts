@@ -444,3 +444,29 @@ test('SMTP errors: 4xx replies and network trouble are transient, 5xx and refuse
   const protocol = classifySmtpError({ code: 'EPROTOCOL', message: 'Invalid greeting. response=SSH-2.0-OpenSSH internal banner' });
   assert.equal(protocol.error, 'smtp: the server broke the SMTP protocol (EPROTOCOL)');
 });
+
+test('a system email still waiting for its turn when the server stops does not start: its attempt is FAILED saying it was not sent', async (t) => {
+  const s = await build(t, { env: { ...FAST, SVC_OUTBOUND_PER_HOST_CONCURRENCY: '1' } });
+  configureOutbound(outboundPolicyFrom(s.config));
+  t.after(() => configureOutbound(STRICT_OUTBOUND_POLICY));
+  const token = await s.login(s.owner.email, s.owner.password);
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const api = await apiServer(t, async () => {
+    await held;
+    return { status: 201, body: { sid: 'SM0001' } };
+  });
+  await useTwilio(s, token, api.url);
+  const stopping = new AbortController();
+  const deps = { db: s.db, store: s.store, config: s.config };
+  const first = deliverWithRetries(deps, sms(s), { signal: stopping.signal });
+  const second = deliverWithRetries(deps, sms(s, { to: '+15551234568' }), { signal: stopping.signal });
+  while (api.seen.length < 1) await new Promise((r) => setTimeout(r, 10));
+  stopping.abort();
+  release();
+  assert.equal((await first).status, 'SENT', 'the message under way finishes');
+  const waiting = await second;
+  assert.equal(waiting.status, 'FAILED');
+  assert.match(waiting.error ?? '', /before this message had its turn: it was not sent/);
+  assert.equal(api.seen.length, 1, 'the waiting message never reached the provider');
+});
