@@ -1,7 +1,7 @@
 import type { StepDefinition } from './db/schema.js';
 import { ValidationError, type FieldError } from './errors.js';
 import { liquidSyntaxProblem } from './liquid.js';
-import { checkLiteral, OutboundError, portOf, type OutboundPolicy } from '../engine/outbound.js';
+import { literalRefusal, portOf, type OutboundPolicy } from '../engine/outbound.js';
 
 /**
  * The step catalog shared by workflows (steps) and automations (nodes): each type with
@@ -168,13 +168,7 @@ export function literalDestinationProblem(url: string, policy: OutboundPolicy): 
   } catch {
     return undefined;
   }
-  try {
-    checkLiteral(parsed.hostname, portOf(parsed), policy);
-  } catch (err) {
-    if (!(err instanceof OutboundError)) throw err;
-    return `${err.message}: svc sends nowhere private unless allowed (SVC_HTTP_ALLOWED_HOSTS, SVC_HTTP_ALLOW_PRIVATE)`;
-  }
-  return undefined;
+  return literalRefusal(parsed.hostname, portOf(parsed), policy);
 }
 
 /** Validates a workflow's step array; throws 422 listing every problem with its path. */

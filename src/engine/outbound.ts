@@ -237,6 +237,21 @@ export function checkLiteral(hostname: string, port: number | string, policy: Ou
 }
 
 /**
+ * Why a destination saved now would be refused at every send: its host is a literal
+ * private, loopback or reserved address the policy does not allow; undefined when not.
+ * What a save-time check says at the field (channels, http_request steps).
+ */
+export function literalRefusal(hostname: string, port: number | string, policy: OutboundPolicy): string | undefined {
+  try {
+    checkLiteral(hostname, port, policy);
+    return undefined;
+  } catch (err) {
+    if (!(err instanceof OutboundError)) throw err;
+    return `${err.message}: svc sends nowhere private unless allowed (SVC_HTTP_ALLOWED_HOSTS, SVC_HTTP_ALLOW_PRIVATE)`;
+  }
+}
+
+/**
  * Resolves a destination once and returns the addresses a socket may be opened to, or
  * throws: `blocked_address` when any address is refused by the policy.
  */

@@ -6,8 +6,18 @@ import { build, waitForRun } from '../helpers.js';
 import { smtpSink } from '../smtpSink.js';
 
 /** A run through a real provider: the engine renders, sends, retries and records. */
-async function setUp(t: TestContext, channel: 'EMAIL' | 'SMS', settings: Record<string, unknown>, content: Record<string, unknown>, stepType: string) {
-  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_DELIVERY_RETRY_BASE_MS: '50', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_ALLOW_PRIVATE: '1' } });
+async function setUp(
+  t: TestContext,
+  channel: 'EMAIL' | 'SMS',
+  settings: Record<string, unknown>,
+  content: Record<string, unknown>,
+  stepType: string,
+  env: NodeJS.ProcessEnv = {},
+) {
+  const s = await build(t, {
+    engine: { pollMs: 50 },
+    env: { SVC_DELIVERY_RETRY_BASE_MS: '50', SVC_DELIVERY_MAX_ATTEMPTS: '4', SVC_HTTP_ALLOW_PRIVATE: '1', ...env },
+  });
   const token = await s.login(s.owner.email, s.owner.password);
   const put = await s.request('PUT', '/settings/channels', { token, body: { [channel]: settings } });
   assert.equal(put.status, 200, put.text);
@@ -188,23 +198,9 @@ test('messages waiting for their turn go with the channel settings of their turn
   });
   const baseUrl = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
   // One message at a time to the provider: the others wait for their turn.
-  const s = await build(t, { engine: { pollMs: 50 }, env: { SVC_HTTP_ALLOW_PRIVATE: '1', SVC_OUTBOUND_PER_HOST_CONCURRENCY: '1' } });
-  const token = await s.login(s.owner.email, s.owner.password);
-  assert.equal((await s.request('PUT', '/settings/channels', { token, body: { SMS: smsSettings(baseUrl) } })).status, 200);
-  const template = await s.request('POST', '/templates', { token, body: { name: 'n', channel: 'SMS', content: { text: 'hi' } } });
-  const wf = await s.request('POST', '/workflows', {
-    token,
-    body: {
-      name: 'w',
-      triggerSource: 'WEBHOOK',
-      status: 'ACTIVE',
-      steps: [{ type: 'send_sms', templateId: template.body.id }],
-      webhook: { lookup: 'phone', createIfNotFound: true },
-    },
-  });
-  const path = new URL(wf.body.webhook.url).pathname;
+  const { s, token, post } = await setUp(t, 'SMS', smsSettings(baseUrl), { text: 'hi' }, 'send_sms', { SVC_OUTBOUND_PER_HOST_CONCURRENCY: '1' });
   const runs: number[] = [];
-  for (const phone of ['+14155552671', '+14155552672', '+14155552673']) runs.push((await s.request('POST', path, { body: { phone } })).body.runId as number);
+  for (const phone of ['+14155552671', '+14155552672', '+14155552673']) runs.push((await post({ phone })).runId);
   const started = Date.now();
   while (calls.length < 1 && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 20));
   await new Promise((r) => setTimeout(r, 300));

@@ -9,7 +9,7 @@ import { ValidationError, type FieldError } from '../errors.js';
 import { decryptSecret, encryptSecret } from '../secrets.js';
 import { normalizeEmail } from '../validation.js';
 import { isSandboxWorkspace } from './sandbox.js';
-import { checkLiteral, OutboundError, outboundPolicyFrom, portOf } from '../../engine/outbound.js';
+import { literalRefusal, outboundPolicyFrom, portOf } from '../../engine/outbound.js';
 
 /**
  * Which provider delivers each channel of a workspace, with its settings and (encrypted)
@@ -287,15 +287,8 @@ function checkDestination(config: Config, channel: Channel, provider: ProviderNa
     const url = new URL(settings.baseUrl);
     [host, port, field] = [url.hostname, portOf(url), 'baseUrl'];
   } else return;
-  try {
-    checkLiteral(host, port, outboundPolicyFrom(config));
-  } catch (err) {
-    if (!(err instanceof OutboundError)) throw err;
-    errors.push({
-      path: `/${channel}/settings/${field}`,
-      message: `${err.message}: svc sends nowhere private unless allowed (SVC_HTTP_ALLOWED_HOSTS, SVC_HTTP_ALLOW_PRIVATE)`,
-    });
-  }
+  const refused = literalRefusal(host, port, outboundPolicyFrom(config));
+  if (refused) errors.push({ path: `/${channel}/settings/${field}`, message: refused });
 }
 
 /**
