@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { and, eq, isNotNull } from 'drizzle-orm';
 import { SignJWT } from 'jose';
 import { randomBytes } from 'node:crypto';
-import { memberships, sessions, users } from '../../src/core/db/schema.js';
+import { auditLogs, memberships, sessions, users } from '../../src/core/db/schema.js';
 import { PASSWORD_HASH_COST, setPasswordHashCost } from '../../src/core/crypto.js';
 import { MAX_CHECKS_PER_ADDRESS } from '../../src/core/services/auth.js';
 import { createUser } from '../../src/core/services/users.js';
@@ -414,6 +414,49 @@ test('logout ends the session: the refresh token stops working and the cookie is
   // Logging out without a session is harmless.
   const again = await s.request('POST', '/auth/logout');
   assert.equal(again.status, 204);
+});
+
+test('an API client without the cookie logs out with its access token: the session, its refresh token and the token end', async (t) => {
+  const s = await build(t);
+  const login = await loginOwner(s);
+  const token = login.body.token as string;
+  const out = await s.request('POST', '/auth/logout', { token });
+  assert.equal(out.status, 204, out.text);
+  assertProblem(await whoCanRead(s, token), 401);
+  assertProblem(await refreshWith(s, refreshCookieValue(login)), 401);
+  const audit = await s.store.db.select().from(auditLogs).where(eq(auditLogs.action, 'auth.logout'));
+  assert.equal(audit.length, 1);
+  assert.equal(audit[0]!.actorLabel, s.owner.email);
+  // Another login (another session) goes on.
+  const other = await loginOwner(s);
+  assert.equal((await whoCanRead(s, other.body.token)).status, 200);
+
+  // A bad access token is 401, as on any route; an API key has no session to end.
+  assertProblem(await s.request('POST', '/auth/logout', { token: 'not.a.jwt' }), 401);
+  const key = await s.request('POST', '/api-keys', { token: other.body.token, body: { name: 'k', role: 'VIEWER' } });
+  assert.equal(key.status, 201, key.text);
+  const byKey = await s.request('POST', '/auth/logout', { token: key.body.key });
+  assertProblem(byKey, 422);
+  assert.equal(byKey.body.code, 'not_a_session');
+  assert.equal((await s.request('GET', '/contacts', { token: key.body.key })).status, 200);
+});
+
+test('the refresh cookie is refused when the browser says the request comes from another site or origin', async (t) => {
+  const s = await build(t);
+  const login = await loginOwner(s);
+  const cookie = `${REFRESH_COOKIE}=${refreshCookieValue(login)}`;
+  for (const site of ['cross-site', 'same-site']) {
+    for (const path of ['/auth/refresh', '/auth/logout']) {
+      const res = await s.request('POST', path, { headers: { cookie, 'sec-fetch-site': site } });
+      assertProblem(res, 403);
+      assert.equal(res.body.code, 'cross_origin_request');
+    }
+  }
+  // The session is untouched: the console's own pages (same-origin) and clients without the header go on.
+  const own = await s.request('POST', '/auth/refresh', { headers: { cookie, 'sec-fetch-site': 'same-origin' } });
+  assert.equal(own.status, 200, own.text);
+  const next = await refreshWith(s, refreshCookieValue(own));
+  assert.equal(next.status, 200, next.text);
 });
 
 // ---------------------------------------------------------------------------------------

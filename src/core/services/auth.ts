@@ -364,21 +364,30 @@ export async function refresh(
   return { token, expiresIn: ACCESS_TOKEN_SECONDS, refreshToken: outcome.next, refreshMaxAge: secondsUntil(outcome.expiresAt) };
 }
 
-/** Ends the session family of this refresh token. Unknown tokens end nothing and are not an error. */
-export async function logout(ctx: SystemContext, refreshToken: string | undefined): Promise<void> {
-  if (!refreshToken) return;
+/**
+ * Ends a session family: the one of this refresh token (the console's cookie), else the one
+ * the access token was minted in (an API client that keeps no cookie). Unknown refresh tokens
+ * end nothing and are not an error; an API key has no session to end (422).
+ */
+export async function logout(ctx: SystemContext, refreshToken: string | undefined, principal?: Principal): Promise<void> {
+  if (!refreshToken && principal?.kind === 'api_key')
+    throw new ValidationError('not_a_session', 'An API key has no session to end: revoke it with DELETE /api-keys/:id');
+  const sessionId = principal?.kind === 'user' ? principal.sessionId : null;
+  if (!refreshToken && !sessionId) return;
   await withTransaction(ctx, async (tx) => {
     const [row] = await tx.db
       .select()
       .from(sessions)
-      .where(eq(sessions.tokenHash, sha256Hex(refreshToken)));
+      .where(refreshToken ? eq(sessions.tokenHash, sha256Hex(refreshToken)) : eq(sessions.familyId, sessionId!))
+      .limit(1);
     if (!row) return;
     await tx.db
       .update(sessions)
       .set({ revokedAt: nowIso() })
       .where(and(eq(sessions.familyId, row.familyId), isNull(sessions.revokedAt)));
+    const [user] = await tx.db.select({ email: users.email }).from(users).where(eq(users.id, row.userId));
     await recordAudit(
-      { ...tx, actor: { type: 'USER', id: row.userId, label: null } },
+      { ...tx, actor: { type: 'USER', id: row.userId, label: user?.email ?? null } },
       { workspaceId: row.workspaceId, action: 'auth.logout', target: { type: 'user', id: row.userId } },
     );
   });

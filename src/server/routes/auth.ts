@@ -1,7 +1,8 @@
 import cookie from '@fastify/cookie';
 import { Type } from '@sinclair/typebox';
-import type { FastifyReply } from 'fastify';
-import { changePassword, login, logout, me, refresh, switchWorkspace, type LoginResult, type LoginThrottle } from '../../core/services/auth.js';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../../core/errors.js';
+import { authenticate, changePassword, login, logout, me, refresh, switchWorkspace, type LoginResult, type LoginThrottle } from '../../core/services/auth.js';
 import type { App } from '../app.js';
 import { Nullable, Plan, Role, User } from '../schemas.js';
 
@@ -42,6 +43,21 @@ const MeResponse = Type.Object({
   role: Role,
   memberships: Type.Array(Type.Object({ workspaceId: Type.Integer(), name: Type.String(), role: Role })),
 });
+
+/**
+ * The refresh cookie, unless the browser says the request comes from another site or another
+ * origin of this one (`Sec-Fetch-Site`): SameSite=Strict keeps the cookie from other sites,
+ * but a page on another port or a sibling subdomain is the same site, and could otherwise
+ * rotate the session or end it with a bodiless fetch. Clients that are not browsers send no
+ * such header.
+ */
+function sameOriginCookie(req: FastifyRequest): string | undefined {
+  const token = req.cookies[REFRESH_COOKIE];
+  const site = req.headers['sec-fetch-site'];
+  if (token && (site === 'cross-site' || site === 'same-site'))
+    throw new AppError(403, 'cross_origin_request', "The session cookie is accepted only from this server's own pages (Sec-Fetch-Site: same-origin)");
+  return token;
+}
 
 export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publicUrl: string }): Promise<void> {
   // Only the routes that set or read the refresh cookie parse cookies (its hooks would run on every request).
@@ -100,7 +116,7 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
   );
 
   app.post('/auth/refresh', { config: { access: 'public' }, schema: { response: { 200: Type.Object(TokenResponse) } } }, async (req, reply) => {
-    const result = await refresh(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
+    const result = await refresh(req.systemCtx(), sameOriginCookie(req));
     setCookie(reply, result.refreshToken, result.refreshMaxAge);
     return { token: result.token, expiresIn: result.expiresIn };
   });
@@ -126,9 +142,13 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
     },
   );
 
+  // The session of the refresh cookie (the console), else of the access token sent (an API
+  // client that keeps no cookie): a logout answered 204 has ended one when either was sent.
   app.post('/auth/logout', { config: { access: 'public' } }, async (req, reply) => {
-    await logout(req.systemCtx(), req.cookies[REFRESH_COOKIE]);
-    reply.clearCookie(REFRESH_COOKIE, { path: '/auth' });
+    const cookieToken = sameOriginCookie(req);
+    const principal = cookieToken || req.headers.authorization === undefined ? undefined : await authenticate(req.systemCtx(), req.headers.authorization);
+    await logout(req.systemCtx(), cookieToken, principal);
+    reply.clearCookie(REFRESH_COOKIE, { httpOnly: true, sameSite: 'strict', path: '/auth', secure: req.protocol === 'https' || opts.publicUrl.startsWith('https:') });
     return reply.code(204).send();
   });
 }
