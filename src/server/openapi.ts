@@ -74,6 +74,13 @@ const EXTRA_ANSWERS: Record<string, Record<string, string>> = {
   'POST /messages/test-email': { '404': 'No such template in the workspace (`template_not_found`)' },
   'POST /auth/login': { '403': 'The user belongs to no workspace, or not to the one asked for (`no_workspace`, `not_a_member`)' },
   'POST /billing/stripe/webhook': { '404': 'Stripe billing is not enabled on this server (`not_found`)' },
+  'DELETE /templates/:id': { '409': 'An ACTIVE workflow or automation sends with the template (`template_in_use`); `detail` names them' },
+  'POST /auth/logout': {
+    '401': 'The access token sent is invalid or has expired',
+    '403': 'The refresh cookie came from another site or origin (`cross_origin_request`)',
+    '422': 'An API key has no session to end (`not_a_session`)',
+  },
+  'POST /auth/refresh': { '403': 'The refresh cookie came from another site or origin (`cross_origin_request`)' },
 };
 
 /** Operations whose JSON body may be left out (sent, it is checked like any other). */

@@ -6,8 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { like } from 'drizzle-orm';
-import { auditLogs, templates } from '../../src/core/db/schema.js';
+import { eq, like } from 'drizzle-orm';
+import { auditLogs, automations, templates, workflows } from '../../src/core/db/schema.js';
 import { assertProblem, type HttpResult, type TestServer, buildAsOwner, seededRandom, waitForRun } from '../helpers.js';
 
 // ---------------------------------------------------------------------------------------
@@ -240,6 +240,167 @@ test('unknown and malformed ids are 404', async (t) => {
     assertProblem(await s.request('POST', `/templates/${id}/preview`, { token, body: {} }), 404);
   }
   assertProblem(await s.request('GET', '/templates/999999', { token }), 404, 'template_not_found');
+});
+
+// ---------------------------------------------------------------------------------------
+// Deleting a template that something sends with
+// ---------------------------------------------------------------------------------------
+
+const SEND_CHANNELS = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' } as const;
+const SAMPLE_CONTENT = { EMAIL: { subject: 'S', text: 'T' }, SMS: { text: 'T' }, WHATSAPP: { text: 'T' } } as const;
+
+/** A MANUAL workflow (no webhook lookup needed to activate) with one send step. */
+async function sendingWorkflow(s: TestServer, token: string, templateId: number, o: { name?: string; status?: string; type?: string } = {}): Promise<any> {
+  const res = await s.request('POST', '/workflows', {
+    token,
+    body: { name: o.name ?? 'Sender', triggerSource: 'MANUAL', status: o.status ?? 'ACTIVE', steps: [{ type: o.type ?? 'send_sms', templateId }] },
+  });
+  assert.equal(res.status, 201, res.text);
+  return res.body;
+}
+
+/** An automation whose one node after the trigger sends with the template. */
+async function sendingAutomation(s: TestServer, token: string, templateId: number, o: { name?: string; status?: string } = {}): Promise<any> {
+  const graph = {
+    nodes: [
+      { id: 't', type: 'trigger', data: { source: 'MANUAL' } },
+      { id: 'send', type: 'send_sms', data: { templateId } },
+    ],
+    edges: [{ from: 't', to: 'send' }],
+  };
+  const res = await s.request('POST', '/automations', { token, body: { name: o.name ?? 'Flow', status: o.status ?? 'ACTIVE', graph } });
+  assert.equal(res.status, 201, res.text);
+  return res.body;
+}
+
+/** Asserts the 409 template_in_use problem and that the template is still there. */
+async function assertInUse(s: TestServer, token: string, templateId: number): Promise<string> {
+  const res = await s.request('DELETE', `/templates/${templateId}`, { token });
+  assertProblem(res, 409, 'template_in_use');
+  assert.equal(res.body.title, 'Conflict');
+  assert.deepEqual(Object.keys(res.body).sort(), ['code', 'detail', 'status', 'title', 'type']);
+  assert.equal((await s.request('GET', `/templates/${templateId}`, { token })).status, 200, 'the template is kept');
+  return res.body.detail;
+}
+
+test('DELETE of a template an ACTIVE workflow sends with is 409 template_in_use, for every send step', async (t) => {
+  const { s, token } = await setup(t);
+  for (const [type, channel] of Object.entries(SEND_CHANNELS)) {
+    const tpl = await createTemplate(s, token, { name: `${channel} in use`, channel, content: SAMPLE_CONTENT[channel] });
+    const wf = await sendingWorkflow(s, token, tpl.id, { name: `Welcome ${type}`, type });
+    const detail = await assertInUse(s, token, tpl.id);
+    assert.match(detail, new RegExp(`^Template ${tpl.id} is used by the ACTIVE workflow "Welcome ${type}" \\(id ${wf.id}\\);`), detail);
+  }
+  assert.deepEqual(
+    (await auditRows(s)).map((r) => r.action).filter((a) => a === 'template.deleted'),
+    [],
+    'a refused delete is not audited',
+  );
+});
+
+test('a template is deletable (204) once no ACTIVE workflow uses it: steps changed, paused, or drafted', async (t) => {
+  const { s, token } = await setup(t);
+  const stopUsing: Record<string, { steps?: unknown[]; status?: string }> = {
+    'steps changed': { steps: [{ type: 'add_tags', tags: ['x'] }] },
+    paused: { status: 'PAUSED' },
+    drafted: { status: 'DRAFT' },
+  };
+  for (const [how, patch] of Object.entries(stopUsing)) {
+    const tpl = await createTemplate(s, token, { name: how, channel: 'SMS', content: { text: 'x' } });
+    const wf = await sendingWorkflow(s, token, tpl.id, { name: how });
+    await assertInUse(s, token, tpl.id);
+    const changed = await s.request('PATCH', `/workflows/${wf.id}`, { token, body: patch });
+    assert.equal(changed.status, 200, changed.text);
+    const del = await s.request('DELETE', `/templates/${tpl.id}`, { token });
+    assert.equal(del.status, 204, `${how}: ${del.text}`);
+    assert.equal(del.text, '');
+    if (how === 'steps changed') continue;
+    // Resuming (or activating) checks the templates again: the run cannot start with the template gone.
+    const resumed = await s.request('PATCH', `/workflows/${wf.id}`, { token, body: { status: 'ACTIVE' } });
+    assertProblem(resumed, 422, 'validation_failed');
+    assert.deepEqual(
+      resumed.body.errors.map((e: { path: string }) => e.path),
+      ['/steps/0/templateId'],
+    );
+    assert.equal((await s.request('GET', `/workflows/${wf.id}`, { token })).body.status, patch.status);
+  }
+});
+
+test("a DRAFT workflow's reference does not hold a template; its activation is refused afterwards", async (t) => {
+  const { s, token } = await setup(t);
+  const tpl = await createTemplate(s, token, { name: 'draft only', channel: 'SMS', content: { text: 'x' } });
+  const draft = await sendingWorkflow(s, token, tpl.id, { status: 'DRAFT' });
+  assert.equal((await s.request('DELETE', `/templates/${tpl.id}`, { token })).status, 204);
+  assertProblem(await s.request('PATCH', `/workflows/${draft.id}`, { token, body: { status: 'ACTIVE' } }), 422, 'validation_failed');
+});
+
+test('an ACTIVE automation holds its templates; a PAUSED or DRAFT one does not', async (t) => {
+  const { s, token } = await setup(t);
+  const tpl = await createTemplate(s, token, { name: 'automated', channel: 'SMS', content: { text: 'x' } });
+  const active = await sendingAutomation(s, token, tpl.id, { name: 'Onboarding' });
+  await sendingAutomation(s, token, tpl.id, { name: 'Drafted', status: 'DRAFT' });
+  const detail = await assertInUse(s, token, tpl.id);
+  assert.match(detail, new RegExp(`used by the ACTIVE automation "Onboarding" \\(id ${active.id}\\);`), detail);
+  assert.doesNotMatch(detail, /Drafted/);
+  assert.equal((await s.request('PATCH', `/automations/${active.id}`, { token, body: { status: 'PAUSED' } })).status, 200);
+  assert.equal((await s.request('DELETE', `/templates/${tpl.id}`, { token })).status, 204);
+  assertProblem(await s.request('PATCH', `/automations/${active.id}`, { token, body: { status: 'ACTIVE' } }), 422, 'validation_failed');
+});
+
+test('the 409 names at most three users, workflows first, then "and N more"', async (t) => {
+  const { s, token } = await setup(t);
+  const tpl = await createTemplate(s, token, { name: 'popular', channel: 'SMS', content: { text: 'x' } });
+  const one = await sendingWorkflow(s, token, tpl.id, { name: 'One' });
+  const two = await sendingWorkflow(s, token, tpl.id, { name: 'Two "quoted"' });
+  const flow = await sendingAutomation(s, token, tpl.id, { name: 'Flow' });
+  assert.equal(
+    await assertInUse(s, token, tpl.id),
+    `Template ${tpl.id} is used by the ACTIVE workflow "One" (id ${one.id}), workflow "Two \\"quoted\\"" (id ${two.id}) and automation "Flow" (id ${flow.id}); change their send steps, or pause them, before deleting it`,
+  );
+  await sendingWorkflow(s, token, tpl.id, { name: 'Three' });
+  await sendingAutomation(s, token, tpl.id, { name: 'Flow 2' });
+  const detail = await assertInUse(s, token, tpl.id);
+  assert.match(detail, /workflow "One" .*, workflow "Two \\"quoted\\"" .*, workflow "Three" \(id \d+\) and 2 more;/, detail);
+  assert.doesNotMatch(detail, /automation/);
+});
+
+test("another workspace's workflows and automations never hold a template, even naming its id", async (t) => {
+  const { s, token } = await setup(t);
+  const other = await s.otherWorkspace();
+  const tpl = await createTemplate(s, token, { name: 'mine', channel: 'SMS', content: { text: 'x' } });
+  // Their own template with a sender of theirs: it does not hold ours either.
+  const theirs = await createTemplate(s, other.token, { name: 'theirs', channel: 'SMS', content: { text: 'y' } });
+  await sendingWorkflow(s, other.token, theirs.id);
+  // Saved as drafts naming our template's id, then made ACTIVE behind the API's back (activation
+  // would refuse a template of another workspace): a query unscoped by workspace would see them.
+  const wf = await sendingWorkflow(s, other.token, tpl.id, { status: 'DRAFT' });
+  const auto = await sendingAutomation(s, other.token, tpl.id, { status: 'DRAFT' });
+  await s.store.transaction(async (db) => {
+    await db.update(workflows).set({ status: 'ACTIVE' }).where(eq(workflows.id, wf.id));
+    await db.update(automations).set({ status: 'ACTIVE' }).where(eq(automations.id, auto.id));
+  });
+  assert.equal((await s.request('GET', `/workflows/${wf.id}`, { token: other.token })).body.status, 'ACTIVE');
+  assert.equal((await s.request('DELETE', `/templates/${tpl.id}`, { token })).status, 204);
+  // Theirs is held by their own workflow, and is not ours to delete anyway.
+  assertProblem(await s.request('DELETE', `/templates/${theirs.id}`, { token }), 404, 'template_not_found');
+  await assertInUse(s, other.token, theirs.id);
+});
+
+test('a delete racing an activation: never both succeed', async (t) => {
+  const { s, token } = await setup(t);
+  for (let i = 0; i < 8; i++) {
+    const tpl = await createTemplate(s, token, { name: `race ${i}`, channel: 'SMS', content: { text: 'x' } });
+    const draft = await sendingWorkflow(s, token, tpl.id, { name: `race ${i}`, status: 'DRAFT' });
+    const [activated, deleted] = await Promise.all([
+      s.request('PATCH', `/workflows/${draft.id}`, { token, body: { status: 'ACTIVE' } }),
+      s.request('DELETE', `/templates/${tpl.id}`, { token }),
+    ]);
+    const outcome = `${activated.status} ${deleted.status}`;
+    assert.ok(outcome === '200 409' || outcome === '422 204', `activation and delete answered ${outcome}: ${activated.text} ${deleted.text}`);
+    const status = (await s.request('GET', `/workflows/${draft.id}`, { token })).body.status;
+    const kept = (await s.request('GET', `/templates/${tpl.id}`, { token })).status;
+    assert.deepEqual([status, kept], outcome === '200 409' ? ['ACTIVE', 200] : ['DRAFT', 404]);
+  }
 });
 
 // ---------------------------------------------------------------------------------------

@@ -807,7 +807,10 @@ export interface paths {
         get: operations["getTemplatesById"];
         put?: never;
         post?: never;
-        /** Delete a template */
+        /**
+         * Delete a template
+         * @description Deletes a template. Refused with 409 `template_in_use` while an ACTIVE workflow or automation has a send step naming it (the `detail` names them); DRAFT and PAUSED ones do not hold it, as activating them checks their templates again.
+         */
         delete: operations["deleteTemplatesById"];
         options?: never;
         head?: never;
@@ -2590,11 +2593,57 @@ export interface operations {
                     };
                 };
             };
-            /** @description Refused credentials: a wrong email or password, a used refresh token, a bad webhook signature (`invalid_credentials`, `signature_invalid`, ...) */
+            /** @description The access token sent is invalid or has expired */
             401: {
                 headers: {
                     /** @description `Bearer` */
                     "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The refresh cookie came from another site or origin (`cross_origin_request`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description An API key has no session to end (`not_a_session`) */
+            422: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -3060,6 +3109,29 @@ export interface operations {
                 headers: {
                     /** @description `Bearer` */
                     "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The refresh cookie came from another site or origin (`cross_origin_request`) */
+            403: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {
@@ -12242,7 +12314,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A conflict with the current state (`*_exists`, `last_owner`, ...) */
+            /** @description An ACTIVE workflow or automation sends with the template (`template_in_use`); `detail` names them */
             409: {
                 headers: {
                     [name: string]: unknown;

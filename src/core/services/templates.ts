@@ -1,8 +1,8 @@
-import { eq } from 'drizzle-orm';
+import { asc, eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, selectPage, withTransaction, type PageRequest, type WorkspaceContext } from '../context.js';
-import { CHANNELS, templates, type Channel, type TemplateContent } from '../db/schema.js';
-import { NotFoundError, ValidationError, type FieldError } from '../errors.js';
+import { automations, CHANNELS, templates, workflows, type Channel, type TemplateContent } from '../db/schema.js';
+import { ConflictError, NotFoundError, ValidationError, type FieldError } from '../errors.js';
 import { escapePointerKey } from '../jsonPath.js';
 import { liquidSyntaxProblem } from '../liquid.js';
 import type { Page } from '../pagination.js';
@@ -211,10 +211,73 @@ export function updateTemplate(ctx: WorkspaceContext, id: number, input: Templat
   });
 }
 
+/** The channel each send step delivers on. */
+const SEND_STEP_CHANNEL: Record<string, Channel> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
+
+/** A workflow or automation whose send steps name a template. */
+interface TemplateUser {
+  kind: 'workflow' | 'automation';
+  id: number;
+  name: string;
+}
+
+/** How many users a template_in_use problem names before "and N more". */
+const USERS_NAMED = 3;
+
+const sendsWith = (templateId: number) => (step: { type: string } & Record<string, unknown>) =>
+  Object.hasOwn(SEND_STEP_CHANNEL, step.type) && step.templateId === templateId;
+
+/**
+ * The ACTIVE workflows and automations of the template's workspace whose send steps name it:
+ * those start runs that would fail on a missing template. DRAFT and PAUSED ones do not count,
+ * since activating them (resuming included) checks their templates again and refuses a
+ * missing one. Read inside the deleting transaction, so that an activation cannot slip in
+ * between (serializable on both stores).
+ */
+async function activeTemplateUsers(ctx: WorkspaceContext, templateId: number): Promise<TemplateUser[]> {
+  const uses = sendsWith(templateId);
+  const flows = await ctx.db
+    .select({ id: workflows.id, name: workflows.name, steps: workflows.steps })
+    .from(workflows)
+    .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.status, 'ACTIVE')))
+    .orderBy(asc(workflows.id));
+  const graphs = await ctx.db
+    .select({ id: automations.id, name: automations.name, graph: automations.graph })
+    .from(automations)
+    .where(inWorkspace(ctx, automations.workspaceId, eq(automations.status, 'ACTIVE')))
+    .orderBy(asc(automations.id));
+  return [
+    ...flows.filter((w) => w.steps.some(uses)).map(({ id, name }) => ({ kind: 'workflow' as const, id, name })),
+    ...graphs
+      .filter((a) => a.graph.nodes.some((node) => uses({ ...node.data, type: node.type })))
+      .map(({ id, name }) => ({ kind: 'automation' as const, id, name })),
+  ];
+}
+
+/** `workflow "Welcome" (id 3), automation "Onboarding" (id 5) and 2 more`. */
+function describeUsers(users: readonly TemplateUser[]): string {
+  const named = users.slice(0, USERS_NAMED).map((u) => `${u.kind} ${JSON.stringify(u.name)} (id ${u.id})`);
+  const more = users.length - named.length;
+  if (more > 0) return `${named.join(', ')} and ${more} more`;
+  return named.length > 1 ? `${named.slice(0, -1).join(', ')} and ${named.at(-1)}` : named.join('');
+}
+
+/**
+ * Deletes a template, unless an ACTIVE workflow or automation sends with it (409
+ * template_in_use): its runs would otherwise fail at that step. The check and the delete
+ * are one transaction.
+ */
 export async function deleteTemplate(ctx: WorkspaceContext, id: number): Promise<void> {
   await withTransaction(ctx, async (tx) => {
     const row = await findRow(tx, id);
     if (!row) throw new NotFoundError('template_not_found', `No template with id ${id}`);
+    const users = await activeTemplateUsers(tx, id);
+    if (users.length) {
+      throw new ConflictError(
+        'template_in_use',
+        `Template ${id} is used by the ACTIVE ${describeUsers(users)}; change their send steps, or pause them, before deleting it`,
+      );
+    }
     await tx.db.delete(templates).where(inWorkspace(tx, templates.workspaceId, eq(templates.id, id)));
     await recordAudit(tx, {
       workspaceId: ctx.workspaceId,
@@ -224,9 +287,6 @@ export async function deleteTemplate(ctx: WorkspaceContext, id: number): Promise
     });
   });
 }
-
-/** The channel each send step delivers on. */
-const SEND_STEP_CHANNEL: Record<string, Channel> = { send_email: 'EMAIL', send_sms: 'SMS', send_whatsapp: 'WHATSAPP' };
 
 /**
  * What stops steps from sending: a send step naming a template that is not in this

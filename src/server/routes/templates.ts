@@ -96,10 +96,21 @@ export async function templateRoutes(app: App, opts: { renderPool: RenderPool })
     async (req) => updateTemplate(req.workspaceCtx(), req.params.id, req.body),
   );
 
-  app.delete('/templates/:id', { config: { access: write }, schema: { params: IdParams } }, async (req, reply) => {
-    await deleteTemplate(req.workspaceCtx(), req.params.id);
-    return reply.code(204).send();
-  });
+  app.delete(
+    '/templates/:id',
+    {
+      config: { access: write },
+      schema: {
+        description:
+          'Deletes a template. Refused with 409 `template_in_use` while an ACTIVE workflow or automation has a send step naming it (the `detail` names them); DRAFT and PAUSED ones do not hold it, as activating them checks their templates again.',
+        params: IdParams,
+      },
+    },
+    async (req, reply) => {
+      await deleteTemplate(req.workspaceCtx(), req.params.id);
+      return reply.code(204).send();
+    },
+  );
 
   // VIEWER may preview: it renders, and changes nothing. Every field is optional, so a
   // POST with no body at all previews with an empty contact and trigger.
