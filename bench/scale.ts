@@ -24,6 +24,7 @@ import { Pool } from 'undici';
 import { json, peakRssMb, resetPeakRss, startProcess, stop } from './lib.js';
 import pg from 'pg';
 import { pgSeedActivity, pgSeedContacts, pgSeedCounters, seedActivity, seedContacts, type SeedContactsOptions } from './seed.js';
+import { PG_REBUILD_SEARCH_BUCKETS } from '../src/core/db/dialect.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const BIG = Number(process.argv[2] ?? process.env.BENCH_CONTACTS ?? 1_000_000);
@@ -473,6 +474,8 @@ async function main(): Promise<void> {
       await activityOf(smallWs, await workflowOf(smallWs), SMALL);
       if (postgres) {
         await pgSeedCounters(postgres.client, [bigWs, smallWs]);
+        // And the search's buckets, which their triggers would have kept (migrations/pg/0009).
+        await postgres.client.query(PG_REBUILD_SEARCH_BUCKETS);
         // What autovacuum does to a table soon after so many new rows: its statistics for the
         // planner, and the visibility map that lets an index-only scan skip the table.
         await postgres.client.query('VACUUM ANALYZE');

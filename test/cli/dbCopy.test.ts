@@ -229,6 +229,12 @@ describe('svc db copy', { skip: skipOutsideCIWithoutPostgres() }, () => {
     assert.equal(Number(counter!.contacts), 6, 'the contact counter copied once, not doubled by the triggers');
     const triggers = await pgQuery<{ tgenabled: string }>(url, 'SELECT tgenabled FROM pg_trigger WHERE NOT tgisinternal');
     assert.ok(triggers.length >= 4 && triggers.every((r) => r.tgenabled === 'O'), 'the triggers are on again');
+    // The search's candidate buckets (PostgreSQL's alone, not copied): rebuilt from the copied contacts, as their triggers would have kept them.
+    const [buckets] = await pgQuery<{ n: string; lovelace: string }>(
+      url,
+      "SELECT count(*) AS n, count(*) FILTER (WHERE trigram IN ('lov', 'ove', 'vel')) AS lovelace FROM contact_search_buckets",
+    );
+    assert.ok(Number(buckets!.n) > 50 && Number(buckets!.lovelace) >= 3, JSON.stringify(buckets));
     const [stored] = await pgQuery<{ credentials: string }>(url, "SELECT credentials FROM channel_settings WHERE channel = 'SMS'");
     const secrets = (JSON.parse(readFileSync(join(dataDir, 'config.json'), 'utf8')) as { secrets: { jwtSecret: string; encryptionKey: string } }).secrets;
     assert.equal(

@@ -17,10 +17,11 @@ import type { SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { pgSeedContacts, pgSeedCounters } from '../../bench/seed.js';
-import { contactSearch } from '../../src/core/db/dialect.js';
+import { contactSearch, PG_REBUILD_SEARCH_BUCKETS } from '../../src/core/db/dialect.js';
+import { encodeCursor } from '../../src/core/pagination.js';
 import { lookupStatement } from '../../src/core/services/contactImport.js';
-import { PG_SEARCH_WALK_ROWS } from '../../src/core/services/contacts.js';
-import { buildAsOwner } from '../helpers.js';
+import { PG_SEARCH_BUCKETS, PG_SEARCH_WALK_ROWS, searchPieces } from '../../src/core/services/contacts.js';
+import { buildAsOwner, type TestServer } from '../helpers.js';
 import { createDatabase, createTestDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
 import { migratePg } from '../../src/core/db/pgMigrate.js';
 
@@ -202,4 +203,114 @@ test('PostgreSQL import: the statistics are taken afresh as an import grows, so 
   } finally {
     await client.end();
   }
+});
+
+test('PostgreSQL search: matches far below the cursor are found through the candidate buckets, kept by triggers as contacts are written', {
+  skip: skipOutsideCIWithoutPostgres(),
+}, async (t) => {
+  const database = await createDatabase();
+  const { s, token } = await buildAsOwner(t, { env: { SVC_DATABASE_URL: database.url } });
+  t.after(database.drop);
+  const client = new pg.Client({ connectionString: s.config.databaseUrl! });
+  await client.connect();
+  try {
+    await searchBuckets(s, token, client);
+  } finally {
+    await client.end();
+  }
+});
+
+async function searchBuckets(s: TestServer, token: string, client: pg.Client): Promise<void> {
+  const ws = s.workspaceId;
+  // 12,000 contacts in one statement, the triggers on (one run of the INSERT trigger): a
+  // stretch of 300 zebrafish far below the newest, two more alone higher up, and a name only
+  // unicode folding finds; another workspace's zebrafish, newer than all, beside them.
+  await client.query(
+    `INSERT INTO contacts (workspace_id, email, first_name, last_name, created_at, updated_at)
+     SELECT $1, 'p' || i || '@ex.test', 'Person' || i,
+            CASE WHEN i BETWEEN 1000 AND 1299 OR i IN (5000, 9000) THEN 'Zebrafish' || i WHEN i = 700 THEN 'ÉMILE' ELSE 'Doe' || i END, '2026-01-01', '2026-01-01'
+       FROM generate_series(0, 11999) AS i ORDER BY i`,
+    [ws],
+  );
+  await client.query("INSERT INTO workspaces (id, name) VALUES (1000, 'other')");
+  await client.query(
+    "INSERT INTO contacts (workspace_id, email, last_name, created_at, updated_at) SELECT 1000, 'o' || i || '@ex.test', 'Zebrafish' || i, '2026-01-01', '2026-01-01' FROM generate_series(1, 3000) AS i",
+  );
+  await client.query('ANALYZE contacts');
+  const scan = async (q: string, below: number) =>
+    (
+      await client.query(
+        `SELECT id FROM contacts WHERE workspace_id = $1 AND id < $2 AND lower(concat_ws(E'\\n', email, phone, first_name, last_name)) LIKE '%' || lower($3) || '%' ORDER BY id DESC LIMIT 50`,
+        [ws, below, q],
+      )
+    ).rows.map((r) => Number(r.id));
+  const newest = async () => Number((await client.query('SELECT max(id) AS id FROM contacts WHERE workspace_id = $1', [ws])).rows[0].id);
+  const lo = Number((await client.query('SELECT min(id) AS id FROM contacts WHERE workspace_id = $1', [ws])).rows[0].id);
+  const page = async (q: string, below: number | null) => {
+    const cursor = below === null ? '' : `&cursor=${encodeCursor(below)}`;
+    const res = await s.request('GET', `/contacts?q=${encodeURIComponent(q)}${cursor}`, { token });
+    assert.equal(res.status, 200, res.text);
+    return (res.body.data as { id: number }[]).map((c) => c.id);
+  };
+  const check = async (q: string) => {
+    const hi = await newest();
+    for (let below = hi + 1; below > lo; below -= 1499) assert.deepEqual(await page(q, below), await scan(q, below), `q=${q} below ${below}`);
+    assert.deepEqual(await page(q, null), await scan(q, hi + 1), `q=${q}, first page`);
+  };
+  // Each contact's pieces are in its bucket (ids / 2048), none spanning two fields.
+  const pieces = async (id: number) =>
+    (await client.query('SELECT trigram FROM contact_search_buckets WHERE workspace_id = $1 AND bucket = $2 >> 11', [ws, id])).rows.map(
+      (r) => r.trigram as string,
+    );
+  const zebra = lo + 1100;
+  assert.ok((await pieces(zebra)).includes('ebr'));
+  assert.ok(!(await pieces(zebra)).some((p) => p.includes('\n')));
+  for (const q of ['zebrafish', 'Zebrafish12', 'ÉMI', 'nobody', 'p11999@', 'son1']) await check(q);
+
+  // Through the API: a new contact, a rename (its new pieces added) and a deletion (its
+  // bucket stays a candidate, read in vain) keep the answers a scan's.
+  const created = await s.request('POST', '/contacts', { token, body: { email: 'new@ex.test', lastName: 'Quetzal' } });
+  assert.equal(created.status, 201, created.text);
+  const renamed = await s.request('PATCH', `/contacts/${lo + 1200}`, { token, body: { lastName: 'Quetzalcoatl' } });
+  assert.equal(renamed.status, 200, renamed.text);
+  assert.equal((await s.request('DELETE', `/contacts/${lo + 9000}`, { token })).status, 204);
+  for (const q of ['quetzal', 'zebrafish', 'zebrafish9000']) await check(q);
+
+  // The page below the walk reads its first candidate buckets along the primary key, the
+  // pieces looked up in their own index (never the trigram index: it reads whole lists).
+  const plan = await explain(client, contactSearch.pgBuckets(ws, 'zebrafish', searchPieces('zebrafish'), (await newest()) - 2000, 51, PG_SEARCH_BUCKETS));
+  assert.match(
+    plan,
+    /Scan using contact_search_buckets_idx on contact_search_buckets[^\n]*\n\s*Index Cond: \(\(workspace_id = '\d+'::bigint\) AND \(trigram = p\.trigram\)/,
+    plan,
+  );
+  assert.match(plan, /Index Scan Backward using contacts_pkey/, plan);
+  assert.doesNotMatch(plan, /contacts_search_idx|Seq Scan on contacts/, plan);
+
+  // svc db copy's rebuild (its copy disables the triggers) makes the same rows.
+  const before = (await client.query('SELECT DISTINCT workspace_id, trigram, bucket FROM contact_search_buckets ORDER BY 1, 2, 3')).rows;
+  await client.query(PG_REBUILD_SEARCH_BUCKETS);
+  const fresh = (await client.query('SELECT DISTINCT workspace_id, trigram, bucket FROM contact_search_buckets ORDER BY 1, 2, 3')).rows;
+  const key = (r: Record<string, unknown>) => `${r.workspace_id}/${r.trigram}/${r.bucket}`;
+  const rebuilt = new Set(fresh.map(key));
+  // The rebuild has every piece of the contacts now there; the rows kept by triggers those too, and the deleted contact's.
+  assert.ok(fresh.every((r) => before.some((b) => key(b) === key(r))));
+  assert.ok(
+    before.length > fresh.length &&
+      before.filter((b) => !rebuilt.has(key(b))).every((b) => Number(b.bucket) === (lo + 9000) >> 11 || Number(b.bucket) === (lo + 1200) >> 11),
+  );
+}
+
+test('the pieces a PostgreSQL search looks up in its buckets are trigrams every matching text holds', () => {
+  assert.deepEqual(searchPieces('Smith7'), ['smi', 'mit', 'ith', 'th7']);
+  // Runs of ASCII letters and digits only: other characters end a run (pg_trgm splits words
+  // there, or folds and stores them its own way).
+  assert.deepEqual(searchPieces('ada.lovelace@x'), ['ada', 'lov', 'ove', 'vel', 'ela', 'lac', 'ace']);
+  assert.deepEqual(searchPieces('émile'), ['mil', 'ile']);
+  for (const none of ['@x.co', 'ÉMI', '12', 'a-b-c', 'K\u212Aelvin'.slice(0, 2)]) assert.deepEqual(searchPieces(none), [], none);
+  // At most 16, spread along q, the first and the last among them.
+  const long = searchPieces('abcdefghijklmnopqrstuvwxyz0123456789');
+  assert.equal(long.length, 16);
+  assert.deepEqual([long[0], long.at(-1)], ['abc', '789']);
+  assert.ok(long.every((p) => 'abcdefghijklmnopqrstuvwxyz0123456789'.includes(p)));
 });

@@ -7,7 +7,8 @@
  * flags are boolean) and are checked against that mapping only. The one documented
  * difference is the substring search: SQLite's FTS5 table and the trigger that feeds it on
  * update, PostgreSQL's trigram index and the generated column it covers (the searched text,
- * lower-cased).
+ * lower-cased), with the candidate buckets of a search and the triggers that keep them
+ * (migrations/pg/0009).
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -28,7 +29,17 @@ const SQLITE_ONLY_TABLES = /^(sqlite_|contacts_fts($|_))/;
 
 /** What only one store has, by design: how each does `GET /contacts?q=`. */
 const ONLY_SQLITE = ['trigger contacts.contacts_after_update AFTER UPDATE'];
-const ONLY_POSTGRES = ['column contacts.search_text null default=no pk=0', 'index contacts.contacts_search_idx (search_text) gin'];
+const ONLY_POSTGRES = [
+  'column contact_search_buckets.bucket not null default=no pk=0',
+  'column contact_search_buckets.trigram not null default=no pk=0',
+  'column contact_search_buckets.workspace_id not null default=no pk=0',
+  'column contacts.search_text null default=no pk=0',
+  'index contact_search_buckets.contact_search_buckets_idx (workspace_id,trigram,bucket) not unique whole',
+  'index contacts.contacts_search_idx (search_text) gin',
+  'table contact_search_buckets',
+  'trigger contacts.contact_search_buckets_after_insert AFTER INSERT',
+  'trigger contacts.contact_search_buckets_after_update AFTER UPDATE',
+];
 
 /** The PostgreSQL types a SQLite column's declared type may become (schema.pg.ts, top). */
 const TYPE_MAP: Record<string, string[]> = {

@@ -432,8 +432,12 @@ export const PG_SEARCH_WALK_ROWS = 2_000;
  * from the index and sorts them; it chooses by a guess of how many match, spread evenly. At a
  * million contacts whose matches sat far below the newest (a list imported in order of name),
  * it walked: q=Smith77 took p50 178 / p99 377 ms (README, Reads at scale). Here the walk is
- * bounded, PG_SEARCH_WALK_ROWS contacts, and when they hold less than the page, the rest comes
- * from the index below them, in a transaction that forbids the planner the walk.
+ * bounded, PG_SEARCH_WALK_ROWS contacts; when they hold less than the page, the next
+ * PG_SEARCH_BUCKETS candidate buckets below them are read (migrations/pg/0009: each a stretch
+ * of ids holding every piece of q), and only when those leave the page short does the rest
+ * come from the index below them, in a transaction that forbids the planner the walk.
+ * `q=Smith7` below a cursor above its 111,111 matches had read and sorted them all (p50 56-77
+ * ms at a million); its first two candidate buckets hold the page.
  */
 async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<number[] | undefined> {
   const { before, take, indexedQ, alone, driver } = listPlan(filter, ctx.store.dialect);
@@ -445,7 +449,31 @@ async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<
   );
   const ids = (walk?.ids ?? []).map(Number);
   if (ids.length >= take || Number(walk?.n ?? 0) < PG_SEARCH_WALK_ROWS) return ids;
-  const end = Number(walk!.end);
+  let end = Number(walk!.end);
+  // Then the next candidate buckets below the walk (contact_search_buckets): the stretches of
+  // 2,048 ids that can hold a match, each read along the primary key. Fewer candidates than
+  // asked for means no match lies below them. Two: where the matches are many and together
+  // (a list imported in order of name), the first may hold only the top of their stretch and
+  // the second is full; where they are few and spread, each bucket read in vain costs about
+  // a millisecond, and the trigram index below them does better.
+  const pieces = searchPieces(indexedQ!);
+  if (pieces.length && !indexedQ!.includes('\n') && !indexedQ!.includes('\u0000')) {
+    const need = take - ids.length;
+    const rows = await queryRows<{ bucket: unknown; id: unknown }>(
+      ctx.store,
+      ctx.db,
+      contactSearch.pgBuckets(ctx.workspaceId, indexedQ!, pieces, end, need, PG_SEARCH_BUCKETS),
+    );
+    const found = rows
+      .filter((r) => r.id !== null)
+      .map((r) => Number(r.id))
+      .sort((a, b) => b - a)
+      .slice(0, need);
+    const buckets = new Set(rows.map((r) => Number(r.bucket)));
+    if (found.length >= need || buckets.size < PG_SEARCH_BUCKETS) return [...ids, ...found];
+    ids.push(...found);
+    end = Math.min(...buckets) * PG_SEARCH_BUCKET_IDS;
+  }
   const lookUp = await pgLookUpPart(ctx, indexedQ!);
   const rest = await withTransaction(
     ctx,
@@ -457,6 +485,31 @@ async function pgMatches(ctx: WorkspaceContext, filter: ContactFilter): Promise<
     { isolation: 'read committed' },
   );
   return [...ids, ...rest.map((r) => Number(Object.values(r)[0]))];
+}
+
+/** How many candidate buckets (contact_search_buckets) a PostgreSQL search reads before it takes the trigram index (pgMatches). */
+export const PG_SEARCH_BUCKETS = 2;
+/** The ids a bucket spans (migrations/pg/0009: id >> 11). */
+const PG_SEARCH_BUCKET_IDS = 2048;
+
+/**
+ * The trigrams every contact matching q holds among those of its searched text as pg_trgm's
+ * show_trgm gives them (contact_search_buckets, migrations/pg/0009): the three-character pieces
+ * of q's runs of ASCII letters and digits, lower-cased (at most 16, spread along q). Such a run
+ * lies inside one word of any text holding q, since ASCII letters and digits are a word's
+ * characters in every locale, and show_trgm holds every piece of a word. A character outside
+ * ASCII ends a run: lower() may fold it differently, and pg_trgm stores its pieces hashed. None
+ * (a q like `@ex.co` or `émile`): the buckets cannot help, and the search goes without them.
+ */
+export function searchPieces(q: string): string[] {
+  const pieces = new Set<string>();
+  for (const [run] of q.matchAll(/[A-Za-z0-9]{3,}/g)) {
+    const lower = run.toLowerCase();
+    for (let i = 0; i + 3 <= lower.length; i++) pieces.add(lower.slice(i, i + 3));
+  }
+  const all = [...pieces];
+  if (all.length <= PG_SEARCH_PIECES) return all;
+  return Array.from({ length: PG_SEARCH_PIECES }, (_, i) => all[Math.round((i * (all.length - 1)) / (PG_SEARCH_PIECES - 1))]!);
 }
 
 /** How many of the workspace's newest contacts pgLookUpPart counts a q's pieces in. */

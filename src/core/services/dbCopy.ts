@@ -4,6 +4,7 @@ import type Database from 'better-sqlite3';
 import pg from 'pg';
 import { configPath, redactDatabaseUrl } from '../config.js';
 import { openDatabase } from '../db/connection.js';
+import { PG_DERIVED_TABLES, PG_REBUILD_SEARCH_BUCKETS } from '../db/dialect.js';
 import { DatabaseTooNewError, findMigrationsDir, migrate, readJournal } from '../db/migrate.js';
 import { migratePg, pgMigrationStatus } from '../db/pgMigrate.js';
 import { ConflictError, ValidationError } from '../errors.js';
@@ -375,8 +376,9 @@ async function connect(url: string, applicationName: string): Promise<pg.Client>
 async function pgTables(client: pg.ClientBase): Promise<TableShape[]> {
   const tables = await client.query<{ name: string }>(
     `SELECT table_name AS name FROM information_schema.tables
-      WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> $1 ORDER BY table_name`,
-    [MIGRATIONS_TABLE],
+      WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' AND table_name <> ALL($1) ORDER BY table_name`,
+    // Tables PostgreSQL alone has, an index of others kept by triggers: never copied, rebuilt (openPgTarget's commit).
+    [[MIGRATIONS_TABLE, ...PG_DERIVED_TABLES]],
   );
   const columns = await client.query<{ table: string; name: string; type: string }>(
     // A generated column (contacts.search_text, PostgreSQL's alone) is computed by the target, never copied.
@@ -488,7 +490,7 @@ async function assertPgTargetEmpty(url: string, tables: string[]): Promise<void>
       `SELECT c.relname AS name, c.relkind::text AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname`,
     );
-    const ours = new Set([...tables, MIGRATIONS_TABLE]);
+    const ours = new Set([...tables, MIGRATIONS_TABLE, ...PG_DERIVED_TABLES]);
     const KINDS: Record<string, string> = { v: 'view', m: 'materialized view', f: 'foreign table' };
     const foreign = relations.rows.filter((r) => !ours.has(r.name) || KINDS[r.kind]);
     if (foreign.length) {
@@ -625,6 +627,8 @@ async function openPgTarget(url: string, batchRows: number): Promise<Target> {
       }
     },
     async commit() {
+      // The search's buckets, whose triggers were off while the contacts came in.
+      await client.query(PG_REBUILD_SEARCH_BUCKETS);
       for (const t of withTriggers) await client.query(`ALTER TABLE ${quote(t)} ENABLE TRIGGER USER`);
       await client.query('COMMIT');
       await client.end();
