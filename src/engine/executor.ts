@@ -394,23 +394,34 @@ export class RunExecutor {
     const template = await this.sql.template(Number(step.templateId), run.workspace_id);
     if (!template) return { kind: 'failed', error: `template ${step.templateId} does not exist in this workspace` };
     if (template.channel !== channel) return { kind: 'failed', error: `template ${template.id} is a ${template.channel} template, not ${channel}` };
-    const to = step.to !== undefined ? (await renderString(String(step.to), ctx)).trim() : channel === 'EMAIL' ? contact?.row.email : contact?.row.phone;
-    if (!to) return { kind: 'failed', error: `no ${channel === 'EMAIL' ? 'email address' : 'phone number'} to send to` };
+    const given = step.to !== undefined ? await renderString(String(step.to), ctx) : channel === 'EMAIL' ? contact?.row.email : contact?.row.phone;
+    const recipient = recipientOf(channel, given ?? '', step.to !== undefined, this.config.defaultPhoneRegion);
     const rendered = await renderContent(JSON.parse(template.content) as Record<string, unknown>, ctx);
     const attempt = previous.length + 1;
     state.attempts = attempt;
     const row = {
       workspaceId: run.workspace_id,
       channel,
-      to,
+      to: recipient.ok ? recipient.to : recipient.shown,
       attempt,
       runId: run.id,
       stepIndex: index,
       templateId: template.id,
       rendered: JSON.stringify(rendered),
     };
+    const configured = run.sandbox ? 'outbox' : ((await this.sql.provider(run.workspace_id, channel)) ?? 'outbox');
 
-    if (run.sandbox || ((await this.sql.provider(run.workspace_id, channel)) ?? 'outbox') === 'outbox') {
+    if (!recipient.ok) {
+      // Refused before any provider (the outbox too) sees it, and not retried: the run's
+      // trigger renders the same again. The try is recorded, saying why the message did not go.
+      const { error } = recipient;
+      exec.ops.push((s) => s.insertAttempt({ ...row, provider: configured, status: 'FAILED', providerMessageId: null, error }));
+      countDelivery(channel, configured, 'FAILED');
+      return { kind: 'failed', error };
+    }
+    const to = recipient.to;
+
+    if (configured === 'outbox') {
       // The outbox only records: the attempt is one more queued write of this run.
       const providerMessageId = `outbox-${randomUUID()}`;
       exec.ops.push((s) => s.insertAttempt({ ...row, provider: 'outbox', status: 'SENT', providerMessageId, error: null }));
@@ -492,6 +503,31 @@ export class RunExecutor {
     }
     return { kind: 'failed', error: result.error };
   }
+}
+
+type Recipient = { ok: true; to: string } | { ok: false; error: string; shown: string };
+
+/**
+ * The one address a send step goes to, normalised as a contact's own is (an email address
+ * lower-cased and trimmed; a phone number, for SMS and WhatsApp alike, in E.164 from the
+ * configured default region), or why there is none. A rendered `to` comes from whoever
+ * can post to the webhook: a list ("a@x.co, b@x.co") or a value with header lines in it
+ * must never reach a provider, which would read it as several recipients.
+ */
+function recipientOf(channel: Channel, value: string, rendered: boolean, defaultRegion: string): Recipient {
+  const kind = channel === 'EMAIL' ? 'email address' : 'phone number';
+  const trimmed = value.trim();
+  // Kept on the attempt as given, bounded, with control characters (a CRLF, U+0000, which
+  // PostgreSQL refuses) and lone surrogates replaced: the record shows the value, never a header line.
+  const shown = clip(trimmed.replace(/[\p{Cc}\p{Cs}]/gu, '\uFFFD'));
+  if (trimmed === '') return { ok: false, shown, error: rendered ? `the recipient ("to") rendered empty: no ${kind} to send to` : `no ${kind} to send to` };
+  const to = channel === 'EMAIL' ? normalizeEmail(trimmed) : normalizePhone(trimmed, defaultRegion);
+  if (to) return { ok: true, to };
+  return {
+    ok: false,
+    shown,
+    error: `the recipient ${JSON.stringify(trimmed.slice(0, 100))} is not ${channel === 'EMAIL' ? 'one email address' : 'a valid phone number'}`,
+  };
 }
 
 /** Provider and error texts are bounded so a chatty provider cannot bloat the table. */

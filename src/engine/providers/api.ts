@@ -27,6 +27,13 @@ export interface OutgoingMessage {
 }
 
 /**
+ * A recipient phone number as the SMS and WhatsApp APIs are given it: E.164 and nothing
+ * else. The engine normalises before it sends; a provider refuses anything else rather
+ * than let the API guess what a formatted or empty number means.
+ */
+export const E164_RE = /^\+[1-9]\d{1,14}$/;
+
+/**
  * A failure with `retryAfterMs` is a rate-limit answer: the destination asked to be called
  * again no sooner than that. It is transient, and not a failed try of the message: the
  * caller defers the send until then.

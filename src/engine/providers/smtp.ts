@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import type { Transporter } from 'nodemailer';
 import type { SmtpCredentials, SmtpSettings } from '../../core/services/channels.js';
+import { normalizeEmail } from '../../core/validation.js';
 import {
   accountKey,
   blockDestination,
@@ -173,6 +174,11 @@ export const smtpProvider: Provider = {
   async send(msg, settings, credentials, opts) {
     const s = settings as unknown as SmtpSettings;
     const c = credentials as SmtpCredentials;
+    // nodemailer reads a string as an address list and strips line breaks from it: "a@x.co,
+    // b@x.co" or "<a@x.co>\r\nBcc: b@x.co" would reach other people than the one named. Only
+    // one plain address goes, as an address object, which nodemailer takes as it is.
+    const to = normalizeEmail(msg.to);
+    if (!to) return { ok: false, transient: false, error: 'smtp: the recipient is not one email address (EENVELOPE)' };
     const policy = opts.outbound ?? defaultOutboundPolicy();
     try {
       checkLiteral(s.host, s.port, policy);
@@ -195,7 +201,7 @@ export const smtpProvider: Provider = {
     try {
       const info = await entry.transport.sendMail({
         from: s.from,
-        to: msg.to,
+        to: { name: '', address: to },
         subject: typeof r.subject === 'string' ? r.subject : '',
         ...(typeof r.html === 'string' ? { html: r.html } : {}),
         ...(typeof r.text === 'string' ? { text: r.text } : {}),

@@ -1,5 +1,5 @@
 import type { TwilioCredentials, TwilioSettings } from '../../core/services/channels.js';
-import { callProviderApi, errorText, isTransientStatus, retryAfterMsOf, type ApiReply, type Provider, type SendResult } from './api.js';
+import { callProviderApi, E164_RE, errorText, isTransientStatus, retryAfterMsOf, type ApiReply, type Provider, type SendResult } from './api.js';
 
 /** Twilio's Messaging Service ids: sent as MessagingServiceSid instead of From. */
 const MESSAGING_SERVICE_RE = /^MG[0-9a-fA-F]{32}$/;
@@ -40,6 +40,7 @@ export const twilioProvider: Provider = {
   async send(msg, settings, credentials, opts) {
     const s = settings as unknown as TwilioSettings;
     const c = credentials as unknown as TwilioCredentials;
+    if (!E164_RE.test(msg.to)) return { ok: false, transient: false, error: 'twilio: the recipient is not a phone number in E.164 form' };
     const form = new URLSearchParams({ To: msg.to, Body: typeof msg.rendered.text === 'string' ? msg.rendered.text : '' });
     form.set(MESSAGING_SERVICE_RE.test(s.from) ? 'MessagingServiceSid' : 'From', s.from);
     const url = `${s.baseUrl}/2010-04-01/Accounts/${encodeURIComponent(s.accountSid)}/Messages.json`;

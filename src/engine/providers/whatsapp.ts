@@ -1,5 +1,15 @@
 import type { WhatsAppCredentials, WhatsAppSettings } from '../../core/services/channels.js';
-import { callProviderApi, errorText, isTransientStatus, retryAfterMsOf, type ApiReply, type OutgoingMessage, type Provider, type SendResult } from './api.js';
+import {
+  callProviderApi,
+  E164_RE,
+  errorText,
+  isTransientStatus,
+  retryAfterMsOf,
+  type ApiReply,
+  type OutgoingMessage,
+  type Provider,
+  type SendResult,
+} from './api.js';
 
 /**
  * Graph API error codes that mean "slow down" although the status is 400: app, account
@@ -66,6 +76,7 @@ export const whatsappProvider: Provider = {
   async send(msg, settings, credentials, opts) {
     const s = settings as unknown as WhatsAppSettings;
     const c = credentials as unknown as WhatsAppCredentials;
+    if (!E164_RE.test(msg.to)) return { ok: false, transient: false, error: 'whatsapp: the recipient is not a phone number in E.164 form' };
     const url = `${s.baseUrl}/${encodeURIComponent(s.phoneNumberId)}/messages`;
     const headers = { authorization: `Bearer ${c.accessToken}`, 'content-type': 'application/json', accept: 'application/json' };
     return callProviderApi(
