@@ -476,6 +476,27 @@ test('a body after a UTF-8 byte order mark is read as JSON (RFC 8259 8.1), signe
   assertProblem(await post(s, hook.path, { raw: twice, headers: { 'x-service-signature': sign('bom-secret-0123456789abcdef', twice) } }), 400, 'invalid_json');
 });
 
+test('400 invalid_json when the body is not UTF-8, whatever its charset says: nothing is stored with U+FFFD in its place', async (t) => {
+  const { s, token } = await setup(t);
+  const hook = await hookWorkflow(s, token, { lookup: 'email', createIfNotFound: true });
+  const latin1 = Buffer.from('{"email":"jos\xe9@example.com","name":"Jos\xe9"}', 'latin1');
+  for (const contentType of ['application/json', 'application/json; charset=iso-8859-1']) {
+    const res = await post(s, hook.path, { raw: latin1, headers: { 'content-type': contentType } });
+    assertProblem(res, 400, 'invalid_json');
+    assert.match(res.body.detail, /not UTF-8/);
+  }
+  // A lone byte that starts a sequence, a cut-off sequence, an encoded surrogate.
+  for (const bad of [[0xff], [0xc3], [0xed, 0xa0, 0x80]]) {
+    const raw = Buffer.concat([Buffer.from('{"email":"ann@example.com","x":"'), Buffer.from(bad), Buffer.from('"}')]);
+    assertProblem(await post(s, hook.path, { raw }), 400, 'invalid_json');
+  }
+  assert.equal(await runCount(s, hook.id), 0);
+  assert.equal(await contactCount(s), 0);
+  // The same text in UTF-8 is taken.
+  const ok = await post(s, hook.path, { raw: Buffer.from('{"email":"jos\u00e9@example.com","name":"Jos\u00e9"}') });
+  assert.equal(ok.status, 202, ok.text);
+});
+
 test('422 when the body is JSON but not an object (array, string, number, boolean, null)', async (t) => {
   const { s, token } = await setup(t);
   await createContact(s, token, { email: 'ann@example.com' });

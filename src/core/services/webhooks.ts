@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { createHash, createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
@@ -166,6 +167,9 @@ function evaluateBody(target: WebhookTarget, req: ReceivedRequest & { raw: Buffe
   if (req.idempotencyKey !== undefined && !validIdempotencyKey(req.idempotencyKey)) {
     throw new AppError(400, 'invalid_idempotency_key', 'Idempotency-Key must be 1 to 255 characters, none of them a control character (such as a tab)');
   }
+  // JSON between systems is UTF-8 (RFC 8259, 8.1), whatever a charset parameter says: other
+  // bytes would be read as U+FFFD and stored so, a corrupted name or address accepted.
+  if (!isUtf8(req.raw)) throw new AppError(400, 'invalid_json', 'The body is not valid JSON: it is not UTF-8 text');
   const text = jsonTextOf(req.raw);
   let parsed: unknown;
   try {
