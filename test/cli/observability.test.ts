@@ -21,6 +21,8 @@ async function sendSecrets(url: string): Promise<void> {
   await request(url, 'POST', `/v1/webhooks/in/${SECRET_TOKEN}`, { body: { email: 'a@example.com' } });
   await request(url, 'GET', '/contacts', { token: 'svc_live_secret-bearer-value-0123456789' });
   await request(url, 'POST', '/auth/login', { body: { email: 'owner@example.com', password: 'secret-password-0123' } });
+  // Credentials a client put in the query string by mistake: by their names, or an API key under any name.
+  await request(url, 'GET', '/contacts?limit=5&access_token=secret-query-token&api_key=secret-query-key&q=svc_live_secret-query-any&password=secret-query-pw');
 }
 
 async function waitFor(read: () => string, re: RegExp, ms = 20_000): Promise<void> {
@@ -32,7 +34,7 @@ async function waitFor(read: () => string, re: RegExp, ms = 20_000): Promise<voi
 }
 
 function assertNoSecrets(text: string): void {
-  for (const secret of [SECRET_TOKEN, 'secret-bearer-value', 'secret-password']) assert.ok(!text.includes(secret), `"${secret}" is not logged:\n${text}`);
+  for (const secret of [SECRET_TOKEN, 'secret-bearer-value', 'secret-password', 'secret-query']) assert.ok(!text.includes(secret), `"${secret}" is not logged:\n${text}`);
 }
 
 test('logs are JSON lines when stdout is not a terminal (the default), secrets redacted', async (t) => {
@@ -50,6 +52,10 @@ test('logs are JSON lines when stdout is not a terminal (the default), secrets r
   }
   assert.ok(
     logs.some((l) => l.includes('/v1/webhooks/in/[redacted]')),
+    server.stdout(),
+  );
+  assert.ok(
+    logs.some((l) => l.includes('/contacts?limit=5&access_token=[redacted]&api_key=[redacted]&q=[redacted]&password=[redacted]')),
     server.stdout(),
   );
   // Each request's lines carry its id (the request's logger is made on its first line).

@@ -19,9 +19,24 @@ export const REDACT_PATHS = [
   '*.accessToken',
 ];
 
-/** Webhook tokens are credentials: they never reach the log, not even inside a URL. */
+/** A query parameter whose name says it carries a secret. */
+const SECRET_PARAM = /token|key|secret|pass|signature|auth|session|code/i;
+/** A value that is one whatever its name: an API key, a JWT. */
+const SECRET_VALUE = /svc_(?:live|test)_|^eyJ[\w-]*\.[\w-]*\./;
+
+/**
+ * Webhook tokens are credentials: they never reach the log, not even inside a URL. Nor does
+ * a credential a client put in the query string by mistake (`?access_token=`, `?api_key=`, an
+ * API key under any name): svc never reads one there, but the URL is logged.
+ */
 export function redactUrl(url: string): string {
-  return url.replace(/(\/v1\/webhooks\/in\/)[^/?#]+/, '$1[redacted]');
+  const path = url.replace(/(\/v1\/webhooks\/in\/)[^/?#]+/, '$1[redacted]');
+  const q = path.indexOf('?');
+  if (q === -1) return path;
+  const query = path.slice(q + 1).replace(/([^&=]*)=([^&]*)/g, (pair, name: string, value: string) =>
+    SECRET_PARAM.test(name) || SECRET_VALUE.test(value) ? `${name}=[redacted]` : pair,
+  );
+  return `${path.slice(0, q + 1)}${query}`;
 }
 
 /** Whether log lines are written for people: `pretty`, or `auto` when the destination is a terminal. */
