@@ -31,7 +31,8 @@ interface Seen {
   body: string;
 }
 
-type Reply = { status: number; body?: unknown } | 'hang';
+/** 'hang': no answer; `cut`: this status and part of a body, then the connection is broken. */
+type Reply = { status: number; body?: unknown } | 'hang' | { cut: number };
 
 /** A local HTTP server answering with `reply(n)` for the n-th request (1-based). */
 async function apiServer(t: TestContext, reply: (n: number, req: Seen) => Reply | Promise<Reply>) {
@@ -44,6 +45,12 @@ async function apiServer(t: TestContext, reply: (n: number, req: Seen) => Reply 
       seen.push(entry);
       const r = await reply(seen.length, entry);
       if (r === 'hang') return;
+      if ('cut' in r) {
+        res.writeHead(r.cut, { 'content-type': 'application/json', 'content-length': '200' });
+        res.write('{"sid":"SM');
+        setTimeout(() => res.socket?.destroy(), 20);
+        return;
+      }
       res.writeHead(r.status, { 'content-type': 'application/json' });
       res.end(r.body === undefined ? '' : JSON.stringify(r.body));
     });
@@ -200,6 +207,26 @@ test('twilio: a 400 is permanent and carries the provider message; 429 and timeo
   assert.deepEqual([timedOut.status, timedOut.transient], ['FAILED', true]);
   assert.match(timedOut.error ?? '', /timed out/);
   assert.ok(Date.now() - started < 5_000, 'bounded by httpTimeoutMs');
+});
+
+test('twilio: a 201 whose body is cut off is SENT, not sent again; a 503 so cut off is still transient', async (t) => {
+  const { s, token } = await setup(t);
+  const api = await apiServer(t, () => ({ cut: 201 }));
+  await useTwilio(s, token, api.url);
+  const done = await deliverWithRetries({ db: s.db, store: s.store, config: s.config }, { ...sms(s), runId: 11, stepIndex: 0 });
+  assert.equal(done.status, 'SENT', JSON.stringify(done));
+  assert.equal(api.seen.length, 1, 'the provider took the message once');
+  const attempts = await findAttemptsForStep(s.db, 11, 0);
+  assert.deepEqual(
+    attempts.map((a) => [a.attempt, a.status, a.providerMessageId ?? null]),
+    [[1, 'SENT', null]],
+  );
+
+  const failing = await apiServer(t, () => ({ cut: 503 }));
+  await useTwilio(s, token, failing.url);
+  const once = await deliverOnce({ db: s.db, store: s.store, config: s.config }, { ...sms(s), attempt: 1 });
+  assert.deepEqual([once.status, once.transient], ['FAILED', true]);
+  assert.match(once.error ?? '', /twilio: HTTP 503/);
 });
 
 test('twilio: an unreachable API is transient; a Messaging Service id is sent as MessagingServiceSid', async (t) => {

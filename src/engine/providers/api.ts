@@ -166,7 +166,8 @@ export async function callProviderApi(call: ProviderCall, opts: SendOptions): Pr
 /**
  * One POST to a provider's HTTP API, bounded by the timeout from connect to last byte, over
  * the thread's guarded keep-alive pool. Throws only for network problems, timeouts and
- * refused destinations (OutboundError with code blocked_address).
+ * refused destinations (OutboundError with code blocked_address) before the status arrives;
+ * after it, a broken or slow body is what arrived of it.
  */
 export async function postToProvider(
   url: string | URL,
@@ -188,15 +189,21 @@ export async function postToProvider(
   });
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of res.body) {
-    const buf = chunk as Buffer;
-    size += buf.length;
-    if (size > MAX_REPLY_BYTES) {
-      chunks.push(buf.subarray(0, buf.length - (size - MAX_REPLY_BYTES)));
-      res.body.destroy();
-      break;
+  try {
+    for await (const chunk of res.body) {
+      const buf = chunk as Buffer;
+      size += buf.length;
+      if (size > MAX_REPLY_BYTES) {
+        chunks.push(buf.subarray(0, buf.length - (size - MAX_REPLY_BYTES)));
+        res.body.destroy();
+        break;
+      }
+      chunks.push(buf);
     }
-    chunks.push(buf);
+  } catch {
+    // The status came and then the connection broke (or the body timed out): the status says
+    // what the provider did with the message. A 201 so cut off was taken for a network failure
+    // and sent again, five times; it is the provider's answer, its body what arrived.
   }
   const text = Buffer.concat(chunks).toString('utf8');
   let json: unknown;
