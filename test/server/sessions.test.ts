@@ -206,6 +206,14 @@ test('svc user passwd ends every session of the user, on a running server', asyn
   const audit = await s.db.select().from(auditLogs).where(eq(auditLogs.action, 'user.password_changed'));
   assert.equal(audit.length, 1);
   assert.equal(audit[0]!.actorType, 'CLI');
+  // In the log of the user's workspace, which its admins read (GET /audit-logs).
+  assert.equal(audit[0]!.workspaceId, s.workspaceId);
+  const feed = await s.request('GET', '/audit-logs?action=user.password_changed', { token: owner.token });
+  assert.equal(feed.status, 200, feed.text);
+  assert.deepEqual(
+    feed.body.data.map((e: { action: string; actor: { type: string }; target: { id: number } }) => [e.action, e.actor.type, e.target.id]),
+    [['user.password_changed', 'CLI', u.id]],
+  );
 });
 
 // ---------------------------------------------------------------------------------------

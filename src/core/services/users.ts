@@ -115,6 +115,16 @@ export async function endSessions(
   return new Set(ended.map((r) => r.familyId)).size;
 }
 
+/**
+ * An entry about a user made outside any workspace (the CLI's `svc user passwd`, `svc admin
+ * grant|revoke`), in the audit log of every workspace the user belongs to: the log a
+ * workspace's admins can read. A user of none: one entry of no workspace.
+ */
+async function auditForUser(ctx: SystemContext, userId: number, entry: Omit<Parameters<typeof recordAudit>[1], 'workspaceId'>): Promise<void> {
+  const of = await ctx.db.select({ workspaceId: memberships.workspaceId }).from(memberships).where(eq(memberships.userId, userId));
+  for (const workspaceId of of.length ? of.map((m) => m.workspaceId) : [null]) await recordAudit(ctx, { ...entry, workspaceId });
+}
+
 /** Sets a user's password (CLI `svc user passwd`) and ends every session of that user. */
 export async function setPassword(ctx: SystemContext, email: string, password: string): Promise<UserView & { sessionsEnded: number }> {
   requirePassword(password);
@@ -123,7 +133,7 @@ export async function setPassword(ctx: SystemContext, email: string, password: s
     const user = await requireUser(tx, email);
     await tx.db.update(users).set({ passwordHash, updatedAt: nowIso() }).where(eq(users.id, user.id));
     const sessionsEnded = await endSessions(tx, user.id);
-    await recordAudit(tx, { workspaceId: null, action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
+    await auditForUser(tx, user.id, { action: 'user.password_changed', target: { type: 'user', id: user.id }, metadata: { sessionsEnded } });
     return { ...userView(user), sessionsEnded };
   });
 }
@@ -143,8 +153,7 @@ export function setSuperAdmin(ctx: SystemContext, email: string, isSuperAdmin: b
     }
     const [row] = await tx.db.update(users).set({ isSuperAdmin, updatedAt: nowIso() }).where(eq(users.id, user.id)).returning();
     if (!row) throw new Error('the update returned no row');
-    await recordAudit(tx, {
-      workspaceId: null,
+    await auditForUser(tx, user.id, {
       action: isSuperAdmin ? 'user.super_admin_granted' : 'user.super_admin_revoked',
       target: { type: 'user', id: user.id },
     });
