@@ -34,7 +34,8 @@ async function waitFor(read: () => string, re: RegExp, ms = 20_000): Promise<voi
 }
 
 function assertNoSecrets(text: string): void {
-  for (const secret of [SECRET_TOKEN, 'secret-bearer-value', 'secret-password', 'secret-query']) assert.ok(!text.includes(secret), `"${secret}" is not logged:\n${text}`);
+  for (const secret of [SECRET_TOKEN, 'secret-bearer-value', 'secret-password', 'secret-query'])
+    assert.ok(!text.includes(secret), `"${secret}" is not logged:\n${text}`);
 }
 
 test('logs are JSON lines when stdout is not a terminal (the default), secrets redacted', async (t) => {

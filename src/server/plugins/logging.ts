@@ -33,9 +33,9 @@ export function redactUrl(url: string): string {
   const path = url.replace(/(\/v1\/webhooks\/in\/)[^/?#]+/, '$1[redacted]');
   const q = path.indexOf('?');
   if (q === -1) return path;
-  const query = path.slice(q + 1).replace(/([^&=]*)=([^&]*)/g, (pair, name: string, value: string) =>
-    SECRET_PARAM.test(name) || SECRET_VALUE.test(value) ? `${name}=[redacted]` : pair,
-  );
+  const query = path
+    .slice(q + 1)
+    .replace(/([^&=]*)=([^&]*)/g, (pair, name: string, value: string) => (SECRET_PARAM.test(name) || SECRET_VALUE.test(value) ? `${name}=[redacted]` : pair));
   return `${path.slice(0, q + 1)}${query}`;
 }
 

@@ -148,7 +148,12 @@ export async function authRoutes(app: App, opts: { throttle: LoginThrottle; publ
     const cookieToken = sameOriginCookie(req);
     const principal = cookieToken || req.headers.authorization === undefined ? undefined : await authenticate(req.systemCtx(), req.headers.authorization);
     await logout(req.systemCtx(), cookieToken, principal);
-    reply.clearCookie(REFRESH_COOKIE, { httpOnly: true, sameSite: 'strict', path: '/auth', secure: req.protocol === 'https' || opts.publicUrl.startsWith('https:') });
+    reply.clearCookie(REFRESH_COOKIE, {
+      httpOnly: true,
+      sameSite: 'strict',
+      path: '/auth',
+      secure: req.protocol === 'https' || opts.publicUrl.startsWith('https:'),
+    });
     return reply.code(204).send();
   });
 }
