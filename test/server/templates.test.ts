@@ -298,6 +298,23 @@ test('DELETE of a template an ACTIVE workflow sends with is 409 template_in_use,
   );
 });
 
+test('a template an ACTIVE workflow sends with keeps its channel (409 template_in_use); its content and name may change', async (t) => {
+  const { s, token } = await setup(t);
+  const tpl = await createTemplate(s, token, { name: 'Code', channel: 'SMS', content: { text: 'x' } });
+  const wf = await sendingWorkflow(s, token, tpl.id, { name: 'Texts' });
+  const moved = await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { channel: 'EMAIL', content: SAMPLE_CONTENT.EMAIL } });
+  assertProblem(moved, 409, 'template_in_use');
+  assert.match(moved.body.detail, new RegExp(`workflow "Texts" \\(id ${wf.id}\\) to send SMS; .*before changing its channel`));
+  assert.equal((await s.request('GET', `/templates/${tpl.id}`, { token })).body.channel, 'SMS');
+  const edited = await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { name: 'Code 2', content: { text: 'y' } } });
+  assert.equal(edited.status, 200, edited.text);
+  // Paused, the workflow holds it no more: activating again checks the channel of its templates.
+  assert.equal((await s.request('PATCH', `/workflows/${wf.id}`, { token, body: { status: 'PAUSED' } })).status, 200);
+  const now = await s.request('PATCH', `/templates/${tpl.id}`, { token, body: { channel: 'EMAIL', content: SAMPLE_CONTENT.EMAIL } });
+  assert.equal(now.status, 200, now.text);
+  assertProblem(await s.request('PATCH', `/workflows/${wf.id}`, { token, body: { status: 'ACTIVE' } }), 422, 'validation_failed');
+});
+
 test('a template is deletable (204) once no ACTIVE workflow uses it: steps changed, paused, or drafted', async (t) => {
   const { s, token } = await setup(t);
   const stopUsing: Record<string, { steps?: unknown[]; status?: string }> = {

@@ -196,6 +196,15 @@ export function updateTemplate(ctx: WorkspaceContext, id: number, input: Templat
           { path: '/content', message: `is required to change the channel to ${channel}` },
         ]);
       }
+      // A send step names the template for its own channel: moved to another, an ACTIVE
+      // workflow's or automation's runs would fail at that step, as if it were deleted.
+      const users = await activeTemplateUsers(tx, id);
+      if (users.length) {
+        throw new ConflictError(
+          'template_in_use',
+          `Template ${id} is used by the ACTIVE ${describeUsers(users)} to send ${before.channel}; change their send steps, or pause them, before changing its channel`,
+        );
+      }
       set.channel = channel;
     }
     if (input.content !== undefined) set.content = validateContent(set.channel ?? before.channel, input.content);
