@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { eq, type SQL, sql } from 'drizzle-orm';
 import { seedActivity, seedContacts, seedWorkflow } from '../../bench/seed.js';
-import { pageQuery, windowEndQuery, type WorkspaceContext } from '../../src/core/context.js';
+import { pageQuery, windowEndQuery, type WorkspaceContext, type WorkspaceScope } from '../../src/core/context.js';
 import { deliveryAttempts, RUN_STATUSES, webhookEvents, workflowRuns } from '../../src/core/db/schema.js';
 import { adminStats, statusCountQuery } from '../../src/core/services/admin.js';
 import { auditPageQuery } from '../../src/core/services/auditLog.js';
@@ -298,7 +298,7 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
   });
   const runs = (filter: Parameters<typeof runQuery>[0]) => runQuery(filter, false);
   const statusFirst = (filter: Parameters<typeof runQuery>[0]) => runQuery(filter, true);
-  const cases: [string, Parameters<typeof pageQuery>[1], { scope?: 'index' | 'row'; conditions: (ReturnType<typeof eq> | undefined)[] }, RegExp][] = [
+  const cases: [string, Parameters<typeof pageQuery>[1], { scope?: WorkspaceScope; conditions: (ReturnType<typeof eq> | undefined)[] }, RegExp][] = [
     ['runs', workflowRuns, runs({}), /workflow_runs_workspace_idx \(workspace_id=\? AND id<\?\)/],
     ['runs by status', workflowRuns, runs({ status: 'FAILED' }), /workflow_runs_workspace_status_idx \(workspace_id=\? AND status=\? AND id<\?\)/],
     ['runs of a workflow', workflowRuns, runs({ workflowId: wf }), /workflow_runs_workflow_idx \(workflow_id=\? AND id<\?\)/],
@@ -326,7 +326,7 @@ test('runs, webhook events, delivery attempts and audit entries: every list and 
     [
       'webhook events',
       webhookEvents,
-      { scope: 'row', conditions: [eq(webhookEvents.workflowId, wf)] },
+      { scope: { parent: webhookEvents.workflowId, id: wf }, conditions: [] },
       /webhook_events_workflow_idx \(workflow_id=\? AND id<\?\)/,
     ],
     ['delivery attempts', deliveryAttempts, { conditions: [] }, /delivery_attempts_workspace_idx \(workspace_id=\? AND id<\?\)/],

@@ -659,7 +659,7 @@ export async function listWebhookEvents(
     .from(workflows)
     .where(inWorkspace(ctx, workflows.workspaceId, eq(workflows.id, workflowId)));
   if (!workflow) throw new NotFoundError('workflow_not_found', `No workflow with id ${workflowId}`);
-  return selectPage(ctx, webhookEvents, { ...opts, workspaceScope: 'row' }, eventView, eq(webhookEvents.workflowId, workflowId));
+  return selectPage(ctx, webhookEvents, { ...opts, workspaceScope: { parent: webhookEvents.workflowId, id: workflowId } }, eventView);
 }
 
 /** The workspace an event belongs to, for operator commands that name it by id alone. */
