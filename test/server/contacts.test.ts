@@ -237,6 +237,19 @@ test('PATCH /contacts/:id answers 200 with the whole resource and bumps updatedA
   assert.deepEqual(got.body, res.body);
 });
 
+test('a new contact has no attribute whose value is null (as a PATCH removes it), so an export imports back unchanged', async (t) => {
+  const { s, token } = await setup(t);
+  const c = await create(s, token, { email: 'rt@example.com', attributes: { gone: null, kept: 0, nested: { inner: null } } });
+  // One level, as PATCH: a null inside a nested value is that value's own.
+  assert.deepEqual(c.attributes, { kept: 0, nested: { inner: null } });
+  const exported = await s.request('GET', '/contacts/export?format=ndjson&email=rt@example.com', { token });
+  assert.equal(exported.status, 200, exported.text);
+  const back = await s.request('POST', '/contacts/import', { token, raw: exported.text, headers: { 'content-type': 'application/x-ndjson' } });
+  assert.equal(back.status, 200, back.text);
+  assert.equal(back.body.errorCount, 0, back.text);
+  assert.deepEqual((await s.request('GET', `/contacts/${c.id}`, { token })).body.attributes, { kept: 0, nested: { inner: null } });
+});
+
 test('PATCH attributes merge one level deep and null deletes a key', async (t) => {
   const { s, token } = await setup(t);
   const c = await create(s, token, { email: 'm@example.com', attributes: { keep: 1, drop: 'x', nested: { a: 1, b: 2 } } });

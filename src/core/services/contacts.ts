@@ -204,6 +204,16 @@ export function createContactId(ctx: WorkspaceContext, input: ContactInput): Pro
   return insertContact(ctx, input, async (_tx, id) => id);
 }
 
+/**
+ * A new contact's attributes: a `null` value is no attribute, as a PATCH removes one with it
+ * (JSON Merge Patch applied to nothing). Stored, it was exported as `null`, and the export
+ * imported back as an update removed it: an export did not round-trip.
+ */
+export function withoutNulls(attributes: Record<string, unknown>): Record<string, unknown> {
+  if (!Object.values(attributes).includes(null)) return attributes;
+  return Object.fromEntries(Object.entries(attributes).filter(([, v]) => v !== null));
+}
+
 function insertContact<T>(ctx: WorkspaceContext, input: ContactInput, answer: (tx: WorkspaceContext, id: number) => Promise<T>): Promise<T> {
   const values = normalizeInput(ctx, input);
   requireEmailOrPhone(values.email, values.phone);
@@ -214,7 +224,7 @@ function insertContact<T>(ctx: WorkspaceContext, input: ContactInput, answer: (t
       await assertUnique(tx, values);
       const [row] = await tx.db
         .insert(contacts)
-        .values({ workspaceId: ctx.workspaceId, ...values, attributes: input.attributes ?? {} })
+        .values({ workspaceId: ctx.workspaceId, ...values, attributes: withoutNulls(input.attributes ?? {}) })
         .returning({ id: contacts.id });
       if (!row) throw new Error('the insert returned no row');
       await insertTags(tx, row.id, tags);

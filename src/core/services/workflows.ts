@@ -10,7 +10,7 @@ import { encryptSecret } from '../secrets.js';
 import { outboundPolicyFrom } from '../../engine/outbound.js';
 import { MASKED, maskStepSecrets, validateSteps } from '../steps.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../validation.js';
-import { normalizeTags } from './contacts.js';
+import { normalizeTags, withoutNulls } from './contacts.js';
 import { baseUrlOf } from './sandbox.js';
 import { sendStepTemplateErrors } from './templates.js';
 
@@ -136,7 +136,8 @@ function normalizeDefaults(defaults: ContactDefaults): ContactDefaults {
         { path: '/webhook/defaults/attributes', message: `must nest at most ${MAX_JSON_DEPTH} levels deep` },
       ]);
     }
-    out.attributes = defaults.attributes;
+    // A new contact has no attribute whose value is null (contacts.ts, withoutNulls).
+    out.attributes = withoutNulls(defaults.attributes);
   }
   if (defaults.tags !== undefined) out.tags = normalizeTags(defaults.tags, '/webhook/defaults/tags');
   return out;
