@@ -3,13 +3,16 @@
  * on every store: quotes inside unquoted CSV cells, line numbers across quoted line breaks of
  * any kind, the API's length limits held to each row, rows that rename a contact and later rows
  * that name its old email, header spellings of other tools, a content type refused before the
- * body is parsed, a small gzip body that inflates past the limit after rows were committed, and
- * an upload that failed early closed at once rather than left to the body timeout.
+ * body is parsed, a small gzip body that inflates past the limit after rows were committed, an
+ * upload that failed early closed at once rather than left to the body timeout, blank lines read
+ * in flat memory with progress shown, rows whose bytes are not UTF-8 refused one by one, and the
+ * first 100 errors by line.
  */
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
 import { test } from 'node:test';
-import { gzipSync } from 'node:zlib';
+import { createGunzip, createGzip, gzipSync } from 'node:zlib';
 import { assertProblem, build, buildAsOwner, seededRandom, type TestServer } from '../helpers.js';
 
 const NDJSON = { 'content-type': 'application/x-ndjson' };
@@ -283,4 +286,270 @@ test('a file in another encoding, named by charset=, is read as such; a charset 
   const bad = await importText(s, token, 'email\nx@example.com\n', { 'content-type': 'text/csv; charset=x-klingon' });
   assertProblem(bad, 415, 'unsupported_charset');
   assert.deepEqual((await s.request('GET', '/contacts/imports', { token })).body.data.length, 4, 'the refused one left no job');
+});
+
+/** A gzip stream of `head`, then `times` copies of `chunk`: compressed as it is made, never whole in memory. */
+async function gzipOf(head: string | Buffer, chunk: Buffer, times: number): Promise<Buffer> {
+  const gzip = createGzip({ level: 9 });
+  const out: Buffer[] = [];
+  gzip.on('data', (c: Buffer) => out.push(c));
+  const ended = once(gzip, 'end');
+  gzip.write(head);
+  for (let i = 0; i < times; i++) if (!gzip.write(chunk)) await once(gzip, 'drain');
+  gzip.end();
+  await ended;
+  return Buffer.concat(out);
+}
+
+/** A chunked upload (answered 202 at once) that the test goes on writing. */
+function chunkedUpload(s: TestServer, token: string, headers: Record<string, string>) {
+  const req = httpRequest(new URL('/contacts/import', s.url), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, ...headers, 'transfer-encoding': 'chunked' },
+  });
+  const answered = new Promise<{ status: number; body: any }>((resolve, reject) => {
+    req.on('response', (res) => {
+      let text = '';
+      res.on('data', (c) => (text += c));
+      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+    });
+    req.on('error', reject);
+  });
+  return { req, answered };
+}
+
+async function jobOf(s: TestServer, token: string, id: number): Promise<any> {
+  const res = await s.request('GET', `/contacts/imports/${id}`, { token });
+  assert.equal(res.status, 200, res.text);
+  return res.body;
+}
+
+test('blank lines are counted, never held: a small gzip of 128 MiB of them is read in flat memory (CSV and NDJSON)', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const mib = 128;
+  for (const [headers, head] of [
+    [CSV, 'email\n'],
+    [NDJSON, ''],
+  ] as const) {
+    const body = await gzipOf(head, Buffer.alloc(1 << 20, 0x0a), mib);
+    assert.ok(body.length < 1 << 20, 'answered when done');
+    // The server is this process: its memory while the import runs, against before.
+    const before = process.memoryUsage().rss;
+    let peak = before;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().rss);
+    }, 5);
+    const res = await importText(s, token, body, { ...headers, 'content-encoding': 'gzip' });
+    clearInterval(sampler);
+    assert.equal(res.status, 200, res.text);
+    const blank = mib * 1024 * 1024;
+    assert.deepEqual(
+      [res.body.status, res.body.created, res.body.errorCount, res.body.lines, res.body.bytesRead],
+      ['COMPLETED', 0, 0, blank + (head ? 1 : 0), head.length + blank],
+      res.text,
+    );
+    // The parser kept every blank line it skipped in a buffer of the record to come: 128 MiB
+    // of them grew the process by 286-298 MB. Read a chunk at a time, it grows by what the
+    // chunks not yet collected hold (95 MB here), whatever the file's length.
+    const grown = Math.round((peak - before) / 1e6);
+    assert.ok(grown < 160, `the process grew by ${grown} MB while reading ${mib} MiB of blank lines`);
+  }
+});
+
+test('a file that fills no batch still shows its progress: its rows so far committed, lines and bytesRead moving while it is read', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  for (const [headers, head, row] of [
+    [CSV, 'email\n', 'csv-sparse@example.com\n'],
+    [NDJSON, '', '{"email":"ndjson-sparse@example.com"}\n'],
+  ] as const) {
+    const { req, answered } = chunkedUpload(s, token, headers);
+    req.write(`${head}${row}`);
+    const { status, body } = await answered;
+    assert.equal(status, 202);
+    // One row, then blank lines, slowly: far from the 2,000 rows of a batch.
+    const blank = Buffer.alloc(64 * 1024, 0x0a);
+    let sent = Buffer.byteLength(head + row);
+    let job = await jobOf(s, token, body.id);
+    const started = Date.now();
+    while (job.created === 0 || job.lines <= 2) {
+      assert.ok(Date.now() - started < 20_000, `no progress: ${JSON.stringify(job)}`);
+      req.write(blank);
+      sent += blank.length;
+      await new Promise((r) => setTimeout(r, 100));
+      job = await jobOf(s, token, body.id);
+    }
+    assert.equal(job.status, 'RUNNING');
+    assert.ok(job.bytesRead > Buffer.byteLength(head + row) && job.bytesRead <= sent, JSON.stringify(job));
+    // Every line up to `lines` is read and its row committed: the one row, and blank lines after it.
+    const lines = job.lines;
+    assert.ok(lines > 2 && lines <= sent, JSON.stringify(job));
+    req.end();
+    while (job.status === 'RUNNING') {
+      await new Promise((r) => setTimeout(r, 50));
+      job = await jobOf(s, token, body.id);
+    }
+    assert.deepEqual([job.status, job.created, job.bytesRead, job.lines], ['COMPLETED', 1, sent, sent - Buffer.byteLength(head + row) + (head ? 2 : 1)]);
+  }
+});
+
+/** The chunks gzip's reader gives of a body (16 KiB each but the last), as the import reads them. */
+async function gunzippedChunks(body: Buffer): Promise<Buffer[]> {
+  const gunzip = createGunzip();
+  const chunks: Buffer[] = [];
+  gunzip.on('data', (c: Buffer) => chunks.push(c));
+  const ended = once(gunzip, 'end');
+  gunzip.end(body);
+  await ended;
+  return chunks;
+}
+
+test('a row whose bytes are not UTF-8 is refused at its line, the others imported as they are; a character cut by a chunk is whole', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const latin1 = (text: string) => Buffer.from(text, 'latin1');
+  const notUtf8 = /^is not UTF-8 text: .*charset=windows-1252/;
+  // A CSV: José and Zoë saved as windows-1252 (one byte each), a byte UTF-8 never has, a
+  // character cut short at its line's end; and valid two-, three- and four-byte characters.
+  const csv = Buffer.concat([
+    Buffer.from('email,firstName,city\nok1@example.com,Zoë,Köln\n'),
+    latin1('lat1@example.com,José,x\n'),
+    Buffer.from('ok2@example.com,€uro,😀\n'),
+    latin1('lat2@example.com,Ann,Zoë\n'),
+    Buffer.from([...Buffer.from('lat3@example.com,'), 0xff, 0xfe, 0x0a]),
+    Buffer.from([...Buffer.from('lat4@example.com,Cut,'), 0xe2, 0x82, 0x0a]),
+    Buffer.from('ok3@example.com,"Ça, va",Zürich\n'),
+  ]);
+  const res = await importText(s, token, csv, CSV);
+  assert.deepEqual([res.body.status, res.body.created, res.body.errorCount], ['COMPLETED', 3, 4], res.text);
+  assert.deepEqual(refused(res), [
+    [3, 'firstName'],
+    [5, 'city'],
+    [6, 'firstName'],
+    [7, 'city'],
+  ]);
+  for (const e of res.body.errors) assert.match(e.reason, notUtf8);
+  assert.match(res.body.errors[0].reason, /text\/csv; charset=windows-1252/);
+  // NDJSON alike (a line has no field of its own to name).
+  const ndjson = Buffer.concat([
+    Buffer.from('{"email":"nd-ok1@example.com","firstName":"Zoë"}\n'),
+    latin1('{"email":"nd-lat1@example.com","firstName":"José"}\n'),
+    Buffer.from('\n{"email":"nd-ok2@example.com","lastName":"😀€"}\r\n'),
+    Buffer.from([...Buffer.from('{"email":"nd-lat2@example.com","firstName":"'), 0xc3, 0x28, ...Buffer.from('"}\n')]),
+  ]);
+  const nd = await importText(s, token, ndjson, NDJSON);
+  assert.deepEqual([nd.body.status, nd.body.created, nd.body.errorCount], ['COMPLETED', 2, 2], nd.text);
+  assert.deepEqual(refused(nd), [
+    [2, null],
+    [5, null],
+  ]);
+  for (const e of nd.body.errors) assert.match(e.reason, /^is not UTF-8 text: .*application\/x-ndjson; charset=windows-1252/);
+  const stored = Object.fromEntries((await contactsOf(s, token)).map((c) => [c.email, [c.firstName, c.lastName, c.attributes.city ?? null]]));
+  assert.deepEqual(stored, {
+    'ok1@example.com': ['Zoë', null, 'Köln'],
+    'ok2@example.com': ['€uro', null, '😀'],
+    'ok3@example.com': ['Ça, va', null, 'Zürich'],
+    'nd-ok1@example.com': ['Zoë', null, null],
+    'nd-ok2@example.com': [null, '😀€', null],
+  });
+  // The same bytes, named as windows-1252, are read as that encoding: every row imports.
+  const named = await importText(s, token, latin1('email,firstName\nnamed@example.com,José\n'), { 'content-type': 'text/csv; charset=windows-1252' });
+  assert.deepEqual([named.body.created, named.body.errorCount], [1, 0], named.text);
+  // A header that is not UTF-8 leaves nothing to read rows by: the file stops, saying why.
+  const header = await importText(s, token, latin1('email,prénom\nh@example.com,x\n'), CSV);
+  assert.deepEqual([header.body.status, header.body.failure?.code], ['FAILED', 'invalid_csv'], header.text);
+  assert.match(header.body.failure.detail, /header \(line 1\) is not UTF-8 text/);
+
+  // Valid characters cut in two by the chunks the file is read in (here gzip's 16 KiB) are read
+  // whole, in a CSV and in NDJSON; a row of bad bytes among them is still found.
+  for (const [headers, head, rowOf] of [
+    [CSV, 'email,firstName\n', (i: number, name: string) => `cut${i}@example.com,${name}\n`],
+    [NDJSON, '', (i: number, name: string) => `{"email":"ndcut${i}@example.com","firstName":"${name}"}\n`],
+  ] as const) {
+    const parts: Buffer[] = [Buffer.from(head)];
+    let length = parts[0]!.length;
+    const expected: Record<string, string> = {};
+    let row = 0;
+    const add = (bytes: Buffer) => {
+      parts.push(bytes);
+      length += bytes.length;
+    };
+    // é, € and 😀 across the boundaries of 16 KiB, cut at each place they can be.
+    const cuts = (
+      [
+        ['é', 1],
+        ['€', 1],
+        ['€', 2],
+        ['😀', 1],
+        ['😀', 2],
+        ['😀', 3],
+      ] as const
+    ).map(([char, before], k) => ({ char, before, at: 16384 * (k + 1) }));
+    for (const { char, before, at } of cuts) {
+      while (length + 200 < at) add(Buffer.from(rowOf(row++, 'Plain')));
+      // A name padded so that `before` bytes of the character come before the boundary.
+      const nameAt = Buffer.from(rowOf(row, '\u0001')).indexOf(1);
+      const name = `${'a'.repeat(at - before - length - nameAt)}${char}`;
+      expected[rowOf(row, '').match(/\w+@example\.com/)![0]] = name;
+      add(Buffer.from(rowOf(row++, name)));
+    }
+    add(latin1(rowOf(row++, 'Bad é')));
+    const body = gzipSync(Buffer.concat(parts));
+    // The test cuts what it says it cuts: each character spans two of the chunks read.
+    const chunks = await gunzippedChunks(body);
+    for (const [k, { char, before }] of cuts.entries()) {
+      assert.equal(chunks[k]!.length, 16384);
+      assert.deepEqual(chunks[k]!.subarray(16384 - before), Buffer.from(char).subarray(0, before), `cut ${k}`);
+    }
+    const cut = await importText(s, token, body, { ...headers, 'content-encoding': 'gzip' });
+    assert.deepEqual([cut.body.status, cut.body.created, cut.body.errorCount], ['COMPLETED', row - 1, 1], cut.text);
+    assert.match(cut.body.errors[0].reason, notUtf8);
+    for (const [email, name] of Object.entries(expected)) {
+      const found = (await s.request('GET', `/contacts?email=${email}`, { token })).body.data[0];
+      assert.equal(found?.firstName, name, email);
+    }
+  }
+});
+
+test('errors are the first 100 by line, whichever check refused them and whichever batch they were in; errorCount counts all', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  // A row naming one contact's email and another's phone is refused once the batch has read its
+  // contacts, after the rows it could not normalise.
+  for (const body of [{ email: 'has-email@example.com' }, { email: 'has-phone@example.com', phone: '+16135550190' }]) {
+    assert.equal((await s.request('POST', '/contacts', { token, body })).status, 201);
+  }
+  const conflict = { email: 'has-email@example.com', phone: '+16135550190' };
+  const rows = (list: unknown[]) => `${list.map((r) => JSON.stringify(r)).join('\n')}\n`;
+  // The case as a tester met it: a conflict on line 1, then 150 bad emails.
+  const first = await importText(s, token, rows([conflict, ...Array.from({ length: 150 }, (_, i) => ({ email: `bad-${i}` }))]), NDJSON);
+  assert.equal(first.body.errorCount, 151, first.text);
+  assert.deepEqual(
+    first.body.errors.map((e: { line: number }) => e.line),
+    Array.from({ length: 100 }, (_, i) => i + 1),
+  );
+  assert.deepEqual(first.body.errors[0], { line: 1, field: 'phone', reason: first.body.errors[0].reason });
+  assert.match(first.body.errors[0].reason, /belongs to another contact/);
+  // Under 100, in line order too.
+  const few = await importText(s, token, rows([{ email: 'bad-a' }, conflict, { email: 'ok-few@example.com' }, conflict, { email: 'bad-b' }]), NDJSON);
+  assert.deepEqual(refused(few), [
+    [1, 'email'],
+    [2, 'phone'],
+    [4, 'phone'],
+    [5, 'email'],
+  ]);
+  // Across batches of 2,000 rows (CSV): 40 conflicts in the first, then a bad email every third
+  // line and more conflicts in the second; the first 100 are the 40, then the second's first 60.
+  const lines: string[] = ['email,phone'];
+  const refusedLines: number[] = [];
+  for (let line = 2; line <= 2700; line++) {
+    if (line % 50 === 0) lines.push(`${conflict.email},${conflict.phone}`);
+    else if (line > 2001 && line % 3 === 0) lines.push(`bad-${line}`);
+    else lines.push(`row${line}@example.com,`);
+    if (line % 50 === 0 || (line > 2001 && line % 3 === 0)) refusedLines.push(line);
+  }
+  const many = await importText(s, token, `${lines.join('\n')}\n`, CSV);
+  assert.equal(many.body.errorCount, refusedLines.length, many.text);
+  assert.deepEqual(
+    many.body.errors.map((e: { line: number }) => e.line),
+    refusedLines.slice(0, 100),
+  );
+  assert.equal(many.body.created, 2699 - refusedLines.length);
 });

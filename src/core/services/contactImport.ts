@@ -1,7 +1,6 @@
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
-import { CsvError, parse as parseCsv } from 'csv-parse';
 import { and, count, desc, eq, lt, sql } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
@@ -13,6 +12,7 @@ import { contactImports, type ImportFormat, type ImportMode, type ImportRowError
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
 import { ATTRIBUTES_MAX_BYTES, iterateContacts, normalizeInput, normalizeTags, type ContactFilter, type ContactInput, type ContactView } from './contacts.js';
+import { CsvSyntaxError, readCsvRecords, readNdjsonLines, utf8Bytes, type Piece, type RecordFault } from './importReader.js';
 
 export interface ImportJobView {
   id: number;
@@ -23,9 +23,9 @@ export interface ImportJobView {
   updated: number;
   skipped: number;
   errorCount: number;
-  /** The first 100 refused rows. */
+  /** The first 100 refused rows, by line. */
   errors: ImportRowError[];
-  /** Lines of the file whose rows are committed. */
+  /** Every row that starts on or before this line of the file is committed. */
   lines: number;
   bytesRead: number;
   bytesTotal: number | null;
@@ -37,13 +37,19 @@ export interface ImportJobView {
 
 /** Rows written per transaction: large enough to be fast, small enough not to hold the event loop long. */
 export const IMPORT_BATCH_ROWS = 2000;
-/** Refused rows kept on the job; the rest are only counted. */
+/** Refused rows kept on the job (the first by line); the rest are only counted. */
 export const IMPORT_ERRORS_KEPT = 100;
 /** A line (NDJSON) or record (CSV) longer than this is refused without being held in memory. */
 export const IMPORT_MAX_LINE_BYTES = 256 * 1024;
 /** A RUNNING job whose process has not written its heartbeat for this long is reported interrupted. */
 export const IMPORT_STALE_MS = 60_000;
 const HEARTBEAT_MS = 5_000;
+/**
+ * A file read without filling a batch for this long has its rows so far committed (and how far
+ * it has been read saved), so that the job shows progress through a file of few rows, or of
+ * nothing but blank lines.
+ */
+const PROGRESS_MS = 2_000;
 /** The page cache (KiB) of the connection while an import runs. */
 const IMPORT_CACHE_KIB = 16 * 1024;
 /**
@@ -166,17 +172,6 @@ export function checkCharset(label: string | undefined): string | undefined {
   return name;
 }
 
-/** The bytes of a file in another encoding, as UTF-8 (what cannot be decoded becomes U+FFFD). */
-async function* decodedToUtf8(source: AsyncIterable<Buffer>, charset: string): AsyncGenerator<Buffer> {
-  const decoder = new TextDecoder(charset);
-  for await (const chunk of source) {
-    const text = decoder.decode(chunk, { stream: true });
-    if (text) yield Buffer.from(text);
-  }
-  const rest = decoder.decode();
-  if (rest) yield Buffer.from(rest);
-}
-
 /** Refused before anything is read: the declared length is over the policy limit. */
 export function checkDeclaredLength(declared: number | null, maxBytes: number): void {
   if (declared !== null && declared > maxBytes) {
@@ -287,54 +282,23 @@ function screened(text: string): boolean {
   return !text.includes('\\') && !text.includes('__proto__') && !text.includes('constructor');
 }
 
-/** NDJSON: one object a line; blank lines are skipped; a BOM at the start is dropped. */
-async function* ndjsonRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow> {
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  let tooLong = false;
-  let line = 0;
-  let first = true;
-  const finish = function* (bytes: Buffer): Generator<SourceRow> {
-    line++;
-    if (tooLong) {
-      tooLong = false;
-      yield { line, error: { line, field: null, reason: `longer than ${IMPORT_MAX_LINE_BYTES} bytes` } };
-      return;
-    }
-    let text = bytes.toString('utf8');
-    if (first && text.charCodeAt(0) === 0xfeff) text = text.slice(1);
-    first = false;
-    if (text.endsWith('\r')) text = text.slice(0, -1);
-    if (text.trim() === '') return;
-    yield ndjsonRow(line, text);
-  };
-  for await (const chunk of source) {
-    let start = 0;
-    for (;;) {
-      const nl = chunk.indexOf(10, start);
-      if (nl === -1) break;
-      const piece = chunk.subarray(start, nl);
-      const whole = pending.length ? Buffer.concat([...pending, piece]) : piece;
-      const over: boolean = tooLong || pendingBytes + piece.length > IMPORT_MAX_LINE_BYTES;
-      pending = [];
-      pendingBytes = 0;
-      tooLong = over;
-      yield* finish(over ? Buffer.alloc(0) : whole);
-      start = nl + 1;
-    }
-    const rest = chunk.subarray(start);
-    if (rest.length) {
-      if (tooLong || pendingBytes + rest.length > IMPORT_MAX_LINE_BYTES) {
-        tooLong = true;
-        pending = [];
-        pendingBytes = 0;
-      } else {
-        pending.push(Buffer.from(rest));
-        pendingBytes += rest.length;
-      }
-    }
+/** Why a line or record that is not text is refused, and how to send a file in another encoding. */
+function faultReason(fault: RecordFault, format: ImportFormat): string {
+  if (fault === 'too_long') return `longer than ${IMPORT_MAX_LINE_BYTES} bytes`;
+  const media = format === 'csv' ? 'text/csv' : 'application/x-ndjson';
+  return `is not UTF-8 text: a file in another encoding must name it (Content-Type: ${media}; charset=windows-1252, or the CLI's --charset)`;
+}
+
+/** NDJSON: one object a line; blank lines are skipped (importReader). */
+async function* ndjsonRows(source: AsyncIterable<Buffer>): AsyncGenerator<Piece<SourceRow>> {
+  for await (const piece of readNdjsonLines(source, IMPORT_MAX_LINE_BYTES)) {
+    yield {
+      records: piece.records.map((r) =>
+        'fault' in r ? { line: r.line, error: { line: r.line, field: null, reason: faultReason(r.fault, 'ndjson') } } : ndjsonRow(r.line, r.text),
+      ),
+      readTo: piece.readTo,
+    };
   }
-  if (pendingBytes || tooLong) yield* finish(Buffer.concat(pending));
 }
 
 /** A header's names, lower-cased without spaces, hyphens or underscores; Mailchimp's export names its columns "Email Address" and "Phone Number". */
@@ -357,95 +321,48 @@ const CSV_COLUMNS: Record<string, keyof ContactInput | 'attributes' | 'skip'> = 
  * `attributes` column of a JSON object (what the export writes), and any other column into
  * `attributes` under its header's name. Empty cells are absent values. Quoted fields may
  * hold commas, quotes and line breaks; a quote inside a field that does not start with one
- * (`12" monitor`, `O"Brien`) is kept as it is, as spreadsheets read it; a BOM is dropped.
+ * (`12" monitor`, `O"Brien`) is kept as it is, as spreadsheets read it (importReader).
  */
-async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<SourceRow> {
-  const lines = new CsvLines();
-  const parser = parseCsv({
-    bom: true,
-    skip_empty_lines: true,
-    relax_column_count: true,
-    relax_quotes: true,
-    raw: true,
-    max_record_size: IMPORT_MAX_LINE_BYTES,
-    // Numbered as each record is parsed, not as it is read from the stream: an error drops the
-    // records parsed but not yet read, and its line must follow the last one parsed.
-    // (With `raw`, a record reaches it as `{record, raw}`, which csv-parse's types do not say.)
-    on_record: ((item: { record: string[]; raw: string }, context: { lines: number }) => ({
-      ...item,
-      line: lines.start(context.lines, item.raw),
-    })) as unknown as (record: string[]) => string[],
-  });
-  const feeding = pipeline(source, parser);
-  feeding.catch(() => undefined); // its error reaches the loop below through the parser
+async function* csvRows(source: AsyncIterable<Buffer>): AsyncGenerator<Piece<SourceRow>> {
   let header: { name: string; kind: string }[] | undefined;
   // An attribute takes its name from the header: a row is screened only under a header whose
   // names hold none of what normalizeRow looks for.
   let headerScreened = false;
   try {
-    for await (const item of parser as AsyncIterable<{ record: string[]; raw: string; line: number }>) {
-      const { line } = item;
-      if (!header) {
-        header = csvHeader(item.record);
-        headerScreened = header.every((c) => !c.name.includes('\u0000') && screened(c.name));
-        continue;
+    for await (const piece of readCsvRecords(source, IMPORT_MAX_LINE_BYTES)) {
+      const rows: SourceRow[] = [];
+      for (const record of piece.records) {
+        const { line } = record;
+        if (!header) {
+          if ('notUtf8' in record) throw new ImportStop('invalid_csv', `The CSV header (line ${line}) ${faultReason('not_utf8', 'csv')}`);
+          header = csvHeader(record.cells);
+          headerScreened = header.every((c) => !c.name.includes('\u0000') && screened(c.name));
+          continue;
+        }
+        if ('notUtf8' in record) {
+          const column = header[record.notUtf8];
+          const field = !column ? null : column.kind === 'attribute' || column.kind === 'skip' ? column.name || null : column.kind;
+          rows.push({ line, error: { line, field, reason: faultReason('not_utf8', 'csv') } });
+          continue;
+        }
+        // Every value of a row is a piece of its text (unquoting drops a field's enclosing quotes
+        // and halves doubled ones, so it joins nothing), and so is every key of its JSON
+        // attributes cell when the text has no backslash.
+        const row = csvRow(line, header, record.cells);
+        if (headerScreened && 'input' in row && !record.text.includes('\u0000') && screened(record.text)) row.screened = true;
+        rows.push(row);
       }
-      // Every value of a row is a piece of its text (unquoting drops a field's enclosing quotes
-      // and halves doubled ones, so it joins nothing), and so is every key of its JSON
-      // attributes cell when the text has no backslash.
-      const row = csvRow(line, header, item.record);
-      if (headerScreened && 'input' in row && !item.raw.includes('\u0000') && screened(item.raw)) row.screened = true;
-      yield row;
+      yield { records: rows, readTo: piece.readTo };
     }
-    await feeding;
   } catch (err) {
-    if (err instanceof ImportStop) throw err;
-    const cause = (err as { cause?: unknown }).cause;
-    if (cause instanceof ImportStop) throw cause;
-    // Every error of the parser's own is the file's, whatever its code (most are CSV_..., some,
-    // as INVALID_OPENING_QUOTE, are not): never an internal error.
-    // The record at fault starts after the last one parsed (csv-parse's own line is where it
-    // gave up: for a quote never closed, the end of the file).
-    if (err instanceof CsvError) {
-      const where = lines.lastEnd > 0 ? `after line ${lines.lastEnd}` : 'from its first line';
-      const reason = err.message.replace(/^Invalid [^:]*: /, '').replace(/ at line \d+/g, '');
-      throw new ImportStop('invalid_csv', `The CSV cannot be read ${where}: ${reason}`);
+    // What cannot be told apart into records stops the file as the client's error, never an
+    // internal one: the record at fault starts after the last one read.
+    if (err instanceof CsvSyntaxError) {
+      const where = err.afterLine > 0 ? `after line ${err.afterLine}` : 'from its first line';
+      throw new ImportStop('invalid_csv', `The CSV cannot be read ${where}: ${err.message}`);
     }
     throw err;
   }
-}
-
-/**
- * The line a CSV record starts on, as an editor numbers it (a CRLF, a lone LF or a lone CR
- * ends a line). csv-parse counts the CR and the LF of a CRLF inside a quoted field as two
- * lines, so its count runs one ahead for each, from that record on; `raw` (the record's text)
- * says how many there were. It starts with the empty lines skipped before the record and ends
- * with the record's delimiter, or the delimiter's first character when that is a CRLF.
- */
-class CsvLines {
-  private ahead = 0;
-  /** The line the last record parsed ends on (0: none yet). */
-  lastEnd = 0;
-
-  /** The line a record starts on, from the line csv-parse says it ends on and its text. */
-  start(endLine: number, raw: string): number {
-    // Most records: one line, ended by a LF, a CR, a CRLF or nothing, no empty line before it.
-    const cr = raw.indexOf('\r');
-    const lf = raw.indexOf('\n');
-    const first = cr === -1 ? lf : lf === -1 ? cr : Math.min(cr, lf);
-    if (first === -1 || (first > 0 && (first === raw.length - 1 || (first === raw.length - 2 && cr === first && lf === first + 1)))) {
-      this.lastEnd = endLine - this.ahead;
-      return this.lastEnd;
-    }
-    const text = raw.replace(/^[\r\n]+/, '').replace(/(\r\n|\r|\n)$/, '');
-    this.ahead += countOf(text, /\r\n/g);
-    this.lastEnd = endLine - this.ahead;
-    return this.lastEnd - countOf(text, /\r\n|\r|\n/g);
-  }
-}
-
-function countOf(text: string, pattern: RegExp): number {
-  return text.match(pattern)?.length ?? 0;
 }
 
 /**
@@ -977,22 +894,13 @@ async function saveProgress(tx: WorkspaceContext, jobId: number, batch: BatchRes
     .from(contactImports)
     .where(eq(contactImports.id, jobId));
   if (!job) throw new NotFoundError('import_not_found', `No import with id ${jobId}`);
-  const room = Math.max(0, IMPORT_ERRORS_KEPT - job.errors.length);
+  // The first errors by line, whatever the order they were found in: a batch finds the rows it
+  // cannot read or normalise before those its contacts refuse (a phone of another contact).
+  const errors = batch.errors.length ? [...job.errors, ...batch.errors].sort((a, b) => a.line - b.line).slice(0, IMPORT_ERRORS_KEPT) : job.errors;
   const at = nowIso();
   await rawSql(tx.store, tx.db).run(
     'UPDATE contact_imports SET created = created + ?, updated = updated + ?, skipped = skipped + ?, error_count = error_count + ?, errors = ?, lines = ?, bytes_read = ?, updated_at = ?, heartbeat_at = ? WHERE id = ?',
-    [
-      batch.created,
-      batch.updated,
-      batch.skipped,
-      batch.errors.length,
-      JSON.stringify([...job.errors, ...batch.errors.slice(0, room)]),
-      progress.lines,
-      progress.bytes,
-      at,
-      at,
-      jobId,
-    ],
+    [batch.created, batch.updated, batch.skipped, batch.errors.length, JSON.stringify(errors), progress.lines, progress.bytes, at, at, jobId],
   );
 }
 
@@ -1018,7 +926,8 @@ export interface RunImportHooks {
 
 /**
  * Reads the file (a stream of bytes, never held whole) into the job, committing every
- * IMPORT_BATCH_ROWS rows. When the stream fails (the client went away) the batch not yet
+ * IMPORT_BATCH_ROWS rows, or the rows read so far when PROGRESS_MS pass without a batch
+ * filling. When the stream fails (the client went away) the batch not yet
  * committed is dropped, so nothing half-read is written, and the job says FAILED with the
  * rows committed before. Resolves with the finished job, also when it failed.
  */
@@ -1050,14 +959,16 @@ export async function runImport(
     return before;
   });
   // The limit counts the bytes received; a file in another encoding is then decoded to UTF-8.
-  const received = counted(source, bytes, opts.maxBytes);
-  const input = opts.charset ? decodedToUtf8(received, opts.charset) : received;
-  const rows = opts.format === 'csv' ? csvRows(input) : ndjsonRows(input);
+  const input = utf8Bytes(counted(source, bytes, opts.maxBytes), opts.charset);
+  const pieces = opts.format === 'csv' ? csvRows(input) : ndjsonRows(input);
   let batch: SourceRow[] = [];
   let analyzeAt = IMPORT_BATCH_ROWS;
-  const flush = async (lastLine: number) => {
-    const r = await applyRows(ctx, jobId, opts.mode, batch, { lines: lastLine, bytes: bytes.bytes });
+  let savedAt = Date.now();
+  /** Commits the batch; `lines`: every row starting on or before it is then committed. */
+  const flush = async (lines: number) => {
+    const r = await applyRows(ctx, jobId, opts.mode, batch, { lines, bytes: bytes.bytes });
     batch = [];
+    savedAt = Date.now();
     if (ctx.store.dialect === 'pg' && totals.created + r.created >= analyzeAt) {
       analyzeAt = 2 * (totals.created + r.created);
       await refreshStatistics(ctx);
@@ -1066,18 +977,24 @@ export async function runImport(
     totals.updated += r.updated;
     totals.skipped += r.skipped;
     totals.errorCount += r.errors.length;
-    hooks.onProgress?.({ lines: lastLine, bytesRead: bytes.bytes, bytesTotal: opts.bytesTotal, ...totals });
+    hooks.onProgress?.({ lines, bytesRead: bytes.bytes, bytesTotal: opts.bytesTotal, ...totals });
     await yieldToLoop();
   };
   let failure: { code: string; detail: string } | null = null;
-  let lastLine = 0;
+  let readTo = 0;
   try {
-    for await (const row of rows) {
-      batch.push(row);
-      lastLine = row.line;
-      if (batch.length >= IMPORT_BATCH_ROWS) await flush(lastLine);
+    for await (const piece of pieces) {
+      for (const row of piece.records) {
+        batch.push(row);
+        if (batch.length >= IMPORT_BATCH_ROWS) await flush(row.line);
+      }
+      readTo = piece.readTo;
+      // A chunk read: a file that has not filled a batch for a while (a slow upload, few rows
+      // between blank lines, or none at all) commits what it has, and so says how far it has
+      // been read.
+      if (Date.now() - savedAt >= PROGRESS_MS) await flush(readTo);
     }
-    await flush(lastLine);
+    await flush(readTo);
   } catch (err) {
     if (hooks.signal?.aborted) failure = { code: 'interrupted', detail: 'The server shut down before the end of the file; the counts are what was committed' };
     else if (err instanceof ImportStop) failure = { code: err.code, detail: err.message };
