@@ -12,7 +12,7 @@
  * planner read every contact of it for each batch, or for each email: a million took 509 s).
  */
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import type { SQL } from 'drizzle-orm';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import pg from 'pg';
@@ -147,14 +147,8 @@ async function searchPlans(client: pg.Client): Promise<void> {
 test('PostgreSQL import: the statistics are taken afresh as an import grows, so each lookup stays on its unique index', {
   skip: skipOutsideCIWithoutPostgres(),
 }, async (t) => {
-  // A server on a PostgreSQL database of its own (dropped after the server closes), and a
-  // workspace of 30,000 contacts beside the one importing, which the statistics do not know.
-  const database = await createDatabase();
-  const { s, token } = await buildAsOwner(t, { env: { SVC_DATABASE_URL: database.url } });
-  t.after(database.drop);
-  const client = new pg.Client({ connectionString: s.config.databaseUrl! });
-  await client.connect();
-  try {
+  // A workspace of 30,000 contacts beside the one importing, which the statistics do not know.
+  await onOwnDatabase(t, async (s, token, client) => {
     await client.query("INSERT INTO workspaces (id, name) VALUES (1000, 'other')");
     await client.query('SET session_replication_role = replica');
     await pgSeedContacts(client, 1000, 30_000, { prefix: 'other' });
@@ -200,25 +194,28 @@ test('PostgreSQL import: the statistics are taken afresh as an import grows, so 
       const found = (await client.query(numbered(text), params)).rows;
       assert.deepEqual(found.map((r) => r[column]).sort(), values.filter((v) => !v.startsWith('nobody')).sort());
     }
-  } finally {
-    await client.end();
-  }
+  });
 });
 
 test('PostgreSQL search: matches far below the cursor are found through the candidate buckets, kept by triggers as contacts are written', {
   skip: skipOutsideCIWithoutPostgres(),
 }, async (t) => {
+  await onOwnDatabase(t, searchBuckets);
+});
+
+/** A server on a PostgreSQL database of its own (dropped after the server closes), and a client of that database. */
+async function onOwnDatabase(t: TestContext, fn: (s: TestServer, token: string, client: pg.Client) => Promise<void>): Promise<void> {
   const database = await createDatabase();
   const { s, token } = await buildAsOwner(t, { env: { SVC_DATABASE_URL: database.url } });
   t.after(database.drop);
   const client = new pg.Client({ connectionString: s.config.databaseUrl! });
   await client.connect();
   try {
-    await searchBuckets(s, token, client);
+    await fn(s, token, client);
   } finally {
     await client.end();
   }
-});
+}
 
 async function searchBuckets(s: TestServer, token: string, client: pg.Client): Promise<void> {
   const ws = s.workspaceId;
