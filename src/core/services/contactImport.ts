@@ -11,7 +11,16 @@ import { MAX_TAGS_PER_CONTACT, prototypeKeyPointer, TOO_MANY_TAGS, unstorableTex
 import { contactImports, type ImportFormat, type ImportMode, type ImportRowError, type ImportStatus } from '../db/schema.js';
 import { AppError, NotFoundError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
-import { ATTRIBUTES_MAX_BYTES, iterateContacts, normalizeInput, normalizeTags, withoutNulls, type ContactFilter, type ContactInput, type ContactView } from './contacts.js';
+import {
+  ATTRIBUTES_MAX_BYTES,
+  iterateContacts,
+  normalizeInput,
+  normalizeTags,
+  withoutNulls,
+  type ContactFilter,
+  type ContactInput,
+  type ContactView,
+} from './contacts.js';
 import { CsvSyntaxError, readCsvRecords, readNdjsonLines, utf8Bytes, type Piece, type RecordFault } from './importReader.js';
 
 export interface ImportJobView {
