@@ -22,7 +22,7 @@ import { contacts, deliveryAttempts, webhookEvents, workflowRuns } from '../../s
 import { auditPageQuery, listAuditLogs } from '../../src/core/services/auditLog.js';
 import { contactListQuery, listContacts, listScanBeyond, SHORT_Q_SCAN_ROWS, type ContactFilter } from '../../src/core/services/contacts.js';
 import { listDeliveryAttempts } from '../../src/core/services/deliveries.js';
-import { listWorkspaceRuns } from '../../src/core/services/runs.js';
+import { listWorkspaceRuns, runQuery } from '../../src/core/services/runs.js';
 import { encodeCursor, LIST_SCAN_ROWS } from '../../src/core/pagination.js';
 import { buildAsOwner, type TestServer } from '../helpers.js';
 import { createDatabase, skipOutsideCIWithoutPostgres } from '../pg.js';
@@ -127,6 +127,9 @@ async function oldUnderNewer(t: TestContext, s: TestServer, client: pg.Client): 
   await pgSeedContacts(client, newer, NEWER_ROWS, { prefix: 'newer', offset: OLD_ROWS });
   await pgSeedActivity(client, newer, await workflowOf(newer), NEWER_ROWS);
   await pgSeedCounters(client, [old, newer]);
+  // Every old run is of one old contact too: the runs of one contact, like those of one workflow, lie under the newer runs.
+  const oldContact = Number((await client.query('SELECT min(id) AS id FROM contacts WHERE workspace_id = $1', [old])).rows[0]!.id);
+  await client.query('UPDATE workflow_runs SET contact_id = $1 WHERE workspace_id = $2', [oldContact, old]);
   await client.query('SET session_replication_role = DEFAULT');
   // As autovacuum leaves the tables: statistics, and the visibility map that lets a window's
   // end be counted in the workspace's index alone.
@@ -253,6 +256,28 @@ async function oldUnderNewer(t: TestContext, s: TestServer, client: pg.Client): 
       (await listAuditLogs(ctx, { limit: 50 })).data.map((e) => e.id),
       newest.slice(0, 50).map((e) => e.id),
     );
+  });
+
+  await t.test('the runs of one workflow or one contact, alone and in one status, read along its index (the workspace checked on each row)', async () => {
+    for (const { below, id, cursor } of await bounds('workflow_runs')) {
+      for (const [named, index] of [
+        [{ workflowId: oldWorkflow }, 'workflow_runs_workflow_idx'],
+        [{ contactId: oldContact }, 'workflow_runs_contact_idx'],
+      ] as const) {
+        const label = `runs of ${JSON.stringify(named)} below ${below}`;
+        const alone = runQuery(named, false);
+        await assertReads(client, pageQuery(ctx, workflowRuns, id, 51, alone.scope, ...alone.conditions), 'workflow_runs', index, 51, label);
+        // With a status beside it (not few in it) the parent drives a window, the status checked
+        // on each run: its end is the parent's run LIST_SCAN_ROWS down (at this size the planner
+        // may rightly read the table for it; the page itself is asserted through the API below).
+        assert.equal(runQuery({ ...named, status: 'FAILED' }, false).driver, 'parent', label);
+        const runIds = async (status?: 'FAILED') => (await listWorkspaceRuns(ctx, { ...named, limit: 50, cursor, status })).data.map((r) => r.runId);
+        assert.deepEqual(await runIds(), await scan('workflow_runs', below));
+        const failedIds = await runIds('FAILED');
+        assert.ok(failedIds.length > 0, label);
+        assert.deepEqual(failedIds, (await scan('workflow_runs', below, "status = 'FAILED'")).slice(0, failedIds.length));
+      }
+    }
   });
 
   await t.test("a workflow's webhook events, read along the workflow's index (the workspace checked on each row)", async () => {

@@ -90,11 +90,15 @@ export interface RunFilter extends PageRequest {
 
 /** The conditions of GET /runs (exported with the statement for tests that EXPLAIN it). */
 export function runFilterConditions(filter: Omit<RunFilter, 'limit' | 'cursor'>): (SQL | undefined)[] {
+  // The parent the scope names is its condition already (written twice, PostgreSQL counted it twice in its estimate).
+  const scope = runScope(filter);
+  const parent = typeof scope === 'object' ? scope.parent : undefined;
+  const named = (column: SQLiteColumn, value: number | undefined) => (value === undefined || column === parent ? undefined : eq(column, value));
   return [
     filter.status !== undefined ? eq(workflowRuns.status, filter.status) : undefined,
-    filter.workflowId !== undefined ? eq(workflowRuns.workflowId, filter.workflowId) : undefined,
-    filter.automationId !== undefined ? eq(workflowRuns.automationId, filter.automationId) : undefined,
-    filter.contactId !== undefined ? eq(workflowRuns.contactId, filter.contactId) : undefined,
+    named(workflowRuns.workflowId, filter.workflowId),
+    named(workflowRuns.automationId, filter.automationId),
+    named(workflowRuns.contactId, filter.contactId),
   ];
 }
 
@@ -115,7 +119,7 @@ async function runPage(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<R
 /** How a page of runs is read: the index that drives it and the conditions checked (exported for tests that EXPLAIN it). */
 export interface RunQuery {
   scope: PageRequest['workspaceScope'];
-  driver: SQL | undefined;
+  driver: PageRequest['driver'];
   conditions: (SQL | undefined)[];
 }
 
@@ -149,7 +153,7 @@ export function runQuery(filter: Omit<RunFilter, 'limit' | 'cursor'>, statusFirs
  * runs are found at once instead of LIST_SCAN_ROWS runs being read for an empty page).
  */
 async function fewInStatus(ctx: WorkspaceContext, filter: RunFilter): Promise<boolean> {
-  if (filter.status === undefined || runScope(filter) !== 'row') return false;
+  if (filter.status === undefined || runScope(filter) === 'index') return false;
   return (await windowEnd(ctx, workflowRuns, decodeCursor(filter.cursor), 'index', eq(workflowRuns.status, filter.status))) === null;
 }
 
@@ -158,17 +162,23 @@ async function fewInStatus(ctx: WorkspaceContext, filter: RunFilter): Promise<bo
  * named walks and the others are checked on each run: a page examines a bounded part of it
  * (selectPage's driver). One filter alone seeks straight through its own index.
  */
-export function runDriver(filter: Omit<RunFilter, 'limit' | 'cursor'>): SQL | undefined {
+export function runDriver(filter: Omit<RunFilter, 'limit' | 'cursor'>): 'parent' | undefined {
   const named = [filter.status, filter.workflowId, filter.automationId, filter.contactId].filter((f) => f !== undefined);
-  if (named.length < 2 || runScope(filter) !== 'row') return undefined;
-  if (filter.workflowId !== undefined) return eq(workflowRuns.workflowId, filter.workflowId);
-  if (filter.automationId !== undefined) return eq(workflowRuns.automationId, filter.automationId);
-  return eq(workflowRuns.contactId, filter.contactId!);
+  return named.length < 2 || runScope(filter) === 'index' ? undefined : 'parent';
 }
 
-/** With a workflow, automation or contact named, its index is the one to walk (see PageRequest). */
+/**
+ * With a workflow, automation or contact named, its index is the one to walk, the workspace
+ * checked on each run (WorkspaceScope's parent form, the one runDriver drives by). On
+ * PostgreSQL the parent's index then also gives the order: told `workflow_id = $1 ORDER BY id
+ * DESC` with the workspace on each row, the planner guessed few rows and read the whole table
+ * and sorted it, or walked the primary key through every newer run.
+ */
 export function runScope(filter: Omit<RunFilter, 'limit' | 'cursor'>): PageRequest['workspaceScope'] {
-  return filter.workflowId !== undefined || filter.automationId !== undefined || filter.contactId !== undefined ? 'row' : 'index';
+  if (filter.workflowId !== undefined) return { parent: workflowRuns.workflowId, id: filter.workflowId };
+  if (filter.automationId !== undefined) return { parent: workflowRuns.automationId, id: filter.automationId };
+  if (filter.contactId !== undefined) return { parent: workflowRuns.contactId, id: filter.contactId };
+  return 'index';
 }
 
 /** The workspace a run belongs to, for operator commands that name it by id alone. */
