@@ -71,7 +71,8 @@ export function decodeCursor(cursor: string | undefined): number | undefined {
   if (cursor === undefined || cursor === '') return undefined;
   const text = /^[A-Za-z0-9_-]{1,64}$/.test(cursor) ? Buffer.from(cursor, 'base64url').toString('utf8') : '';
   const match = /^v1:([1-9][0-9]{0,15})$/.exec(text);
-  if (!match) throw new BadRequestError('invalid_cursor', 'The cursor is not one this server issued');
+  // Ids are safe integers (as the id filters are): 9999999999999999 would read as 10^16.
+  if (!match || !Number.isSafeInteger(Number(match[1]))) throw new BadRequestError('invalid_cursor', 'The cursor is not one this server issued');
   return Number(match[1]);
 }
 

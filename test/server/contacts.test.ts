@@ -673,6 +673,8 @@ test('bad list query inputs are 400 problems', async (t) => {
     [`?cursor=${Buffer.from('v1:0').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v2:5').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v1:-5').toString('base64url')}`, 'invalid_cursor'],
+    // Past the safe integers: 9999999999999999 would read as 10^16.
+    [`?cursor=${Buffer.from('v1:9999999999999999').toString('base64url')}`, 'invalid_cursor'],
     [`?cursor=${Buffer.from('v1:1 OR 1=1').toString('base64url')}`, 'invalid_cursor'],
     // Whatever the filters find (a tag no contact has, a search that matches nothing).
     ['?tag=nosuchtag&cursor=zzz', 'invalid_cursor'],

@@ -91,6 +91,17 @@ test('GET /runs: the workspace runs newest first, each filter, paging, nodeId on
   assert.deepEqual(await ids(`&workflowId=${theirs.id}`), []);
   assert.deepEqual(await ids(`&contactId=${theirRun.body.contactId}`), []);
   assert.deepEqual(await ids('&workflowId=999999'), []);
+  // Beside a status and a filter of this workspace too, answered before any run is read
+  // (their runs would otherwise be walked and refused one by one, in a time that told how many).
+  for (const query of [
+    `&workflowId=${theirs.id}&status=QUEUED`,
+    `&contactId=${theirRun.body.contactId}&status=QUEUED`,
+    `&workflowId=${wf.id}&contactId=${theirRun.body.contactId}`,
+  ]) {
+    assert.deepEqual((await s.request('GET', `/runs?limit=50${query}`, { token })).body, { data: [], nextCursor: null }, query);
+  }
+  // A bad cursor is refused whatever the filters name.
+  assertProblem(await s.request('GET', `/runs?workflowId=${theirs.id}&cursor=zzz`, { token }), 400, 'invalid_cursor');
   // And the other workspace sees only its run.
   assert.deepEqual(
     (await walk(s, other.token, '', 50)).map((r) => r.runId),

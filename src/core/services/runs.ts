@@ -1,7 +1,7 @@
 import { eq, sql, type SQL } from 'drizzle-orm';
 import type { SQLiteColumn } from 'drizzle-orm/sqlite-core';
 import { inWorkspace, selectPage, windowEnd, type PageRequest, type WorkspaceContext } from '../context.js';
-import { workflowRuns, workflows, type RunStatus, type StepState } from '../db/schema.js';
+import { automations, contacts, workflowRuns, workflows, type RunStatus, type StepState } from '../db/schema.js';
 import { NotFoundError } from '../errors.js';
 import { decodeCursor, type Page } from '../pagination.js';
 
@@ -104,11 +104,33 @@ export function runFilterConditions(filter: Omit<RunFilter, 'limit' | 'cursor'>)
 
 /**
  * Every run of the workspace, newest first, with optional filters (GET /runs). An id of
- * another workspace (or of nothing) in a filter simply matches no run: the filters are
- * conditions on this workspace's runs, so nothing about other workspaces can be learnt.
+ * another workspace (or of nothing) in a filter matches no run, and is found out before any
+ * run is read: walked through that one's index, the workspace checked on each run, its runs
+ * would have taken time to refuse (as many as a window holds), which told how busy another
+ * workspace's workflow, automation or contact was.
  */
 export async function listWorkspaceRuns(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<RunView>> {
+  decodeCursor(filter.cursor); // a bad cursor is refused whatever the filters name
+  if (!(await ownsNamed(ctx, filter))) return { data: [], nextCursor: null };
   return runPage(ctx, filter);
+}
+
+/** Whether the workflow, automation and contact the filter names (any it names) are the workspace's: one lookup by id each. */
+async function ownsNamed(ctx: WorkspaceContext, filter: RunFilter): Promise<boolean> {
+  const named: [typeof workflows | typeof automations | typeof contacts, number | undefined][] = [
+    [workflows, filter.workflowId],
+    [automations, filter.automationId],
+    [contacts, filter.contactId],
+  ];
+  for (const [table, id] of named) {
+    if (id === undefined) continue;
+    const [row] = await ctx.db
+      .select({ id: table.id })
+      .from(table)
+      .where(inWorkspace(ctx, table.workspaceId, eq(table.id, id)));
+    if (!row) return false;
+  }
+  return true;
 }
 
 async function runPage(ctx: WorkspaceContext, filter: RunFilter): Promise<Page<RunView>> {
