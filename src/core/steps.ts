@@ -48,7 +48,7 @@ class StepChecker {
   tags(field: string, value: unknown): void {
     if (!Array.isArray(value) || value.length < 1 || value.length > 100) return this.fail(field, 'must be an array of 1 to 100 tag names');
     value.forEach((t, i) => {
-      if (typeof t !== 'string' || t.trim().length < 1 || t.trim().length > 64) this.fail(`${field}/${i}`, 'must be 1 to 64 characters');
+      if (typeof t !== 'string' || t.trim().length < 1 || [...t.trim()].length > 64) this.fail(`${field}/${i}`, 'must be 1 to 64 characters');
     });
   }
 

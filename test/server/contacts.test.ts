@@ -785,10 +785,27 @@ test('tag name validation: 65 chars, empty and blank names, empty array → 422'
   const c = await create(s, token, { email: 't@example.com' });
   const ok64 = await s.request('POST', `/contacts/${c.id}/tags`, { token, body: { tags: ['x'.repeat(64)] } });
   assert.equal(ok64.status, 200, 'exactly 64 characters is allowed');
+  // Characters are code points: 64 emoji (128 UTF-16 units) are 64 characters, on create, on tagging and in an import.
+  const emoji64 = '\u{1F600}'.repeat(64);
+  const okEmoji = await s.request('POST', `/contacts/${c.id}/tags`, { token, body: { tags: [emoji64] } });
+  assert.equal(okEmoji.status, 200, okEmoji.text);
+  assert.equal((await s.request('POST', '/contacts', { token, body: { email: 'emoji@example.com', tags: [emoji64] } })).status, 201);
+  const imported = await s.request('POST', '/contacts/import', {
+    token,
+    headers: { 'content-type': 'application/x-ndjson' },
+    raw: `${JSON.stringify({ email: 'emoji2@example.com', tags: [emoji64] })}\n${JSON.stringify({ email: 'emoji3@example.com', tags: [`${emoji64}\u{1F600}`] })}\n`,
+  });
+  assert.equal(imported.body.created, 1, imported.text);
+  assert.deepEqual(
+    imported.body.errors.map((e: { line: number; field: string }) => [e.line, e.field]),
+    [[2, 'tags']],
+  );
+  assert.equal((await s.request('DELETE', `/contacts/${c.id}/tags/${encodeURIComponent(emoji64)}`, { token })).status, 204);
 
   const cases: [string, unknown, string][] = [
     ['65 chars', { tags: ['y'.repeat(65)] }, '/tags/0'],
     ['65 chars second item', { tags: ['ok', 'y'.repeat(65)] }, '/tags/1'],
+    ['65 emoji', { tags: ['\u{1F600}'.repeat(65)] }, '/tags/0'],
     ['empty string', { tags: [''] }, '/tags/0'],
     ['blank string', { tags: ['   '] }, '/tags/0'],
     ['empty array', { tags: [] }, '/tags'],
