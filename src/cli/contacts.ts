@@ -1,4 +1,4 @@
-import { closeSync, createReadStream, createWriteStream, openSync, readSync, statSync, type ReadStream } from 'node:fs';
+import { closeSync, createReadStream, createWriteStream, fchmodSync, openSync, readSync, statSync, type ReadStream } from 'node:fs';
 import { extname } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -142,7 +142,12 @@ export function registerContacts(program: Command): void {
         );
         bar.done();
         output(cmd, job, () => describe(job));
-        if (job.status !== 'COMPLETED') process.exitCode = 1;
+        if (job.status !== 'COMPLETED') {
+          // The job is the answer (standard output, --json or not); the failure is also the one
+          // line on stderr that every failed command prints (API.md 6).
+          process.stderr.write(`error: import ${job.id} ${job.status}${job.failure ? `: ${job.failure.code}: ${job.failure.detail}` : ''}\n`);
+          process.exitCode = 1;
+        }
       }),
     );
 
@@ -180,10 +185,12 @@ export function registerContacts(program: Command): void {
         const bar = progressLine(opts.out !== undefined && !globals(cmd).json && !!process.stderr.isTTY);
         const total = Object.keys(filter).length === 0 ? await contactCount(inWorkspace(workspaceId)) : null;
         async function* counting() {
-          for await (const chunk of exportContacts(inWorkspace(workspaceId), format, filter)) {
-            count += format === 'csv' ? chunk.split('\r\n').length - 1 : chunk.split('\n').length - 1;
-            const contacts = format === 'csv' ? Math.max(0, count - 1) : count;
-            bar.update(total ? contacts / total : null, `${contacts} contacts written`);
+          // Contacts, not lines: a CSV cell may hold a line break.
+          const counted = (contacts: number) => {
+            count += contacts;
+          };
+          for await (const chunk of exportContacts(inWorkspace(workspaceId), format, filter, counted)) {
+            bar.update(total ? count / total : null, `${count} contacts written`);
             yield chunk;
           }
         }
@@ -192,12 +199,19 @@ export function registerContacts(program: Command): void {
           return;
         }
         // all.csv.gz: written gzip-compressed (svc contacts import reads it back as it is).
-        const file = createWriteStream(opts.out, { mode: 0o600 });
+        // 0600 whether the file is new or not (a mode given to open applies only to a new file).
+        let fd: number;
+        try {
+          fd = openSync(opts.out, 'w', 0o600);
+          fchmodSync(fd, 0o600);
+        } catch (err) {
+          throw new CliError(`cannot write ${opts.out}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        }
+        const file = createWriteStream('', { fd });
         if (opts.out.toLowerCase().endsWith('.gz')) await pipeline(Readable.from(counting()), createGzip(), file);
         else await pipeline(Readable.from(counting()), file);
         bar.done();
-        const contactsWritten = format === 'csv' ? count - 1 : count;
-        output(cmd, { file: opts.out, format, contacts: contactsWritten }, `${contactsWritten} contacts written to ${opts.out} (${format})`);
+        output(cmd, { file: opts.out, format, contacts: count }, `${count} contacts written to ${opts.out} (${format})`);
       }),
     );
 }

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { test } from 'node:test';
@@ -47,11 +47,18 @@ test('svc contacts import / export: NDJSON and CSV files, errors by line, --json
   const createOnly = await runCli(dataDir, ['contacts', 'import', csv, '--workspace', ws, '--mode', 'create', '--json']);
   assert.deepEqual([createOnly.json().created, createOnly.json().skipped], [0, 2]);
 
-  // Export to a file and to standard output, with the list's filters.
+  // Export to a file and to standard output, with the list's filters. A file already there
+  // (0644 here) is replaced and made 0600; its count is of contacts, though Bob's city holds
+  // a line break.
   const out = join(dataDir, 'export.csv');
+  writeFileSync(out, 'old\n', { mode: 0o644 });
   const exported = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--format', 'csv', '--out', out, '--json']);
   assert.equal(exported.code, 0, show(exported));
   assert.deepEqual(exported.json(), { file: out, format: 'csv', contacts: 3 });
+  assert.equal(statSync(out).mode & 0o777, 0o600);
+  const bobCsv = join(dataDir, 'bob.csv');
+  const bobOnly = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--format', 'csv', '--email', 'bob@example.com', '--out', bobCsv, '--json']);
+  assert.deepEqual(bobOnly.json(), { file: bobCsv, format: 'csv', contacts: 1 });
   assert.equal(readFileSync(out, 'utf8').split('\r\n')[0], 'id,email,phone,firstName,lastName,tags,attributes,createdAt,updatedAt');
   const vip = await runCli(dataDir, ['contacts', 'export', '--workspace', ws, '--tag', 'VIP']);
   assert.equal(vip.code, 0, show(vip));
@@ -124,6 +131,9 @@ test('svc contacts import / export refuse bad arguments with one line and a non-
   const broken = await runCli(dataDir, ['contacts', 'import', txt, '--workspace', ws, '--format', 'csv', '--json']);
   assert.equal(broken.code, 1, show(broken));
   assert.equal(broken.json().failure.code, 'invalid_csv');
+  // The job is the answer on standard output; the failure is also one line on stderr.
+  assert.match(broken.stderr, /^error: import \d+ FAILED: invalid_csv: /, show(broken));
+  assert.equal(broken.stderr.trim().split('\n').length, 1, show(broken));
 });
 
 test('svc contacts import takes a gzip-compressed file (by its bytes, not its name) or pipe; a cut or inflating one fails clearly', async (t) => {

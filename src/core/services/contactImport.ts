@@ -1182,11 +1182,17 @@ function csvLine(c: ContactView): string {
  * The workspace's contacts (with the list's filters), newest first, as NDJSON lines or CSV
  * (a header row, tags joined with `;`, attributes as a JSON object): chunks of a page each,
  * read in keyset pages, so memory stays the same for ten contacts or a million. Both
- * formats import back as they are.
+ * formats import back as they are. `counted` is told each chunk's contacts before it is yielded.
  */
-export async function* exportContacts(ctx: WorkspaceContext, format: ExportFormat, filter: Omit<ContactFilter, 'limit' | 'cursor'>): AsyncGenerator<string> {
+export async function* exportContacts(
+  ctx: WorkspaceContext,
+  format: ExportFormat,
+  filter: Omit<ContactFilter, 'limit' | 'cursor'>,
+  counted?: (contacts: number) => void,
+): AsyncGenerator<string> {
   if (format === 'csv') yield `${EXPORT_CSV_COLUMNS.join(',')}\r\n`;
   for await (const page of iterateContacts(ctx, filter, 1000)) {
+    counted?.(page.length);
     yield format === 'csv' ? page.map((c) => `${csvLine(c)}\r\n`).join('') : page.map((c) => `${JSON.stringify(c)}\n`).join('');
     await yieldToLoop();
   }
