@@ -478,7 +478,7 @@ test('Content-Encoding: gzip uploads are read decompressed (sync and as a job); 
   assert.ok(!stored.includes('plain@example.com') && !stored.includes('br@example.com'));
 });
 
-test('a client that disconnects mid-upload: the job reports the rows committed, and nothing half-written is stored', async (t) => {
+test('a client that stalls, then disconnects mid-upload: its whole rows are committed while it stalls, and nothing half-written is stored', async (t) => {
   const { s, token } = await buildAsOwner(t);
   // Chunked (no declared length): answered 202 at once, read on after the answer.
   const { req, response } = rawUpload(s, token, { ...NDJSON, 'transfer-encoding': 'chunked' });
@@ -486,20 +486,25 @@ test('a client that disconnects mid-upload: the job reports the rows committed, 
   const { res, text } = await response;
   assert.equal(res.statusCode, 202, text);
   const id = JSON.parse(text).id;
-  // Two batches of 2,000 are committed; 1,000 rows wait for the next batch.
+  // Two batches of 2,000 are committed; the last 1,000 rows, too few for a batch, are
+  // committed 2 s later though no further byte comes.
   await waitForJob(s, token, id, (j) => j.lines >= 4000);
-  req.write('{"email": "half@exam');
+  const stalled = await waitForJob(s, token, id, (j) => j.lines >= 5000);
+  assert.deepEqual([stalled.status, stalled.created], ['RUNNING', 5000]);
+  // Then half a row, and the client is gone: the whole rows before it are kept, the cut one is not.
+  req.write('{"email":"whole@example.com"}\n{"email": "half@exam');
   await new Promise((r) => setTimeout(r, 100));
   req.destroy();
   const job = await waitForJob(s, token, id, (j) => j.status !== 'RUNNING');
   assert.equal(job.status, 'FAILED');
   assert.equal(job.failure.code, 'client_disconnected');
-  assert.equal(job.created, 4000);
-  assert.equal(job.lines, 4000);
+  assert.equal(job.created, 5001);
+  assert.equal(job.lines, 5001);
   const stored = await s.db.select({ email: contacts.email }).from(contacts);
-  assert.equal(stored.length, 4000);
+  assert.equal(stored.length, 5001);
+  assert.ok(stored.some((c) => c.email === 'whole@example.com'));
   assert.equal(stored.filter((c) => c.email?.startsWith('half')).length, 0);
-  assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 4000);
+  assert.equal((await s.request('GET', '/billing/plan', { token })).body.usage.contacts, 5001);
 });
 
 test('SVC_IMPORT_CONCURRENCY and SVC_EXPORT_CONCURRENCY outside 1-100, or not integers, are refused with the setting named', async (t) => {

@@ -48,8 +48,13 @@ export interface ImportJobView {
 export const IMPORT_BATCH_ROWS = 2000;
 /** Refused rows kept on the job (the first by line); the rest are only counted. */
 export const IMPORT_ERRORS_KEPT = 100;
-/** A line (NDJSON) or record (CSV) longer than this is refused without being held in memory. */
-export const IMPORT_MAX_LINE_BYTES = 256 * 1024;
+/**
+ * A line (NDJSON) or record (CSV) longer than this is refused without being held in memory.
+ * Above the largest contact an export writes, so that every export imports back: 1,000 tags
+ * of 64 characters written as JSON escapes (6 bytes each) are 387 KB, the attributes' 64 KiB
+ * of JSON twice that in a CSV cell (each quote doubled), the rest a few KB.
+ */
+export const IMPORT_MAX_LINE_BYTES = 1024 * 1024;
 /** A RUNNING job whose process has not written its heartbeat for this long is reported interrupted. */
 export const IMPORT_STALE_MS = 60_000;
 const HEARTBEAT_MS = 5_000;
@@ -974,10 +979,12 @@ export async function runImport(
   let analyzeAt = IMPORT_BATCH_ROWS;
   let savedAt = Date.now();
   /** Commits the batch; `lines`: every row starting on or before it is then committed. */
+  let savedTo = 0;
   const flush = async (lines: number) => {
     const r = await applyRows(ctx, jobId, opts.mode, batch, { lines, bytes: bytes.bytes });
     batch = [];
     savedAt = Date.now();
+    savedTo = lines;
     if (ctx.store.dialect === 'pg' && totals.created + r.created >= analyzeAt) {
       analyzeAt = 2 * (totals.created + r.created);
       await refreshStatistics(ctx);
@@ -991,24 +998,44 @@ export async function runImport(
   };
   let failure: { code: string; detail: string } | null = null;
   let readTo = 0;
+  const reading = pieces[Symbol.asyncIterator]();
   try {
-    for await (const piece of pieces) {
-      for (const row of piece.records) {
+    for (;;) {
+      const next = reading.next();
+      // A file that has not filled a batch for a while (a slow upload, few rows between blank
+      // lines, or an upload that stalls) commits what it has whole, and so says how far it has
+      // been read, also while no byte comes.
+      let step = await within(next, PROGRESS_MS - (Date.now() - savedAt));
+      while (step === undefined) {
+        // Nothing new since the last commit: the heartbeat alone says the job is alive.
+        if (batch.length || readTo > savedTo) await flush(readTo);
+        else savedAt = Date.now();
+        step = await within(next, PROGRESS_MS);
+      }
+      if (step.done) break;
+      for (const row of step.value.records) {
         batch.push(row);
         if (batch.length >= IMPORT_BATCH_ROWS) await flush(row.line);
       }
-      readTo = piece.readTo;
-      // A chunk read: a file that has not filled a batch for a while (a slow upload, few rows
-      // between blank lines, or none at all) commits what it has, and so says how far it has
-      // been read.
+      readTo = step.value.readTo;
       if (Date.now() - savedAt >= PROGRESS_MS) await flush(readTo);
     }
     await flush(readTo);
   } catch (err) {
+    // The rows read whole before the fault (a cut upload, damaged gzip, a CSV that cannot be
+    // read on, the size limit) are committed with it: every row in the batch ended before
+    // readTo, and none is half-read. Not at shutdown (interrupted), nor after an internal error.
+    if (!hooks.signal?.aborted && (err instanceof ImportStop || isAbort(err)) && batch.length) {
+      try {
+        await flush(readTo);
+      } catch {
+        // The fault is what the job reports; what could not be committed is not counted.
+      }
+    }
     if (hooks.signal?.aborted) failure = { code: 'interrupted', detail: 'The server shut down before the end of the file; the counts are what was committed' };
     else if (err instanceof ImportStop) failure = { code: err.code, detail: err.message };
     else if (isAbort(err))
-      failure = { code: 'client_disconnected', detail: 'The upload ended before the end of the file; the rows of the last unfinished batch were not written' };
+      failure = { code: 'client_disconnected', detail: 'The upload ended before the end of the file; the rows received whole before were imported' };
     else {
       failure = { code: 'import_failed', detail: 'The import stopped on an internal error; the counts are what was committed' };
       hooks.onError?.(err);
@@ -1033,6 +1060,16 @@ export async function runImport(
     await sqlite?.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
   }
   return finish(ctx, jobId, failure, bytes.bytes);
+}
+
+/** The promise's value, or undefined when `ms` pass first (the promise goes on). */
+function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  if (ms <= 0) return Promise.race([promise, Promise.resolve(undefined)]);
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(resolve, ms, undefined);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 function isAbort(err: unknown): boolean {
