@@ -104,7 +104,8 @@ export function normalizeTags(tags: string[], path = '/tags'): string[] {
   tags.forEach((raw, i) => {
     const name = raw.trim();
     // Characters are code points (as for names): 33 emoji are 66 UTF-16 units, and 33 characters.
-    if (name.length < 1 || (name.length > TAG_MAX_LENGTH && [...name].length > TAG_MAX_LENGTH)) errors.push({ path: `${path}/${i}`, message: `must be 1 to ${TAG_MAX_LENGTH} characters` });
+    if (name.length < 1 || (name.length > TAG_MAX_LENGTH && [...name].length > TAG_MAX_LENGTH))
+      errors.push({ path: `${path}/${i}`, message: `must be 1 to ${TAG_MAX_LENGTH} characters` });
     else if (!seen.has(name.toLowerCase())) seen.set(name.toLowerCase(), name);
   });
   if (errors.length) throw new ValidationError('validation_failed', 'Some tag names are invalid', errors);
