@@ -143,7 +143,17 @@ const CLIENT_ERRORS = {
  */
 export function answerClientError(err: NodeJS.ErrnoException, socket: Socket): void {
   const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || socket.destroyed || !socket.writable || res?.headersSent) {
+  // An upload answered early (an import's 202) has had its answer: a second one on the same
+  // connection (its chunks' framing broken after the 202) would be a response to no request.
+  const early = answeredEarly.get(socket);
+  if (
+    err.code === 'ECONNRESET' ||
+    err.code === 'EPIPE' ||
+    socket.destroyed ||
+    !socket.writable ||
+    res?.headersSent ||
+    (early !== undefined && !early.complete)
+  ) {
     socket.destroy();
     return;
   }

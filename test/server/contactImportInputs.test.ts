@@ -10,6 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { connect } from 'node:net';
 import { request as httpRequest } from 'node:http';
 import { test } from 'node:test';
 import { createGunzip, createGzip, gzipSync } from 'node:zlib';
@@ -586,4 +587,33 @@ test('the largest contact svc keeps exports as CSV and NDJSON and imports back f
     // Newest first on export, so the copy is in the other order.
     assert.deepEqual((await contactsOf(s, other.token)).map(shape).reverse(), original, format);
   }
+});
+
+test('chunked framing broken after the 202: the connection is closed without a second answer, and the rows sent whole are kept', async (t) => {
+  const { s, token } = await buildAsOwner(t);
+  const url = new URL(s.url);
+  const socket = connect(Number(url.port), url.hostname);
+  t.after(() => socket.destroy());
+  let received = '';
+  socket.setEncoding('latin1');
+  socket.on('data', (d: string) => (received += d));
+  const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+  const rows = Array.from({ length: 30 }, (_, i) => `{"email":"frame${i}@example.com"}\n`).join('');
+  socket.write(
+    `POST /contacts/import HTTP/1.1\r\nhost: ${url.host}\r\nauthorization: Bearer ${token}\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n`,
+  );
+  socket.write(`${Buffer.byteLength(rows).toString(16)}\r\n${rows}\r\n`);
+  for (let i = 0; i < 200 && !received.includes('\r\n\r\n{'); i++) await new Promise((r) => setTimeout(r, 25));
+  assert.match(received, /^HTTP\/1\.1 202 /);
+  const id = Number(/"id":(\d+)/.exec(received)?.[1]);
+  socket.write('zz-not-a-chunk-size\r\nmore\r\n');
+  await closed;
+  assert.equal(received.match(/HTTP\/1\.1 \d{3} /g)?.length, 1, received);
+  let job: any;
+  for (let i = 0; i < 200; i++) {
+    job = (await s.request('GET', `/contacts/imports/${id}`, { token })).body;
+    if (job.status !== 'RUNNING') break;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.deepEqual([job.status, job.failure?.code, job.created], ['FAILED', 'client_disconnected', 30]);
 });
