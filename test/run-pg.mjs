@@ -18,11 +18,14 @@ if (!process.env.SVC_TEST_DATABASE_URL) {
 // engine's HTTP and rendering tests, the query plans of SQLite, the tests that open both stores
 // themselves) would repeat exactly what the SQLite pass ran.
 const FOLLOWS_STORE = [/\b(buildAsOwner|joinNode|testStore)\(/, /\bbuild\(t(?!, \{ store: 'sqlite' \})/];
+// Files named pg*.test.ts test PostgreSQL alone, each server on a database it makes itself
+// (SVC_DATABASE_URL), whatever SVC_TEST_STORE says: the SQLite pass has run them already.
+const OWN_DATABASE = /(^|\/)pg[A-Z][^/]*\.test\.ts$/;
 const files = [];
 const repeated = [];
 for (const file of process.argv.slice(2)) {
   const source = readFileSync(file, 'utf8');
-  (FOLLOWS_STORE.some((re) => re.test(source)) ? files : repeated).push(file);
+  (!OWN_DATABASE.test(file) && FOLLOWS_STORE.some((re) => re.test(source)) ? files : repeated).push(file);
 }
 console.log(`test:pg: ${files.length} files on PostgreSQL; not repeated, as no server of theirs follows the store: ${repeated.join(' ')}`);
 // Three files at a time, as in the SQLite pass: with two, the PostgreSQL pass kept only 1.5
