@@ -465,6 +465,11 @@ test('Content-Encoding: gzip uploads are read decompressed (sync and as a job); 
   // Declared gzip but plain: FAILED invalid_gzip, nothing read as it is.
   const plain = await importText(s, token, lines([{ email: 'plain@example.com' }]), gz);
   assert.deepEqual([plain.body.status, plain.body.failure?.code, plain.body.created], ['FAILED', 'invalid_gzip', 0], plain.text);
+  // So is an empty body (gzip of nothing is 20 bytes), where an empty plain body is an empty file.
+  const empty = await importText(s, token, '', gz);
+  assert.deepEqual([empty.body.status, empty.body.failure?.code], ['FAILED', 'invalid_gzip'], empty.text);
+  const nothing = await importText(s, token, gzipSync(''), gz);
+  assert.deepEqual([nothing.body.status, nothing.body.created], ['COMPLETED', 0], nothing.text);
   // Inflating past SVC_IMPORT_MAX_BYTES: 413 like a file that large.
   assertProblem(await importText(s, token, gzipSync(Buffer.alloc(2_000_000, 0x20)), gz), 413, 'import_too_large');
   // Other codings are refused before the body is read.

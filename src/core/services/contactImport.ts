@@ -1139,7 +1139,11 @@ export function isGzip(head: Uint8Array): boolean {
 export async function* decompressIfGzip(source: AsyncIterable<Buffer | string>, opts: { required?: boolean } = {}): AsyncGenerator<Buffer | string> {
   const iterator = source[Symbol.asyncIterator]();
   const first = await iterator.next();
-  if (first.done) return;
+  // An empty body declared gzip is not gzip either (an empty file compressed is 20 bytes).
+  if (first.done) {
+    if (opts.required) throw new ImportStop('invalid_gzip', 'The body is declared gzip-compressed (Content-Encoding: gzip) but is empty');
+    return;
+  }
   const rest = { [Symbol.asyncIterator]: () => iterator };
   if (typeof first.value === 'string' || !isGzip(first.value)) {
     // Declared gzip (Content-Encoding) and not: refused rather than read as it is.
