@@ -283,12 +283,22 @@ test('a file in another encoding, named by charset=, is read as such; a charset 
   const utf16 = Buffer.from('{"email":"u16@example.com","firstName":"Zoë"}\n', 'utf16le');
   const u16 = await importText(s, token, utf16, { 'content-type': 'application/x-ndjson; charset=utf-16le' });
   assert.deepEqual([u16.body.created, u16.body.errorCount], [1, 0], u16.text);
+  // A byte order mark says the encoding whatever the label, as WHATWG's decode has it: UTF-16LE
+  // with its BOM, labelled big-endian, and UTF-8 with its BOM, labelled windows-1252.
+  const le = Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('email,firstName\r\nbom16@example.com,Zoë\r\n', 'utf16le')]);
+  const bom16 = await importText(s, token, le, { 'content-type': 'text/csv; charset=utf-16be' });
+  assert.deepEqual([bom16.body.status, bom16.body.created], ['COMPLETED', 1], bom16.text);
+  const bom8 = await importText(s, token, Buffer.from('\uFEFFemail,firstName\nbom8@example.com,Zoë\n'), { 'content-type': 'text/csv; charset=windows-1252' });
+  assert.deepEqual([bom8.body.status, bom8.body.created], ['COMPLETED', 1], bom8.text);
+  for (const email of ['bom16@example.com', 'bom8@example.com']) {
+    assert.equal((await s.request('GET', `/contacts?email=${email}`, { token })).body.data[0].firstName, 'Zoë', email);
+  }
   // UTF-8 said in any spelling is read as it is.
   const utf8 = await importText(s, token, 'email,firstName\nu8@example.com,Zoë\n', { 'content-type': 'text/csv; Charset=UTF-8' });
   assert.equal(utf8.body.created, 1, utf8.text);
   const bad = await importText(s, token, 'email\nx@example.com\n', { 'content-type': 'text/csv; charset=x-klingon' });
   assertProblem(bad, 415, 'unsupported_charset');
-  assert.deepEqual((await s.request('GET', '/contacts/imports', { token })).body.data.length, 4, 'the refused one left no job');
+  assert.deepEqual((await s.request('GET', '/contacts/imports', { token })).body.data.length, 6, 'the refused one left no job');
 });
 
 /** A gzip stream of `head`, then `times` copies of `chunk`: compressed as it is made, never whole in memory. */

@@ -1057,6 +1057,9 @@ export async function runImport(
       await flushSearchPendingList(ctx);
     }
     clearInterval(heartbeat);
+    // A write that failed while a read was pending leaves the reader suspended: ended (once
+    // that read settles), so that its streams are closed, as a for-await loop would.
+    void reading.return(undefined).catch(() => undefined);
     await sqlite?.exclusive((w) => w.$client.pragma(`cache_size = ${cacheBefore}`));
   }
   return finish(ctx, jobId, failure, bytes.bytes);

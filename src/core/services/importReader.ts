@@ -40,14 +40,12 @@ export class CsvSyntaxError extends Error {
 
 /**
  * The file's bytes as UTF-8: decoded from the encoding its Content-Type names, or else as they
- * are, without a BOM. A UTF-16 BOM (what spreadsheets write as "Unicode text") is read as the
- * file's encoding; what an encoding cannot decode becomes U+FFFD.
+ * are, without a BOM. A BOM says the encoding whatever the label: UTF-16 (what spreadsheets
+ * write as "Unicode text") is decoded, UTF-8 read as it is; what an encoding cannot decode
+ * becomes U+FFFD.
  */
 export async function* utf8Bytes(source: AsyncIterable<Buffer>, charset: string | undefined): AsyncGenerator<Buffer> {
-  if (charset) {
-    yield* decoded(source, charset);
-    return;
-  }
+  // A byte order mark says the encoding whatever the label (WHATWG's decode: the BOM wins).
   const iterator = source[Symbol.asyncIterator]();
   let head: Buffer = Buffer.alloc(0);
   while (head.length < 3) {
@@ -55,10 +53,13 @@ export async function* utf8Bytes(source: AsyncIterable<Buffer>, charset: string 
     if (next.done) break;
     head = head.length ? Buffer.concat([head, next.value]) : next.value;
   }
-  let encoding: string | undefined;
+  let encoding: string | undefined = charset;
   if (head[0] === 0xff && head[1] === 0xfe) encoding = 'utf-16le';
   else if (head[0] === 0xfe && head[1] === 0xff) encoding = 'utf-16be';
-  else if (head[0] === 0xef && head[1] === 0xbb && head[2] === 0xbf) head = head.subarray(3);
+  else if (head[0] === 0xef && head[1] === 0xbb && head[2] === 0xbf) {
+    head = head.subarray(3);
+    encoding = undefined;
+  }
   const whole = (async function* () {
     if (head.length) yield head;
     yield* { [Symbol.asyncIterator]: () => iterator };
