@@ -362,7 +362,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await app.register(auditRoutes);
   await app.register(adminRoutes);
   await app.register(billingRoutes, { config });
-  await app.register(membershipRoutes, { publicUrl: config.publicUrl });
+  await app.register(membershipRoutes, { publicUrl: config.publicUrl, throttle });
   await app.register(settingsRoutes);
   await app.register(webhookTestRoutes);
   // Previews and test emails render in a thread of their own, never on the event loop.

@@ -81,6 +81,10 @@ const EXTRA_ANSWERS: Record<string, Record<string, string>> = {
     '422': 'An API key has no session to end (`not_a_session`)',
   },
   'POST /auth/refresh': { '403': 'The refresh cookie came from another site or origin (`cross_origin_request`)' },
+  'POST /invitations/accept': {
+    '401': 'The email has an account and the password given is not its own (`invalid_credentials`)',
+    '429': 'Too many wrong passwords for the account; wait for the `Retry-After` seconds (`too_many_login_attempts`)',
+  },
 };
 
 /** Operations whose JSON body may be left out (sent, it is checked like any other). */

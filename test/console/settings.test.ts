@@ -128,6 +128,25 @@ test('invite a member; they accept in another browser, are signed in, and are li
     false,
   );
   assert.deepEqual(admin.problems, []);
+
+  // Invited again, now with an account: its own password accepts (a wrong one is refused at
+  // the field), and signs them in.
+  const again = await s.request('POST', '/memberships/invitations', { token, body: { email: 'new.person@example.com', role: 'VIEWER' } });
+  const returning = await newContext(browser!, s.url);
+  t.after(() => returning.context.close());
+  await returning.page.goto(`/invite#${encodeURIComponent(again.body.token)}`);
+  await returning.page.getByText('You already have an account').waitFor();
+  assert.equal(await returning.page.getByLabel('Name').count(), 0, 'no name is asked of an account');
+  await returning.page.getByLabel('Password').fill('not-the-password');
+  await returning.page.getByRole('button', { name: 'Accept invitation' }).click();
+  await returning.page
+    .getByRole('alert')
+    .filter({ hasText: /password/i })
+    .waitFor();
+  await returning.page.getByLabel('Password').fill('a-good-long-password');
+  await returning.page.getByRole('button', { name: 'Accept invitation' }).click();
+  await returning.page.waitForURL('**/app/contacts');
+  await returning.page.getByRole('navigation', { name: 'Main' }).waitFor();
 });
 
 async function assertEventually(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {

@@ -210,7 +210,7 @@ test('pending invitations are listed without tokens and can be withdrawn; inspec
   assert.equal(actions.length, 1);
 });
 
-test('accepting creates and signs in a new account like a login; an existing account joins but logs in itself', async (t) => {
+test('accepting creates and signs in a new account like a login; an existing account accepts with its own password and is signed in', async (t) => {
   const s = await build(t);
   const token = await s.login(s.owner.email, s.owner.password);
   const fresh = (await s.request('POST', '/memberships/invitations', { token, body: { email: 'fresh@example.com', role: 'MEMBER' } })).body;
@@ -228,18 +228,51 @@ test('accepting creates and signs in a new account like a login; an existing acc
   assert.match(res.headers.getSetCookie().join(';'), /HttpOnly/i);
   assert.equal((await refreshWith(s, cookie!)).status, 200);
 
-  // Someone who already has an account: the invitation token is not their password.
+  // Someone who already has an account: the invitation token is not their password (the
+  // inviting admin holds it too), so their own password accepts it, and signs them in.
   const other = await s.otherWorkspace();
   const known = await s.userWithRole('VIEWER', other.workspaceId);
   const inv = (await s.request('POST', '/memberships/invitations', { token, body: { email: known.email, role: 'VIEWER' } })).body;
-  const joined = await s.request('POST', '/invitations/accept', { body: { token: inv.token } });
+  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: inv.token } }), 422, 'password_required');
+  const joined = await s.request('POST', '/invitations/accept', { body: { token: inv.token, password: known.password } });
   assert.equal(joined.status, 200, joined.text);
-  assert.equal(joined.body.signedIn, false);
-  assert.equal(joined.body.accountCreated, false);
-  assert.equal(joined.body.token, undefined);
-  assert.equal(refreshCookie(joined), undefined);
-  // They log in to the workspace they joined with their own password.
+  assert.deepEqual([joined.body.signedIn, joined.body.accountCreated, joined.body.workspace.id], [true, false, s.workspaceId]);
+  assert.equal((await s.request('GET', '/auth/me', { token: joined.body.token })).body.role, 'VIEWER');
+  assert.ok(refreshCookie(joined), 'the refresh cookie is set');
   assert.ok(await s.login(known.email, known.password, s.workspaceId));
+});
+
+test("an admin who holds an invitation's token cannot make or take the invitee's account: squatting an email wins no other workspace", async (t) => {
+  const s = await build(t);
+  const token = await s.login(s.owner.email, s.owner.password);
+  // An ADMIN of this workspace invites an email that has no account and accepts it themself,
+  // with a password of their own: the account is theirs.
+  const squatted = (await s.request('POST', '/memberships/invitations', { token, body: { email: 'newhire@victim.example', role: 'VIEWER' } })).body;
+  const taken = await s.request('POST', '/invitations/accept', { body: { token: squatted.token, password: 'attacker-password' } });
+  assert.equal(taken.body.accountCreated, true, taken.text);
+  // Another workspace then invites the real person, who accepts with the password they think
+  // is theirs: refused, and the admin's account gains no membership there.
+  const victim = await s.otherWorkspace();
+  const real = (await s.request('POST', '/memberships/invitations', { token: victim.token, body: { email: 'newhire@victim.example', role: 'ADMIN' } })).body;
+  assertProblem(
+    await s.request('POST', '/invitations/accept', { body: { token: real.token, name: 'Real', password: 'real-person-password' } }),
+    401,
+    'invalid_credentials',
+  );
+  assertProblem(
+    await s.request('POST', '/auth/login', { body: { email: 'newhire@victim.example', password: 'attacker-password', workspaceId: victim.workspaceId } }),
+    403,
+    'not_a_member',
+  );
+  // Nor can an admin add someone who has an account to their workspace unasked.
+  const known = await s.userWithRole('MEMBER', victim.workspaceId);
+  const unasked = (await s.request('POST', '/memberships/invitations', { token, body: { email: known.email, role: 'VIEWER' } })).body;
+  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: unasked.token, password: 'a-guess-of-theirs' } }), 401, 'invalid_credentials');
+  assertProblem(
+    await s.request('POST', '/auth/login', { body: { email: known.email, password: known.password, workspaceId: s.workspaceId } }),
+    403,
+    'not_a_member',
+  );
 });
 
 test('the webhook dry run says what a real POST would do and writes nothing', async (t) => {

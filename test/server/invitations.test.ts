@@ -114,7 +114,7 @@ test('invitation emails: sent with the token and an accept link; stored and list
   assert.equal(login.status, 200, login.text);
   assert.equal(login.body.workspace.id, s.workspaceId);
 
-  const joined = await s.request('POST', '/invitations/accept', { body: { token: knownToken } });
+  const joined = await s.request('POST', '/invitations/accept', { body: { token: knownToken, password: 'has-account-password' } });
   assert.equal(joined.status, 200, joined.text);
   assert.equal(joined.body.workspace.role, 'MEMBER');
   const member = await s.request('POST', '/auth/login', {

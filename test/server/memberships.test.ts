@@ -377,25 +377,29 @@ test('accepting an invitation creates the user, who can log in with the role; si
   assert.ok(!JSON.stringify(actions).includes(inv.token));
 });
 
-test('accepting as an existing user adds the membership and ignores the password; a member already is 409', async (t) => {
+test("accepting as an existing user takes that account's password and signs it in; without it, or with another, nothing joins; a member already is 409", async (t) => {
   const s = await build(t);
   const token = await ownerToken(s);
   const u = await outsider(s);
   const inv = await invite(s, token, u.email, 'VIEWER');
-  const res = await s.request('POST', '/invitations/accept', { body: { token: inv.token, password: 'ignored-password' } });
+  // The token proves access to the mailbox at most, and the inviting admin holds it too.
+  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: inv.token } }), 422, 'password_required');
+  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: inv.token, password: 'not-their-password' } }), 401, 'invalid_credentials');
+  const notYet = await s.request('POST', '/auth/login', { body: { email: u.email, password: u.password, workspaceId: s.workspaceId } });
+  assertProblem(notYet, 403, 'not_a_member');
+  const res = await s.request('POST', '/invitations/accept', { body: { token: inv.token, password: u.password } });
   assert.equal(res.status, 200, res.text);
   assert.equal(res.body.user.id, u.id);
-  assert.equal(res.body.workspace.role, 'VIEWER');
-  // The old password still works; the given one was ignored.
-  assert.ok(await s.login(u.email, u.password, s.workspaceId));
-  assertProblem(await s.request('POST', '/auth/login', { body: { email: u.email, password: 'ignored-password' } }), 401);
+  assert.deepEqual([res.body.workspace.role, res.body.accountCreated, res.body.signedIn], ['VIEWER', false, true]);
+  assert.match(res.headers.get('set-cookie') ?? '', /svc_refresh=/);
+  assert.equal((await s.request('GET', '/auth/me', { token: res.body.token })).body.workspace.id, s.workspaceId);
 
   // Invited twice before accepting: the second accept finds a member already.
   const u2 = await outsider(s);
   const a = await invite(s, token, u2.email, 'VIEWER');
   const b = await invite(s, token, u2.email, 'MEMBER');
-  assert.equal((await s.request('POST', '/invitations/accept', { body: { token: a.token } })).status, 200);
-  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: b.token } }), 409, 'membership_exists');
+  assert.equal((await s.request('POST', '/invitations/accept', { body: { token: a.token, password: u2.password } })).status, 200);
+  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: b.token, password: u2.password } }), 409, 'membership_exists');
 });
 
 test('expired and unknown tokens are refused', async (t) => {

@@ -166,7 +166,9 @@ export async function request<T>(verb: string, url: string, body?: unknown): Pro
 async function authorized(url: string, call: (token: string | null) => Promise<Response>): Promise<Response> {
   const sent = accessToken;
   let res = await call(sent);
-  if (res.status === 401 && sent && !url.startsWith('/auth/login') && !url.startsWith('/auth/refresh')) {
+  // A 401 of login, of refresh or of accepting an invitation says a password (or the refresh
+  // cookie) is wrong, not that this tab's session has ended.
+  if (res.status === 401 && sent && !url.startsWith('/auth/login') && !url.startsWith('/auth/refresh') && !url.startsWith('/invitations/accept')) {
     const token = await refreshSession();
     if (!token) {
       accessToken = null;

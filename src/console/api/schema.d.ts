@@ -7767,6 +7767,31 @@ export interface operations {
                     };
                 };
             };
+            /** @description The email has an account and the password given is not its own (`invalid_credentials`) */
+            401: {
+                headers: {
+                    /** @description `Bearer` */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
             /** @description No such resource in the caller's workspace (`*_not_found`) */
             404: {
                 headers: {
@@ -7839,6 +7864,31 @@ export interface operations {
             /** @description Invalid input; `errors` lists each field as a JSON Pointer (`validation_failed`, ...) */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": {
+                        /** @description A stable, machine-readable error code (see README) */
+                        code: string;
+                        detail: string;
+                        errors?: {
+                            message: string;
+                            /** @description A JSON Pointer into the request */
+                            path: string;
+                        }[];
+                        status: number;
+                        title: string;
+                        type: string;
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Too many wrong passwords for the account; wait for the `Retry-After` seconds (`too_many_login_attempts`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

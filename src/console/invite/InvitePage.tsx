@@ -9,7 +9,9 @@ type Invitation = ResultOf<'/invitations/inspect', 'post'>;
 
 /**
  * /invite#<token>: the token is in the fragment, which browsers never send to a server or
- * put in a Referer. New people choose a name and password; people with an account accept.
+ * put in a Referer. New people choose a name and password; people with an account accept
+ * with their own password (the token alone proves no more than access to the mailbox, and the
+ * inviting admin holds it too). Either way the invitee is then signed in.
  */
 export function InvitePage({ onAccepted }: { onAccepted: () => void }) {
   const { signedIn } = useSession();
@@ -35,9 +37,8 @@ export function InvitePage({ onAccepted }: { onAccepted: () => void }) {
     setBusy(true);
     setError(null);
     try {
-      const body = invitation?.accountExists ? { token } : { token, name: name.trim(), password };
+      const body = invitation?.accountExists ? { token, password } : { token, name: name.trim(), password };
       const answer = await api('post', '/invitations/accept', { body });
-      // A new account is signed in at once; an existing one signs in with its own password.
       if (answer.token) {
         await signedIn({ token: answer.token });
         onAccepted();
@@ -96,7 +97,20 @@ export function InvitePage({ onAccepted }: { onAccepted: () => void }) {
             />
           </>
         )}
-        {invitation?.accountExists && <p>You already have an account: accepting signs you in to this workspace.</p>}
+        {invitation?.accountExists && (
+          <>
+            <p>You already have an account: enter its password to accept, and you are signed in to this workspace.</p>
+            <Field
+              label="Password"
+              type="password"
+              name="password"
+              autoComplete="current-password"
+              value={password}
+              onChange={(e) => setPassword(e.target.value)}
+              error={fieldError(error, '/password')}
+            />
+          </>
+        )}
         {error && !fieldError(error, '/name') && !fieldError(error, '/password') ? <Alert>{describeError(error)}</Alert> : null}
         {invitation && (
           <button type="submit" className="button-primary" disabled={busy}>

@@ -1,14 +1,15 @@
 import { and, desc, eq, gt, isNull, lt, ne, type SQL } from 'drizzle-orm';
 import { recordAudit } from '../audit.js';
 import { inWorkspace, nowIso, withTransaction, type PageRequest, type SystemContext, type WorkspaceContext } from '../context.js';
-import { hashPassword, randomToken, sha256Hex } from '../crypto.js';
+import { hashPassword, randomToken, sha256Hex, verifyPassword } from '../crypto.js';
 import { invitations, memberships, users, type Plan, type Role } from '../db/schema.js';
-import { AppError, ConflictError, ForbiddenError, NotFoundError, ValidationError } from '../errors.js';
+import { AppError, ConflictError, ForbiddenError, NotFoundError, UnauthorizedError, ValidationError } from '../errors.js';
 import { decodeCursor, toPage, type Page } from '../pagination.js';
 import { roleAtLeast } from '../roles.js';
 import { passwordProblem } from '../validation.js';
 import { endSessions, findUserByEmail, requireEmail, userView, type UserView } from './users.js';
 import { assertNotSandbox } from './sandbox.js';
+import type { LoginThrottle } from './auth.js';
 import { getWorkspace } from './workspaces.js';
 
 /**
@@ -221,19 +222,28 @@ export async function createInvitation(
 
 /**
  * Accepts an invitation by its token: creates the user when the invited email has no
- * account yet (a password is then required), or adds the membership to the existing user
- * (any password given is ignored). Unknown tokens are 404 invitation_not_found; a token
- * used once already is 410 invitation_used (single use: the acceptedAt update is guarded,
- * so two concurrent accepts cannot both succeed); past expiresAt is 410 invitation_expired.
+ * account yet (a password is then required), or adds the membership to the existing user,
+ * whose password must then be given: the token proves access to the mailbox at most, and the
+ * inviting admin holds it too (the 201 hands it over). Without that check an admin could add
+ * anyone with an account to their workspace unasked, or make the account of an email that
+ * had none with a password of their own (accepting their own invitation), and then own every
+ * membership another workspace later gave that email. A wrong password is 401
+ * invalid_credentials, counted by the login throttle like a failed login. Unknown tokens are
+ * 404 invitation_not_found; a token used once already is 410 invitation_used (single use:
+ * the acceptedAt update is guarded, so two concurrent accepts cannot both succeed); past
+ * expiresAt is 410 invitation_expired.
  */
 export async function acceptInvitation(
   ctx: SystemContext,
+  throttle: LoginThrottle,
   input: { token: string; name?: string | undefined; password?: string | undefined },
 ): Promise<InvitationAccepted> {
   const first = await usableInvitation(ctx, input.token);
   // Hash outside the transaction (it is slow); only needed when the account is new.
   let passwordHash: string | null = null;
-  if (!(await findUserByEmail(ctx, first.email))) {
+  const account = await findUserByEmail(ctx, first.email);
+  if (account) await provePassword(ctx, throttle, account, input.password);
+  else {
     if (input.password === undefined) {
       throw new ValidationError('password_required', 'A password is needed to create your account', [
         { path: '/password', message: 'is required for a new account' },
@@ -248,6 +258,12 @@ export async function acceptInvitation(
     const wctx: WorkspaceContext = { ...tx, workspaceId: invitation.workspaceId };
     const workspace = await getWorkspace(tx, invitation.workspaceId);
     let user = await findUserByEmail(tx, invitation.email);
+    // An account made for the email since the check above has not had its password proven.
+    if (user && !account) {
+      throw new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
+        { path: '/password', message: 'is required: the password of your account' },
+      ]);
+    }
     const created = !user;
     if (!user) {
       if (passwordHash === null)
@@ -296,6 +312,31 @@ export async function acceptInvitation(
       accountCreated: created,
     };
   });
+}
+
+/** The existing account's own password, checked as a login checks it (throttled, constant time). */
+async function provePassword(
+  ctx: SystemContext,
+  throttle: LoginThrottle,
+  account: { email: string; passwordHash: string | null },
+  password: string | undefined,
+): Promise<void> {
+  if (password === undefined) {
+    throw new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
+      { path: '/password', message: 'is required: the password of your account' },
+    ]);
+  }
+  const release = await throttle.begin(ctx.ip);
+  try {
+    await throttle.check(account.email, ctx.ip);
+    if (!(await verifyPassword(password, account.passwordHash))) {
+      await throttle.fail(account.email, ctx.ip);
+      throw new UnauthorizedError('invalid_credentials', 'The password is not the one of the account this invitation is for');
+    }
+    await throttle.succeed(account.email, ctx.ip);
+  } finally {
+    release();
+  }
 }
 
 /** The invitation a token names, if it can still be accepted (the same refusals as accepting). */

@@ -18,6 +18,7 @@ import { deliverWithRetries } from '../../engine/deliver.js';
 import type { App } from '../app.js';
 import { IdParams, InvitationAccepted, InvitationAcceptInput, InvitationCreated, ListQuery, Membership, MembershipInput, pageOf, Role } from '../schemas.js';
 import { sessionAnswer, setRefreshCookie } from './auth.js';
+import type { LoginThrottle } from '../../core/services/auth.js';
 
 /** An invitation as answered by POST /memberships: no token (it went by email). */
 const InvitationSent = Type.Object({ id: Type.Integer(), email: Type.String(), role: Role, expiresAt: Type.String() });
@@ -38,7 +39,7 @@ const InvitationInspected = Type.Object({
 const read = { role: 'VIEWER' as const };
 const admin = { role: 'ADMIN' as const };
 
-export async function membershipRoutes(app: App, opts: { publicUrl: string }): Promise<void> {
+export async function membershipRoutes(app: App, opts: { publicUrl: string; throttle: LoginThrottle }): Promise<void> {
   // Only the routes that set or read the refresh cookie parse cookies (its hooks would run on every request).
   await app.register(cookie);
   // Invitation emails are sent (and retried) after the 201; closing the server stops the
@@ -136,16 +137,14 @@ export async function membershipRoutes(app: App, opts: { publicUrl: string }): P
     async (req) => inspectInvitation(req.systemCtx(), req.body.token),
   );
 
-  // A new account is signed in at once, like a login (token in the body, refresh cookie).
-  // An existing account is not: the invitation token proves access to the mailbox, not
-  // the account, and the inviting admin has seen the token; that user logs in as usual.
+  // The invitee is signed in, like a login (token in the body, refresh cookie): a new account
+  // with the password it chose, an existing one with its own (acceptInvitation checks it).
   app.post(
     '/invitations/accept',
     { config: { access: 'public' }, schema: { body: InvitationAcceptInput, response: { 200: InvitationAccepted } } },
     async (req, reply) => {
       const ctx = req.systemCtx();
-      const accepted = await acceptInvitation(ctx, req.body);
-      if (!accepted.accountCreated) return { ...accepted, signedIn: false };
+      const accepted = await acceptInvitation(ctx, opts.throttle, req.body);
       const session = await startSession(ctx, accepted.user.id, accepted.workspace.id);
       setRefreshCookie(reply, opts.publicUrl, session.refreshToken, session.refreshMaxAge);
       return { ...accepted, ...sessionAnswer(session), signedIn: true };
