@@ -1,4 +1,5 @@
 import { and, asc, eq, gt, isNull } from 'drizzle-orm';
+import { createHmac } from 'node:crypto';
 import { SignJWT, errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
 import { recordAudit } from '../audit.js';
 import { nowIso, withTransaction, type SystemContext, type WorkspaceContext } from '../context.js';
@@ -198,10 +199,26 @@ async function membershipIn(ctx: Pick<SystemContext, 'db'>, userId: number, work
  * fixed at login (config.sessionMaxDays) and inherited by every rotation, so refreshing
  * never makes a session outlive it.
  */
-async function issueRefreshToken(ctx: SystemContext, userId: number, workspaceId: number, familyId: string, expiresAt: string): Promise<string> {
-  const token = randomToken(32);
+async function issueRefreshToken(
+  ctx: SystemContext,
+  userId: number,
+  workspaceId: number,
+  familyId: string,
+  expiresAt: string,
+  token = randomToken(32),
+): Promise<string> {
   await ctx.db.insert(sessions).values({ familyId, userId, workspaceId, tokenHash: sha256Hex(token), expiresAt });
   return token;
+}
+
+/**
+ * The one token a refresh token rotates into: an HMAC of it under the server's secret, so that
+ * presenting it again within the grace answers that same successor (API.md section 8), not a
+ * new one each time: one line of tokens per session, never parallel ones that each live on. As
+ * unguessable as a random token without both the token and the secret.
+ */
+function successorOf(ctx: Pick<SystemContext, 'config'>, token: string): string {
+  return createHmac('sha256', ctx.config.secrets.jwtSecret).update(`svc-refresh-successor\u0000${token}`).digest('base64url');
 }
 
 /** Seconds until an ISO time (at least 0), for the refresh cookie's Max-Age. */
@@ -334,8 +351,8 @@ export async function refresh(
     if (!row || row.revokedAt || row.expiresAt <= nowIso()) return { error: true as const };
     const actor = { type: 'USER' as const, id: row.userId, label: null };
     // Tabs of one browser share one cookie: a token presented again within the grace after
-    // its rotation (another tab refreshing at the same moment) gets a sibling of its
-    // successor instead of ending the family. Later reuse is theft and ends it.
+    // its rotation (another tab refreshing at the same moment) is answered with its successor
+    // instead of ending the family. Later reuse is theft and ends it.
     const inGrace = row.rotatedAt !== null && Date.parse(row.rotatedAt) > Date.now() - REFRESH_REUSE_GRACE_MS;
     if (row.rotatedAt && !inGrace) {
       await tx.db
@@ -348,7 +365,15 @@ export async function refresh(
     const membership = await membershipIn(tx, row.userId, row.workspaceId);
     if (!membership) return { error: true as const };
     if (!inGrace) await tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id));
-    const next = await issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt);
+    const next = successorOf(tx, refreshToken);
+    const [issued] = inGrace
+      ? await tx.db
+          .select({ revokedAt: sessions.revokedAt })
+          .from(sessions)
+          .where(eq(sessions.tokenHash, sha256Hex(next)))
+      : [];
+    if (issued?.revokedAt) return { error: true as const };
+    if (!issued) await issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt, next);
     return {
       error: false as const,
       next,
