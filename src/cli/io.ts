@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { hostname, userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { loadConfig, type Config, type ConfigFlags } from '../core/config.js';
@@ -88,7 +89,9 @@ export async function withSession<T>(cmd: Command, fn: (s: CliSession) => T | Pr
 }
 
 export function parseId(value: string, what = 'id'): number {
-  if (!/^[1-9][0-9]{0,15}$/.test(value.trim())) throw new CliError(`${what} must be a positive integer, got "${value}"`);
+  // A safe integer: 9007199254740993 would be read as ...992, another id than the one typed.
+  if (!/^[1-9][0-9]{0,15}$/.test(value.trim()) || !Number.isSafeInteger(Number(value.trim())))
+    throw new CliError(`${what} must be a positive integer up to 2^53-1, got "${printable(value)}"`);
   return Number(value.trim());
 }
 
@@ -133,9 +136,13 @@ export async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** A secret from standard input: only the final line break is removed. */
+/** A secret from standard input: only the final line break is removed. It must be UTF-8 text (as a login's JSON is). */
 export async function readSecretFromStdin(): Promise<string> {
-  const text = (await readStdin()).replace(/\r?\n$/, '');
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  const bytes = Buffer.concat(chunks);
+  if (!isUtf8(bytes)) throw new CliError('the password on standard input is not UTF-8 text');
+  const text = bytes.toString('utf8').replace(/\r?\n$/, '');
   if (!text) throw new CliError('no password on standard input');
   return text;
 }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -205,11 +205,20 @@ function readFileConfig(dataDir: string): FileConfig {
   }
 }
 
+/**
+ * The data folder, made private (0700) whether svc creates it or it was there, empty, before:
+ * mkdir's mode applies only to a folder it creates, and `svc doctor` fails one others can read.
+ */
+export function privateDataDir(dataDir: string): void {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  chmodSync(dataDir, 0o700);
+}
+
 /** Writes a fresh config.json with generated secrets (mode 0600); never overwrites one. */
 export function writeInitialConfig(dataDir: string): void {
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = configPath(dataDir);
   if (existsSync(file)) return;
+  privateDataDir(dataDir);
   const initial = {
     secrets: {
       jwtSecret: randomBytes(32).toString('base64url'),
@@ -224,9 +233,9 @@ export function writeInitialConfig(dataDir: string): void {
  * cluster): the folder's settings only, no secrets of its own.
  */
 export function writeNodeConfig(dataDir: string): void {
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = configPath(dataDir);
   if (existsSync(file)) return;
+  privateDataDir(dataDir);
   writeFileSync(file, '{}\n', { mode: 0o600, flag: 'wx' });
 }
 

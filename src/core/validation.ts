@@ -34,6 +34,10 @@ export function passwordProblem(password: string): string | undefined {
   if (password.length > PASSWORD_MAX) return `must be at most ${PASSWORD_MAX} characters`;
   // Spaces count (a passphrase has them), but a password of nothing else is no secret.
   if (password.trim() === '') return 'must not be only spaces';
+  // What no login could send (a JSON body with U+0000 or a lone surrogate is refused), set
+  // from standard input by the CLI, would lock the account out.
+  if (password.includes('\u0000')) return 'must not contain U+0000';
+  if (!wellFormed(password)) return 'must be well-formed Unicode (no lone surrogate)';
   return undefined;
 }
 

@@ -4,7 +4,7 @@
  * workflow whose send step names a missing template or one of another channel, like the API.
  */
 import assert from 'node:assert/strict';
-import { existsSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/core/config.js';
@@ -108,4 +108,49 @@ test('svc workflow activate refuses a send step naming a missing template or one
   assert.equal(list.code, 0, show(list));
   const statuses = Object.fromEntries(list.json().map((x: { name: string; status: string }) => [x.name, x.status]));
   assert.deepEqual(statuses, { 'wrong channel': 'DRAFT', missing: 'DRAFT', good: 'ACTIVE' });
+});
+
+test('the CLI holds to API.md 6 where a black-box review found it did not: one line on stderr, --json, private folders, passwords a login can send, no member of a sandbox', async (t) => {
+  const dir = tempDir(t);
+  // A folder that was there, empty and readable by all, becomes a private data folder.
+  const dataDir = join(dir, 'existing');
+  mkdirSync(dataDir, { mode: 0o755 });
+  chmodSync(dataDir, 0o755);
+  const init = await runCli(dataDir, ['init', '--yes', '--json']);
+  assert.equal(init.code, 0, show(init));
+  assertPrivate(dataDir, 'svc init into an existing folder', false);
+
+  const oneLine = (r: { code: number | null; stderr: string; stdout: string }, message: RegExp) => {
+    assert.notEqual(r.code, 0, show(r as never));
+    assert.match(r.stderr, message, show(r as never));
+    assert.equal(r.stderr.trimEnd().split('\n').length, 1, show(r as never));
+    assert.equal(r.stdout, '', show(r as never));
+  };
+  // A command with subcommands, named without one.
+  oneLine(await runCli(dataDir, []), /^error: svc needs a command: init, migrate, serve/);
+  oneLine(await runCli(dataDir, ['workspace']), /^error: svc workspace needs a command: create, list, show/);
+  oneLine(await runCli(dataDir, ['--json', 'db']), /^error: svc db needs a command: copy/);
+  // What the operator typed is quoted with its control characters escaped, on one line.
+  oneLine(await runCli(dataDir, ['admin', 'grant', 'a\nb\x1b[2J@example.com']), /^error: No user with email a\\nb\\x1b\[2J@example\.com$/m);
+  // An id past 2^53 would be read as another id.
+  oneLine(await runCli(dataDir, ['runs', 'show', '9007199254740993']), /id must be a positive integer up to 2\^53-1, got "9007199254740993"/);
+  // A password no login could send.
+  oneLine(await runCli(dataDir, ['user', 'passwd', 'admin@svc.local', '--password-stdin'], { stdin: 'abc\0defghijklmnop\n' }), /must not contain U\+0000/);
+  oneLine(
+    await runCli(dataDir, ['user', 'passwd', 'admin@svc.local', '--password-stdin'], {
+      stdin: Buffer.from([0xff, 0xfe, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x0a]),
+    }),
+    /not UTF-8 text/,
+  );
+  // A sandbox has no members of its own.
+  const sandbox = await runCli(dataDir, ['workspace', 'sandbox', String(init.json().workspace.id), '--json']);
+  assert.equal(sandbox.code, 0, show(sandbox));
+  oneLine(
+    await runCli(dataDir, ['user', 'create', '--email', 'u6@example.com', '--workspace', String(sandbox.json().id), '--role', 'MEMBER']),
+    /not available in a sandbox/,
+  );
+  // --version --json is JSON.
+  const version = await runCli(dataDir, ['--version', '--json']);
+  assert.equal(version.code, 0, show(version));
+  assert.deepEqual(Object.keys(version.json()), ['version', 'schema']);
 });

@@ -4,7 +4,6 @@ import {
   copyFileSync,
   existsSync,
   fsyncSync,
-  mkdirSync,
   openSync,
   readFileSync,
   readSync,
@@ -18,7 +17,7 @@ import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import { configPath, resolveDataDir, type Config } from '../config.js';
+import { configPath, privateDataDir, resolveDataDir, type Config } from '../config.js';
 import { openDatabase } from '../db/connection.js';
 import { DatabaseTooNewError, migrationStatus } from '../db/migrate.js';
 import { ConflictError, ValidationError } from '../errors.js';
@@ -341,7 +340,7 @@ export function restoreBackup(
   if (readHeader(from) !== SQLITE_MAGIC) throw notABackup(from, 'it is not an SQLite database');
   const existed = existsSync(dataDir);
   if (existed) assertNoServer(dataDir); // early, before copying a large file
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  privateDataDir(dataDir);
   let restored = false;
 
   const stamp = fileStamp();

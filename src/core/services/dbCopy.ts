@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } f
 import { join, resolve } from 'node:path';
 import type Database from 'better-sqlite3';
 import pg from 'pg';
-import { configPath, redactDatabaseUrl } from '../config.js';
+import { configPath, privateDataDir, redactDatabaseUrl } from '../config.js';
 import { openDatabase } from '../db/connection.js';
 import { PG_DERIVED_TABLES, PG_REBUILD_SEARCH_BUCKETS } from '../db/dialect.js';
 import { DatabaseTooNewError, findMigrationsDir, migrate, readJournal } from '../db/migrate.js';
@@ -829,6 +829,7 @@ export async function copyPgToSqlite(url: string, toDataDir: string, secrets: Se
     await assertSecretsOpen(source, secrets, url);
     opts.onStep?.('migrating');
     written = { firstCreated: existsSync(dataDir) ? undefined : mkdirSync(dataDir, { recursive: true, mode: 0o700 }) };
+    privateDataDir(dataDir);
     const target = openSqliteTarget(dbFile, opts.batchRows ?? DEFAULT_BATCH);
     let result: DbCopyResult;
     try {

@@ -6,6 +6,7 @@ import { ConflictError, NotFoundError, ValidationError } from '../errors.js';
 import { hashPassword } from '../crypto.js';
 import { normalizeEmail, passwordProblem } from '../validation.js';
 import { getWorkspace } from './workspaces.js';
+import { assertNotSandbox } from './sandbox.js';
 
 export interface UserView {
   id: number;
@@ -60,6 +61,8 @@ export async function createUser(ctx: SystemContext, input: CreateUserInput): Pr
   const passwordHash = input.password === undefined ? null : await hashPassword(input.password);
   return withTransaction(ctx, async (tx) => {
     await getWorkspace(tx, input.workspaceId);
+    // A sandbox has no members of its own: the live workspace's act in it (as invitations refuse).
+    await assertNotSandbox(tx.db, input.workspaceId, 'Adding a member');
     let [user] = await tx.db.select().from(users).where(eq(users.email, email));
     const created = !user;
     if (!user) {
