@@ -197,13 +197,15 @@ export const MASKED = '••••';
 /**
  * A step's fields as a read-only role (VIEWER) sees them: the values of an http_request's
  * headers (an `Authorization: Bearer …` for the API it calls) are masked, their names kept,
- * and so is its URL past the host (maskUrlPath); everything else is as stored. Those who may
- * edit the step (MEMBER and above) see it whole.
+ * and so is its URL past the host (maskUrlPath) and its body (a token in a JSON body, as
+ * some APIs take it); everything else is as stored. Those who may edit the step (MEMBER and
+ * above) see it whole.
  */
 export function maskStepSecrets<T extends Record<string, unknown>>(type: unknown, fields: T): T {
   if (type !== 'http_request') return fields;
   let out = fields;
   if (fields.headers && typeof fields.headers === 'object') out = { ...out, headers: maskHeaderValues(fields.headers as Record<string, unknown>) };
+  if (fields.body !== undefined && fields.body !== null && fields.body !== '') out = { ...out, body: MASKED };
   if (typeof fields.url === 'string') {
     const url = maskUrlPath(fields.url);
     if (url !== fields.url) out = { ...out, url };

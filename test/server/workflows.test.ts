@@ -911,6 +911,8 @@ test('the header values of http_request steps are whole for MEMBER and above and
     method: 'POST',
     url: 'https://api.example.com/hook',
     headers: { Authorization: secret, 'X-Trace': 'keep-{{ run.id }}' },
+    // Some APIs take their token in the body: masked too.
+    body: { token: 'body_secret_9f8e', contact: '{{ contact.email }}' },
   };
   const w = await createWorkflow(s, token, { name: 'calls out', triggerSource: 'MANUAL', steps: [{ type: 'add_tags', tags: ['x'] }, call] });
   const viewer = await s.userWithRole('VIEWER');
@@ -919,10 +921,11 @@ test('the header values of http_request steps are whole for MEMBER and above and
     assert.equal(one.status, 200, one.text);
     assert.deepEqual(one.body.steps, [
       { type: 'add_tags', tags: ['x'] },
-      { ...call, url: 'https://api.example.com/••••', headers: { Authorization: '••••', 'X-Trace': '••••' } },
+      { ...call, url: 'https://api.example.com/••••', headers: { Authorization: '••••', 'X-Trace': '••••' }, body: '••••' },
     ]);
     const list = await s.request('GET', '/workflows', { token: vt });
-    for (const r of [one, list]) assert.ok(!r.text.includes('sk_live_'), 'a VIEWER never sees the header values');
+    for (const r of [one, list])
+      assert.ok(!r.text.includes('sk_live_') && !r.text.includes('body_secret'), 'a VIEWER never sees the header values nor the body');
   }
   // A URL's path and query are often its credential (a Slack webhook's path, ?token=): a
   // VIEWER sees where it calls, not the rest; a templated URL is masked whole.

@@ -7,7 +7,7 @@ import { execute, tablesWithWorkspaceId } from '../db/dialect.js';
 import { sandboxRequests, workspaces, type Plan } from '../db/schema.js';
 import { AppError, NotFoundError } from '../errors.js';
 import type { Page } from '../pagination.js';
-import { maskHeaderValues, maskUrlPath } from '../steps.js';
+import { MASKED, maskHeaderValues, maskUrlPath } from '../steps.js';
 
 /**
  * The sandbox: each live workspace may have one twin workspace (`workspaces.sandbox_of`)
@@ -208,7 +208,7 @@ export async function listSandboxRequests(ctx: WorkspaceContext, page: PageReque
     method: r.method,
     url: opts.masked ? maskUrlPath(r.url) : r.url,
     headers: opts.masked ? maskHeaderValues(r.headers) : r.headers,
-    body: r.body,
+    body: opts.masked && r.body ? MASKED : r.body,
     createdAt: r.createdAt,
   }));
 }
