@@ -44,13 +44,18 @@ test('CSV: a quote inside a cell that does not start with one is kept as it is; 
   const q2 = stored.find((c) => c.email === 'q2@example.com');
   assert.deepEqual([q2.firstName, q2.attributes], ['Said "hi"', { item: 'x"y"z' }]);
 
-  // What cannot be read at all stops the file as the client's error, at its line.
-  for (const body of ['email\r\nok@example.com\r\n"unclosed@example.com\r\n', `email,n\r\nbig@example.com,${'a'.repeat(1_100_000)}\r\n`]) {
+  // What cannot be read at all stops the file as the client's error, at its line; the rows
+  // read whole before it are kept.
+  for (const [body, created] of [
+    ['email\r\nok@example.com\r\n"unclosed@example.com\r\n', 1],
+    [`email,n\r\nbig@example.com,${'a'.repeat(1_100_000)}\r\n`, 0],
+  ] as const) {
     const bad = await importText(s, token, body, CSV);
     assert.equal(bad.status, 200, bad.text);
-    assert.deepEqual([bad.body.status, bad.body.failure?.code], ['FAILED', 'invalid_csv'], bad.text);
+    assert.deepEqual([bad.body.status, bad.body.failure?.code, bad.body.created], ['FAILED', 'invalid_csv', created], bad.text);
     assert.doesNotMatch(bad.body.failure.detail, /internal/);
   }
+  assert.ok((await contactsOf(s, token)).some((c) => c.email === 'ok@example.com'));
 });
 
 test('CSV line numbers are the lines an editor shows: a CRLF inside a quoted cell is one line break, empty lines count', async (t) => {
