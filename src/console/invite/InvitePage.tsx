@@ -82,34 +82,22 @@ export function InvitePage({ onAccepted }: { onAccepted: () => void }) {
             <strong>{invitation.email}</strong>.
           </p>
         )}
+        {invitation?.accountExists && <p>You already have an account: enter its password to accept, and you are signed in to this workspace.</p>}
         {invitation && !invitation.accountExists && (
-          <>
-            <Field label="Name" name="name" autoComplete="name" value={name} onChange={(e) => setName(e.target.value)} error={fieldError(error, '/name')} />
-            <Field
-              label="Password"
-              type="password"
-              name="password"
-              autoComplete="new-password"
-              value={password}
-              onChange={(e) => setPassword(e.target.value)}
-              error={fieldError(error, '/password')}
-              hint="At least 8 characters."
-            />
-          </>
+          <Field label="Name" name="name" autoComplete="name" value={name} onChange={(e) => setName(e.target.value)} error={fieldError(error, '/name')} />
         )}
-        {invitation?.accountExists && (
-          <>
-            <p>You already have an account: enter its password to accept, and you are signed in to this workspace.</p>
-            <Field
-              label="Password"
-              type="password"
-              name="password"
-              autoComplete="current-password"
-              value={password}
-              onChange={(e) => setPassword(e.target.value)}
-              error={fieldError(error, '/password')}
-            />
-          </>
+        {invitation && (
+          // A new account's password, or the existing account's own.
+          <Field
+            label="Password"
+            type="password"
+            name="password"
+            autoComplete={invitation.accountExists ? 'current-password' : 'new-password'}
+            value={password}
+            onChange={(e) => setPassword(e.target.value)}
+            error={fieldError(error, '/password')}
+            {...(invitation.accountExists ? {} : { hint: 'At least 8 characters.' })}
+          />
         )}
         {error && !fieldError(error, '/name') && !fieldError(error, '/password') ? <Alert>{describeError(error)}</Alert> : null}
         {invitation && (
