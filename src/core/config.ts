@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -208,10 +208,11 @@ function readFileConfig(dataDir: string): FileConfig {
 /**
  * The data folder, made private (0700) whether svc creates it or it was there, empty, before:
  * mkdir's mode applies only to a folder it creates, and `svc doctor` fails one others can read.
+ * A folder that already holds anything keeps its mode (`--data-dir /tmp` must not close /tmp).
  */
 export function privateDataDir(dataDir: string): void {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  chmodSync(dataDir, 0o700);
+  if (readdirSync(dataDir).length === 0) chmodSync(dataDir, 0o700);
 }
 
 /** Writes a fresh config.json with generated secrets (mode 0600); never overwrites one. */
