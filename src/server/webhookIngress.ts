@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import proxyAddr from '@fastify/proxy-addr';
 import LocalStore from '@fastify/rate-limit/store/LocalStore.js';
@@ -40,6 +41,17 @@ export function isWebhookRequest(method: string | undefined, url: string | undef
   const next = url.charCodeAt(WEBHOOK_PREFIX.length);
   // End, '/', '?'
   return Number.isNaN(next) || next === 47 || next === 63;
+}
+
+/**
+ * A header's value as the text its sender wrote: Node reads header bytes as Latin-1, so a
+ * UTF-8 key (`é`, two bytes) arrived as two characters (`Ã©`), counted and stored so. Bytes
+ * that are not UTF-8 stay as Node read them, so that a key is still compared byte for byte.
+ */
+export function headerText(value: string): string {
+  if (!/[\x80-\xff]/.test(value)) return value;
+  const bytes = Buffer.from(value, 'latin1');
+  return isUtf8(bytes) ? bytes.toString('utf8') : value;
 }
 
 /** The token of a webhook URL: its one path segment below the prefix, decoded; '' when there is none; null when it cannot be decoded. */
@@ -287,7 +299,7 @@ export class WebhookIngress {
       contentType: headers['content-type'] ?? null,
       sourceIp: x.address,
       signature: typeof signature === 'string' ? signature : undefined,
-      idempotencyKey: typeof key === 'string' ? key : undefined,
+      idempotencyKey: typeof key === 'string' ? headerText(key) : undefined,
     };
   }
 

@@ -123,6 +123,21 @@ test('an Idempotency-Key is any text of 1 to 255 characters: spaces, punctuation
     assert.equal(again.body.runId, first.body.runId, key);
   }
   assert.equal(await runCount(s), keys.length);
+
+  // A key sent as UTF-8 (as curl sends `é`: two bytes) is that text: its length in characters,
+  // and shown as written among the received events, not as Node's Latin-1 reading of it.
+  const utf8 = (text: string) => Buffer.from(text, 'utf8').toString('latin1');
+  const accented = '\u00e9'.repeat(128);
+  const first = await post(s, hook.path, raw, { 'idempotency-key': utf8(accented) });
+  assert.equal(first.status, 202, first.text);
+  const again = await post(s, hook.path, raw, { 'idempotency-key': utf8(accented) });
+  assert.equal(again.headers.get('idempotent-replayed'), 'true');
+  assertProblem(await post(s, hook.path, raw, { 'idempotency-key': utf8('\u00e9'.repeat(256)) }), 400, 'invalid_idempotency_key');
+  const events = await s.request('GET', `/workflows/${hook.id}/webhook-events?limit=200`, { token });
+  assert.ok(
+    events.body.data.some((e: { idempotencyKey: string | null }) => e.idempotencyKey === accented),
+    'the key as written',
+  );
 });
 
 test('without a secret, an invalid Idempotency-Key is 400 before the body is parsed', async (t) => {

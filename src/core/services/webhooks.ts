@@ -29,7 +29,8 @@ const SIGNATURE_RE = /^sha256=([0-9a-f]{64})$/;
  * refuses the others), spaces and non-ASCII included (a header's bytes, as Node reads them).
  */
 export function validIdempotencyKey(key: string): boolean {
-  if (key.length < 1 || key.length > 255) return false;
+  // Characters are code points: 128 `é` are 128 characters (API.md 4: up to 255 chars).
+  if (key.length < 1 || (key.length > 255 && [...key].length > 255)) return false;
   for (let i = 0; i < key.length; i++) {
     const c = key.charCodeAt(i);
     if (c < 0x20 || c === 0x7f) return false;
