@@ -212,7 +212,12 @@ function readFileConfig(dataDir: string): FileConfig {
  */
 export function privateDataDir(dataDir: string): void {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  if (readdirSync(dataDir).length === 0) chmodSync(dataDir, 0o700);
+  if (readdirSync(dataDir).length > 0) return;
+  try {
+    chmodSync(dataDir, 0o700);
+  } catch {
+    // A folder of another owner (root:svc 2770, made for the svc user): left as it is; svc doctor says so.
+  }
 }
 
 /** Writes a fresh config.json with generated secrets (mode 0600); never overwrites one. */

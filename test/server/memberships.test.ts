@@ -393,6 +393,11 @@ test("accepting as an existing user takes that account's password and signs it i
   assert.deepEqual([res.body.workspace.role, res.body.accountCreated, res.body.signedIn], ['VIEWER', false, true]);
   assert.match(res.headers.get('set-cookie') ?? '', /svc_refresh=/);
   assert.equal((await s.request('GET', '/auth/me', { token: res.body.token })).body.workspace.id, s.workspaceId);
+  // An account with no password yet has none to prove: told so, not counted as a wrong one.
+  const other = await s.otherWorkspace();
+  await createUser(systemCtx(s), { email: 'no-password@acme.test', workspaceId: other.workspaceId, role: 'MEMBER' });
+  const unset = await invite(s, token, 'no-password@acme.test', 'VIEWER');
+  assertProblem(await s.request('POST', '/invitations/accept', { body: { token: unset.token, password: 'anything-at-all' } }), 422, 'password_not_set');
 
   // Invited twice before accepting: the second accept finds a member already.
   const u2 = await outsider(s);

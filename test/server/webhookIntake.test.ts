@@ -133,6 +133,12 @@ test('an Idempotency-Key is any text of 1 to 255 characters: spaces, punctuation
   const again = await post(s, hook.path, raw, { 'idempotency-key': utf8(accented) });
   assert.equal(again.headers.get('idempotent-replayed'), 'true');
   assertProblem(await post(s, hook.path, raw, { 'idempotency-key': utf8('\u00e9'.repeat(256)) }), 400, 'invalid_idempotency_key');
+  // 255 characters that are 510 UTF-16 units: kept whole, so that its repeat finds it.
+  const emoji = '\u{1F600}'.repeat(255);
+  const firstEmoji = await post(s, hook.path, raw, { 'idempotency-key': utf8(emoji) });
+  assert.equal(firstEmoji.status, 202, firstEmoji.text);
+  const againEmoji = await post(s, hook.path, raw, { 'idempotency-key': utf8(emoji) });
+  assert.deepEqual([againEmoji.headers.get('idempotent-replayed'), againEmoji.body.runId], ['true', firstEmoji.body.runId]);
   const events = await s.request('GET', `/workflows/${hook.id}/webhook-events?limit=200`, { token });
   assert.ok(
     events.body.data.some((e: { idempotencyKey: string | null }) => e.idempotencyKey === accented),

@@ -365,14 +365,23 @@ export async function refresh(
     const membership = await membershipIn(tx, row.userId, row.workspaceId);
     if (!membership) return { error: true as const };
     if (!inGrace) await tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id));
-    const next = successorOf(tx, refreshToken);
-    const [issued] = inGrace
-      ? await tx.db
-          .select({ revokedAt: sessions.revokedAt })
-          .from(sessions)
-          .where(eq(sessions.tokenHash, sha256Hex(next)))
-      : [];
-    if (issued?.revokedAt) return { error: true as const };
+    // Within the grace the successor may have been rotated too (a tab refreshed twice): the
+    // answer is the newest of the line, never a rotated token whose next use would be reuse.
+    let next = successorOf(tx, refreshToken);
+    let issued = false;
+    for (let hop = 0; inGrace && hop < 32; hop++) {
+      const [successor] = await tx.db
+        .select({ revokedAt: sessions.revokedAt, rotatedAt: sessions.rotatedAt })
+        .from(sessions)
+        .where(eq(sessions.tokenHash, sha256Hex(next)));
+      if (!successor) break;
+      if (successor.revokedAt) return { error: true as const };
+      if (!successor.rotatedAt) {
+        issued = true;
+        break;
+      }
+      next = successorOf(tx, next);
+    }
     if (!issued) await issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt, next);
     return {
       error: false as const,

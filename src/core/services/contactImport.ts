@@ -999,9 +999,17 @@ export async function runImport(
   let failure: { code: string; detail: string } | null = null;
   let readTo = 0;
   const reading = pieces[Symbol.asyncIterator]();
+  // Whether the fault came from reading the file (a cut upload, damaged gzip...) rather than
+  // from writing a batch (a database error, which may also say ECONNRESET on PostgreSQL).
+  let readFault = false;
+  const read = (): Promise<IteratorResult<Piece<SourceRow>>> =>
+    reading.next().catch((err: unknown) => {
+      readFault = true;
+      throw err;
+    });
   try {
     for (;;) {
-      const next = reading.next();
+      const next = read();
       // A file that has not filled a batch for a while (a slow upload, few rows between blank
       // lines, or an upload that stalls) commits what it has whole, and so says how far it has
       // been read, also while no byte comes.
@@ -1025,7 +1033,7 @@ export async function runImport(
     // The rows read whole before the fault (a cut upload, damaged gzip, a CSV that cannot be
     // read on, the size limit) are committed with it: every row in the batch ended before
     // readTo, and none is half-read. Not at shutdown (interrupted), nor after an internal error.
-    if (!hooks.signal?.aborted && (err instanceof ImportStop || isAbort(err)) && batch.length) {
+    if (readFault && !hooks.signal?.aborted && (err instanceof ImportStop || isAbort(err)) && batch.length) {
       try {
         await flush(readTo);
       } catch {
@@ -1034,7 +1042,7 @@ export async function runImport(
     }
     if (hooks.signal?.aborted) failure = { code: 'interrupted', detail: 'The server shut down before the end of the file; the counts are what was committed' };
     else if (err instanceof ImportStop) failure = { code: err.code, detail: err.message };
-    else if (isAbort(err))
+    else if (readFault && isAbort(err))
       failure = { code: 'client_disconnected', detail: 'The upload ended before the end of the file; the rows received whole before were imported' };
     else {
       failure = { code: 'import_failed', detail: 'The import stopped on an internal error; the counts are what was committed' };

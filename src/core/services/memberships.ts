@@ -259,7 +259,7 @@ export async function acceptInvitation(
     const workspace = await getWorkspace(tx, invitation.workspaceId);
     let user = await findUserByEmail(tx, invitation.email);
     // An account made for the email since the check above has not had its password proven.
-    if (user && !account) {
+    if (user && user.id !== account?.id) {
       throw new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
         { path: '/password', message: 'is required: the password of your account' },
       ]);
@@ -321,6 +321,11 @@ async function provePassword(
   account: { email: string; passwordHash: string | null },
   password: string | undefined,
 ): Promise<void> {
+  if (account.passwordHash === null) {
+    throw new ValidationError('password_not_set', 'Your account has no password yet: set one (svc user passwd), then accept the invitation', [
+      { path: '/password', message: 'the account has no password to check' },
+    ]);
+  }
   if (password === undefined) {
     throw new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
       { path: '/password', message: 'is required: the password of your account' },

@@ -505,7 +505,14 @@ export class WebhookReceiver {
       contactId: result.contactId ?? null,
       sourceIp: req.sourceIp,
       contentType: req.contentType?.slice(0, 200) ?? null,
-      idempotencyKey: req.idempotencyKey?.slice(0, 255) ?? null,
+      // A valid key whole (255 characters may be 510 UTF-16 units: cut, it would never match its
+      // repeat); a refused one's first 255 characters, as evidence.
+      idempotencyKey:
+        req.idempotencyKey === undefined
+          ? null
+          : validIdempotencyKey(req.idempotencyKey)
+            ? req.idempotencyKey
+            : [...req.idempotencyKey.slice(0, 510)].slice(0, 255).join(''),
       body: whole ? raw : Buffer.from(raw.subarray(0, UNVERIFIED_BODY_PREFIX_BYTES)),
       bodySize: raw?.length ?? null,
       bodySha256: whole ? null : createHash('sha256').update(raw).digest('hex'),
