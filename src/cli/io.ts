@@ -130,17 +130,19 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
   return [line(columns.map((c) => c.toUpperCase())), ...rows.map((r) => line(columns.map((c) => cell(r[c]))))].join('\n');
 }
 
-export async function readStdin(): Promise<string> {
+async function readStdinBytes(): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks);
+}
+
+export async function readStdin(): Promise<string> {
+  return (await readStdinBytes()).toString('utf8');
 }
 
 /** A secret from standard input: only the final line break is removed. It must be UTF-8 text (as a login's JSON is). */
 export async function readSecretFromStdin(): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  const bytes = Buffer.concat(chunks);
+  const bytes = await readStdinBytes();
   if (!isUtf8(bytes)) throw new CliError('the password on standard input is not UTF-8 text');
   const text = bytes.toString('utf8').replace(/\r?\n$/, '');
   if (!text) throw new CliError('no password on standard input');

@@ -221,6 +221,26 @@ function successorOf(ctx: Pick<SystemContext, 'config'>, token: string): string 
   return createHmac('sha256', ctx.config.secrets.jwtSecret).update(`svc-refresh-successor\u0000${token}`).digest('base64url');
 }
 
+/**
+ * The token a reuse within the grace is answered with: the newest of the line its successors
+ * make (a tab may have refreshed twice), never a rotated one whose next use would be reuse.
+ * `issued`: it is stored already; null: the line was revoked.
+ */
+async function newestOfLine(ctx: SystemContext, token: string): Promise<{ token: string; issued: boolean } | null> {
+  let next = successorOf(ctx, token);
+  for (let hop = 0; hop < 32; hop++) {
+    const [successor] = await ctx.db
+      .select({ revokedAt: sessions.revokedAt, rotatedAt: sessions.rotatedAt })
+      .from(sessions)
+      .where(eq(sessions.tokenHash, sha256Hex(next)));
+    if (!successor) return { token: next, issued: false };
+    if (successor.revokedAt) return null;
+    if (!successor.rotatedAt) return { token: next, issued: true };
+    next = successorOf(ctx, next);
+  }
+  return { token: next, issued: false };
+}
+
 /** Seconds until an ISO time (at least 0), for the refresh cookie's Max-Age. */
 function secondsUntil(iso: string): number {
   return Math.max(0, Math.floor((Date.parse(iso) - Date.now()) / 1000));
@@ -365,24 +385,10 @@ export async function refresh(
     const membership = await membershipIn(tx, row.userId, row.workspaceId);
     if (!membership) return { error: true as const };
     if (!inGrace) await tx.db.update(sessions).set({ rotatedAt: nowIso() }).where(eq(sessions.id, row.id));
-    // Within the grace the successor may have been rotated too (a tab refreshed twice): the
-    // answer is the newest of the line, never a rotated token whose next use would be reuse.
-    let next = successorOf(tx, refreshToken);
-    let issued = false;
-    for (let hop = 0; inGrace && hop < 32; hop++) {
-      const [successor] = await tx.db
-        .select({ revokedAt: sessions.revokedAt, rotatedAt: sessions.rotatedAt })
-        .from(sessions)
-        .where(eq(sessions.tokenHash, sha256Hex(next)));
-      if (!successor) break;
-      if (successor.revokedAt) return { error: true as const };
-      if (!successor.rotatedAt) {
-        issued = true;
-        break;
-      }
-      next = successorOf(tx, next);
-    }
-    if (!issued) await issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt, next);
+    const line = inGrace ? await newestOfLine(tx, refreshToken) : { token: successorOf(tx, refreshToken), issued: false };
+    if (line === null) return { error: true as const };
+    const next = line.token;
+    if (!line.issued) await issueRefreshToken(tx, row.userId, row.workspaceId, row.familyId, row.expiresAt, next);
     return {
       error: false as const,
       next,

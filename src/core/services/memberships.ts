@@ -260,9 +260,7 @@ export async function acceptInvitation(
     let user = await findUserByEmail(tx, invitation.email);
     // An account made for the email since the check above has not had its password proven.
     if (user && user.id !== account?.id) {
-      throw new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
-        { path: '/password', message: 'is required: the password of your account' },
-      ]);
+      throw accountPasswordRequired();
     }
     const created = !user;
     if (!user) {
@@ -314,6 +312,11 @@ export async function acceptInvitation(
   });
 }
 
+const accountPasswordRequired = () =>
+  new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
+    { path: '/password', message: 'is required: the password of your account' },
+  ]);
+
 /** The existing account's own password, checked as a login checks it (throttled, constant time). */
 async function provePassword(
   ctx: SystemContext,
@@ -327,9 +330,7 @@ async function provePassword(
     ]);
   }
   if (password === undefined) {
-    throw new ValidationError('password_required', "You have an account: your account's password accepts the invitation", [
-      { path: '/password', message: 'is required: the password of your account' },
-    ]);
+    throw accountPasswordRequired();
   }
   const release = await throttle.begin(ctx.ip);
   try {
